@@ -1,0 +1,3 @@
+module github.com/tollgate-rl/tollgate/controlsvc
+
+go 1.26

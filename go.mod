@@ -1,0 +1,3 @@
+module github.com/tollgate-rl/tollgate
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/tollgate-rl/tollgate/shared
+
+go 1.26

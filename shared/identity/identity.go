@@ -1,0 +1,119 @@
+// Package identity turns what the filter knows about a caller into one canonical
+// string: "user:<id>", "key:<key id>" or "ip:<addr>". The control service counts
+// against that string, so two spellings of one caller must give the same result
+// and no caller may smuggle protocol bytes through it.
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"unicode/utf8"
+)
+
+// Kind is the source of an identity, in priority order.
+type Kind string
+
+const (
+	KindUser Kind = "user"
+	KindKey  Kind = "key"
+	KindIP   Kind = "ip"
+)
+
+// MaxIDLen bounds the id part of an identity (seed 000: user ids up to 255).
+const MaxIDLen = 255
+
+// ID is a parsed identity.
+type ID struct {
+	Kind  Kind
+	Value string
+}
+
+// String returns the canonical form, "<kind>:<value>".
+func (i ID) String() string { return string(i.Kind) + ":" + i.Value }
+
+// ErrInvalid is wrapped by every validation error of this package.
+var ErrInvalid = errors.New("invalid identity")
+
+// User builds a user identity after validating the id.
+func User(id string) (ID, error) {
+	if err := validateID(id); err != nil {
+		return ID{}, err
+	}
+	return ID{Kind: KindUser, Value: id}, nil
+}
+
+// Key builds an API-key identity from the key's id (never the raw key).
+func Key(keyID string) (ID, error) {
+	if err := validateID(keyID); err != nil {
+		return ID{}, err
+	}
+	return ID{Kind: KindKey, Value: keyID}, nil
+}
+
+// IP builds an IP identity in canonical form: IPv4 dotted, IPv6 compressed
+// lower case, IPv4-mapped IPv6 unmapped, zone dropped.
+func IP(addr string) (ID, error) {
+	a, err := ParseAddr(addr)
+	if err != nil {
+		return ID{}, err
+	}
+	return ID{Kind: KindIP, Value: a.String()}, nil
+}
+
+// Parse reads a canonical identity. A string without a known prefix is a bare
+// user id (the seed API's user_id), so "alice" and "user:alice" are one caller.
+func Parse(s string) (ID, error) {
+	kind, rest, ok := strings.Cut(s, ":")
+	if ok {
+		switch Kind(kind) {
+		case KindUser:
+			return User(rest)
+		case KindKey:
+			return Key(rest)
+		case KindIP:
+			return IP(rest)
+		}
+	}
+	return User(s)
+}
+
+// validateID accepts printable UTF-8 up to MaxIDLen bytes. Control characters
+// (CR, LF, NUL...) are refused rather than escaped: no legitimate id has them,
+// and they are what header and log injection is made of.
+func validateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty id", ErrInvalid)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: id is %d bytes, at most %d", ErrInvalid, len(id), MaxIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: id is not valid UTF-8", ErrInvalid)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fmt.Errorf("%w: id contains control character %U", ErrInvalid, r)
+		}
+	}
+	return nil
+}
+
+// ParseAddr parses one IP address as it may appear in X-Forwarded-For or
+// X-Real-IP: surrounding spaces, brackets and a port are tolerated.
+func ParseAddr(s string) (netip.Addr, error) {
+	s = strings.TrimSpace(s)
+	if len(s) > 64 {
+		return netip.Addr{}, fmt.Errorf("%w: address is %d bytes", ErrInvalid, len(s))
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), nil
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: %q is not an IP address", ErrInvalid, s)
+	}
+	return a.Unmap().WithZone(""), nil
+}

@@ -1,0 +1,143 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{"alice", "user:alice", false},
+		{"user:alice", "user:alice", false},
+		{"user:bob@example.com", "user:bob@example.com", false},
+		{"key:k_123", "key:k_123", false},
+		{"ip:192.0.2.1", "ip:192.0.2.1", false},
+		{"ip:2001:DB8:0:0::1", "ip:2001:db8::1", false},
+		{"ip:::ffff:192.0.2.7", "ip:192.0.2.7", false},
+		{"ip:[2001:db8::1]:443", "ip:2001:db8::1", false},
+		{"ip:fe80::1%eth0", "ip:fe80::1", false},
+		{"user:{tag}", "user:{tag}", false}, // braces are escaped by keys, not refused
+		{"tenant:x", "user:tenant:x", false}, // unknown prefix: a bare user id
+		{"", "", true},
+		{"user:", "", true},
+		{"ip:not-an-ip", "", true},
+		{"user:a\r\nX-Evil: 1", "", true},
+		{"user:a\x00b", "", true},
+		{"user:\xff\xfe", "", true},
+		{"user:" + strings.Repeat("a", 10_000), "", true},
+		{strings.Repeat("a", MaxIDLen), "user:" + strings.Repeat("a", MaxIDLen), false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%.40q", tt.in), func(t *testing.T) {
+			got, err := Parse(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("Parse(%q) = %v, %v; want ErrInvalid", tt.in, got, err)
+				}
+				return
+			}
+			if err != nil || got.String() != tt.want {
+				t.Fatalf("Parse(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	tests := []struct {
+		name string
+		in   ClientIPInput
+		want string
+		src  ClientIPSource
+	}{
+		{"no xff uses source", ClientIPInput{SourceAddress: "198.51.100.9:5000", TrustedProxyDepth: 1}, "198.51.100.9", SourceConnection},
+		{"depth 1 takes entry left of ours", ClientIPInput{ForwardedFor: "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "10.0.0.2"}, "203.0.113.5", SourceForwardedFor},
+		{"spoofed head ignored at depth 1", ClientIPInput{ForwardedFor: "1.1.1.1, 203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1}, "203.0.113.5", SourceForwardedFor},
+		{"depth 2", ClientIPInput{ForwardedFor: "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2", TrustedProxyDepth: 2}, "203.0.113.5", SourceForwardedFor},
+		{"fewer entries than depth takes leftmost", ClientIPInput{ForwardedFor: "203.0.113.5", TrustedProxyDepth: 2}, "203.0.113.5", SourceForwardedFor},
+		{"depth 0 never trusts xff", ClientIPInput{ForwardedFor: "1.1.1.1", SourceAddress: "198.51.100.9"}, "198.51.100.9", SourceConnection},
+		{"garbage entry falls through", ClientIPInput{ForwardedFor: "evil, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "198.51.100.9:1"}, "198.51.100.9", SourceConnection},
+		{"ipv6 canonical", ClientIPInput{ForwardedFor: "2001:DB8::0:1, 10.0.0.1", TrustedProxyDepth: 1}, "2001:db8::1", SourceForwardedFor},
+		{"mapped ipv4 unmapped", ClientIPInput{SourceAddress: "[::ffff:192.0.2.1]:80"}, "192.0.2.1", SourceConnection},
+		{"trusted real ip", ClientIPInput{RealIP: "203.0.113.8", TrustRealIP: true, SourceAddress: "10.0.0.2"}, "203.0.113.8", SourceRealIP},
+		{"untrusted real ip ignored", ClientIPInput{RealIP: "203.0.113.8", SourceAddress: "10.0.0.2"}, "10.0.0.2", SourceConnection},
+		{"10 kB of commas keeps the right end", ClientIPInput{ForwardedFor: strings.Repeat(",", 10_000) + "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1}, "203.0.113.5", SourceForwardedFor},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, src, err := ClientIP(tt.in)
+			if err != nil || got.String() != tt.want || src != tt.src {
+				t.Fatalf("ClientIP = %v, %q, %v; want %s from %s", got, src, err, tt.want, tt.src)
+			}
+		})
+	}
+	if _, _, err := ClientIP(ClientIPInput{SourceAddress: "nonsense"}); err == nil {
+		t.Fatal("ClientIP with no usable source: want an error")
+	}
+}
+
+func ExampleParse() {
+	id, _ := Parse("ip:::ffff:192.0.2.1")
+	fmt.Println(id)
+	id, _ = Parse("alice")
+	fmt.Println(id)
+	_, err := Parse("user:a\r\nb")
+	fmt.Println(err)
+	// Output:
+	// ip:192.0.2.1
+	// user:alice
+	// invalid identity: id contains control character U+000D
+}
+
+func ExampleClientIP() {
+	addr, src, _ := ClientIP(ClientIPInput{
+		ForwardedFor:      "6.6.6.6, 203.0.113.5, 10.0.0.1",
+		TrustedProxyDepth: 1,
+		SourceAddress:     "10.0.0.1:4711",
+	})
+	fmt.Println(addr, src)
+	// Output: 203.0.113.5 x-forwarded-for
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"alice", "ip:::1", "ip:1.2.3.4", "key:k", "user:{x}", "user:a\r\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := Parse(s)
+		if err != nil {
+			return
+		}
+		// A canonical identity parses to itself, and never carries controls.
+		again, err := Parse(id.String())
+		if err != nil || again != id {
+			t.Fatalf("Parse(%q) = %q, but re-parsing gives %q, %v", s, id, again, err)
+		}
+		if strings.ContainsAny(id.Value, "\r\n\x00") || len(id.Value) > MaxIDLen {
+			t.Fatalf("Parse(%q) kept a hostile value %q", s, id.Value)
+		}
+	})
+}
+
+func FuzzClientIP(f *testing.F) {
+	f.Add("1.1.1.1, 203.0.113.5, 10.0.0.1", 1, "10.0.0.2:1")
+	f.Add(",,,", 2, "::1")
+	f.Fuzz(func(t *testing.T, xff string, depth int, src string) {
+		if depth < 0 || depth > 16 {
+			return
+		}
+		a, _, err := ClientIP(ClientIPInput{ForwardedFor: xff, TrustedProxyDepth: depth, SourceAddress: src})
+		if err != nil {
+			return
+		}
+		if a.Is4In6() || a.Zone() != "" {
+			t.Fatalf("ClientIP gave a non-canonical address %v", a)
+		}
+	})
+}

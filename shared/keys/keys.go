@@ -1,0 +1,109 @@
+// Package keys builds every Redis key Tollgate writes. Keys start with "rl:" and
+// put the counter's owner in a hash tag:
+//
+//	rl:{<scope>:<subject>}:<rule id>[:<endpoint>]:<algorithm>:<window s>
+//
+// The subject (a user id, an address, a tenant...) and the endpoint are escaped,
+// so no two subjects share a key and no subject can end the hash tag early and
+// choose its own cluster slot.
+package keys
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Prefix starts every key.
+const Prefix = "rl:"
+
+// Owner is the hash-tag content of a counter: every key of one owner lands in
+// one cluster slot, so a script may touch several of them.
+type Owner string
+
+// NewOwner builds the owner of a counter: scope is one of the rule scopes
+// (a fixed lower-case word), subject is what the scope counts (escaped here).
+func NewOwner(scope, subject string) Owner {
+	return Owner(scope + ":" + escape(subject, false))
+}
+
+// Counter is the key of one rule's counter for one owner. endpoint is "" when
+// the rule counts across endpoints.
+func Counter(o Owner, ruleID, endpoint, algorithm string, windowSeconds int64) string {
+	var b strings.Builder
+	b.Grow(len(Prefix) + len(o) + len(ruleID) + len(endpoint) + len(algorithm) + 16)
+	b.WriteString(Prefix)
+	b.WriteByte('{')
+	b.WriteString(string(o))
+	b.WriteString("}:")
+	b.WriteString(escape(ruleID, true))
+	if endpoint != "" {
+		b.WriteByte(':')
+		b.WriteString(escape(endpoint, true))
+	}
+	b.WriteByte(':')
+	b.WriteString(algorithm)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(windowSeconds, 10))
+	return b.String()
+}
+
+// Penalty is the ZSET of an owner's recent violations.
+func Penalty(o Owner) string { return Prefix + "{" + string(o) + "}:penalty" }
+
+// Block holds the time an owner's progressive penalty ends.
+func Block(o Owner) string { return Prefix + "{" + string(o) + "}:block" }
+
+// Overrides is the hash of per-identity, per-endpoint overrides set through
+// PUT /v1/rate-limit/config.
+const Overrides = Prefix + "overrides"
+
+// OverrideField is the field of one override inside Overrides.
+func OverrideField(identity, endpoint string) string {
+	return escape(identity, true) + " " + escape(endpoint, true)
+}
+
+// APIKey is the record of an API key, found by the hex SHA-256 of the raw key.
+func APIKey(hashHex string) string { return Prefix + "apikey:" + hashHex }
+
+// APIKeyID maps a key id to its hash, for admin look-ups and revocation.
+func APIKeyID(keyID string) string { return Prefix + "apikeyid:" + escape(keyID, true) }
+
+// Idempotency stores a batch answer under the hex SHA-256 of its key.
+func Idempotency(hashHex string) string { return Prefix + "idem:{" + hashHex + "}" }
+
+const hexDigits = "0123456789ABCDEF"
+
+// escape percent-encodes the bytes that carry structure in a key: '%' itself,
+// the hash-tag braces, controls, space and (for segments outside the tag) ':'.
+// Percent-encoding is injective, so distinct inputs stay distinct keys.
+func escape(s string, colon bool) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i], colon) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if needsEscape(c, colon) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+			continue
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+func needsEscape(c byte, colon bool) bool {
+	switch {
+	case c == '%', c == '{', c == '}', c <= ' ', c == 0x7f:
+		return true
+	case c == ':':
+		return colon
+	}
+	return false
+}

@@ -1,0 +1,153 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// Request is what matching needs to know about one request.
+type Request struct {
+	Tier   string
+	Method string
+	Path   string
+	// IdentityKind is "user", "key" or "ip" (identity.Kind); it decides
+	// whether the user, api_key and ip scopes apply.
+	IdentityKind string
+	// Tenant is empty when the caller has none; the tenant scope then does
+	// not apply.
+	Tenant string
+}
+
+// Set is a validated, ordered rule list, ready for matching. The zero Set
+// matches nothing.
+type Set struct {
+	// rules is sorted by scope, then priority (high first), then specificity,
+	// then id, so the first match of a scope is its winner.
+	rules   []Rule
+	version string
+}
+
+// NewSet validates rules and orders them for matching. version names the
+// snapshot (the filter keys its cache by it).
+func NewSet(version string, rs []Rule) (*Set, error) {
+	seen := make(map[string]int, len(rs))
+	out := make([]Rule, 0, len(rs))
+	for i := range rs {
+		r := rs[i]
+		if err := r.Validate(); err != nil {
+			if fe, ok := err.(*FieldError); ok {
+				return nil, fe.In(fmt.Sprintf("[%d]", i))
+			}
+			return nil, err
+		}
+		if j, dup := seen[r.ID]; dup {
+			return nil, &FieldError{Field: fmt.Sprintf("[%d].id", i), Message: fmt.Sprintf("%q is also the id of [%d]", r.ID, j)}
+		}
+		seen[r.ID] = i
+		if !r.IsEnabled() {
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, compareRules)
+	return &Set{rules: out, version: version}, nil
+}
+
+func scopeRank(s Scope) int { return slices.Index(Scopes, s) }
+
+func compareRules(a, b Rule) int {
+	if c := cmp.Compare(scopeRank(a.Scope), scopeRank(b.Scope)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+		return c
+	}
+	al, aw := specificity(a.Path)
+	bl, bw := specificity(b.Path)
+	if c := cmp.Compare(bl, al); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(aw, bw); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
+// Version names the snapshot.
+func (s *Set) Version() string {
+	if s == nil {
+		return ""
+	}
+	return s.version
+}
+
+// Rules returns the enabled rules in matching order. Callers must not modify
+// them.
+func (s *Set) Rules() []Rule {
+	if s == nil {
+		return nil
+	}
+	return s.rules
+}
+
+// Match appends to dst the winning rule of every scope that applies to req:
+// one rule per scope at most, the highest priority, ties to the more specific
+// path. A request is denied if any returned rule denies it.
+func (s *Set) Match(dst []*Rule, req Request) []*Rule {
+	if s == nil {
+		return dst
+	}
+	var last Scope
+	for i := range s.rules {
+		r := &s.rules[i]
+		if r.Scope == last {
+			continue // this scope already has its winner
+		}
+		if !scopeApplies(r.Scope, req) || !r.matches(req) {
+			continue
+		}
+		dst = append(dst, r)
+		last = r.Scope
+	}
+	return dst
+}
+
+func scopeApplies(s Scope, req Request) bool {
+	switch s {
+	case ScopeUser:
+		return req.IdentityKind == "user"
+	case ScopeAPIKey:
+		return req.IdentityKind == "key"
+	case ScopeIP:
+		return req.IdentityKind == "ip"
+	case ScopeTenant:
+		return req.Tenant != ""
+	}
+	return true
+}
+
+func (r *Rule) matches(req Request) bool {
+	if len(r.Tiers) > 0 && !slices.Contains(r.Tiers, req.Tier) {
+		return false
+	}
+	if len(r.Methods) > 0 && !slices.Contains(r.Methods, req.Method) {
+		return false
+	}
+	return r.Path == "" || MatchGlob(r.Path, req.Path)
+}
+
+// Subject is what a rule's scope counts for a caller: the identity's id for
+// the typed scopes, the whole canonical identity for "identity", the tenant,
+// or "*" for global. keys.NewOwner(string(scope), subject) names the counter.
+func Subject(s Scope, identity, identityValue, tenant string) string {
+	switch s {
+	case ScopeGlobal:
+		return "*"
+	case ScopeTenant:
+		return tenant
+	case ScopeIdentity:
+		return identity
+	}
+	return identityValue
+}

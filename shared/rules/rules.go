@@ -1,0 +1,175 @@
+// Package rules is the rule model and the one matcher both halves use: the
+// control service to decide, the filter to key its local cache by rule.
+package rules
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Scope says whose counter a rule spends from.
+type Scope string
+
+const (
+	ScopeIP       Scope = "ip"       // anonymous callers, by client address
+	ScopeUser     Scope = "user"     // callers with a verified JWT subject
+	ScopeAPIKey   Scope = "api_key"  // callers with an API key
+	ScopeTenant   Scope = "tenant"   // every caller of one tenant together
+	ScopeIdentity Scope = "identity" // every caller, whatever its identity kind
+	ScopeGlobal   Scope = "global"   // one counter for everybody
+)
+
+// Scopes lists every scope in the order decisions report them.
+var Scopes = []Scope{ScopeGlobal, ScopeTenant, ScopeIdentity, ScopeUser, ScopeAPIKey, ScopeIP}
+
+// Algorithm names a limiter script.
+type Algorithm string
+
+const (
+	TokenBucket   Algorithm = "token_bucket"
+	SlidingWindow Algorithm = "sliding_window"
+	SlidingLog    Algorithm = "sliding_log"
+	FixedWindow   Algorithm = "fixed_window"
+	GCRA          Algorithm = "gcra"
+)
+
+// Algorithms lists every algorithm.
+var Algorithms = []Algorithm{TokenBucket, SlidingWindow, SlidingLog, FixedWindow, GCRA}
+
+// ValidAlgorithm reports whether a is a known algorithm.
+func ValidAlgorithm(a Algorithm) bool { return slices.Contains(Algorithms, a) }
+
+// Action is what a denial does.
+type Action string
+
+const (
+	ActionReject  Action = "reject"
+	ActionLogOnly Action = "log_only" // count and report, but let the request pass
+)
+
+// Window bounds, in seconds (seed 001: 1..3600).
+const (
+	MinWindowSeconds = 1
+	MaxWindowSeconds = 3600
+)
+
+// Rule is one rate limit.
+type Rule struct {
+	ID string `json:"id" toml:"id"`
+	// Tiers, Methods and Path select requests; an empty list matches all, an
+	// empty Path matches every path.
+	Tiers   []string `json:"tiers,omitempty" toml:"tiers"`
+	Methods []string `json:"methods,omitempty" toml:"methods"`
+	Path    string   `json:"path,omitempty" toml:"path"`
+	Scope   Scope    `json:"scope" toml:"scope"`
+	// Algorithm, Limit and WindowSeconds define the quota; Burst is the bucket
+	// size of token_bucket and gcra (0 means Limit).
+	Algorithm     Algorithm `json:"algorithm" toml:"algorithm"`
+	Limit         int64     `json:"limit" toml:"limit"`
+	WindowSeconds int64     `json:"window_seconds" toml:"window_seconds"`
+	Burst         int64     `json:"burst,omitempty" toml:"burst"`
+	// Cost is what one request spends (0 means 1).
+	Cost   int64  `json:"cost,omitempty" toml:"cost"`
+	Action Action `json:"action,omitempty" toml:"action"`
+	// Priority: higher wins within a scope; ties go to the more specific path.
+	Priority int `json:"priority,omitempty" toml:"priority"`
+	// Enabled defaults to true when absent.
+	Enabled *bool `json:"enabled,omitempty" toml:"enabled"`
+	// PerEndpoint counts each path separately instead of across the rule.
+	PerEndpoint bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
+}
+
+// IsEnabled reports whether the rule takes part in matching.
+func (r *Rule) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
+
+// EffectiveCost is the cost of one request under this rule.
+func (r *Rule) EffectiveCost() int64 {
+	if r.Cost <= 0 {
+		return 1
+	}
+	return r.Cost
+}
+
+// Capacity is the most a bucket can hold: Burst, or Limit without one.
+func (r *Rule) Capacity() int64 {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// FieldError names the field of a rule (or of a config) that is wrong.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// In returns the error with its field prefixed by parent ("rules[2]").
+func (e *FieldError) In(parent string) *FieldError {
+	if strings.HasPrefix(e.Field, "[") {
+		return &FieldError{Field: parent + e.Field, Message: e.Message}
+	}
+	return &FieldError{Field: parent + "." + e.Field, Message: e.Message}
+}
+
+var (
+	idRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	tierRE   = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+	methodRE = regexp.MustCompile(`^[A-Z]{1,16}$`)
+)
+
+// ValidTierName reports whether s is a valid tier name (seed 001: ^[a-z0-9_]+$).
+func ValidTierName(s string) bool { return tierRE.MatchString(s) }
+
+// Validate checks one rule and returns a *FieldError naming the bad field.
+func (r *Rule) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	if !idRE.MatchString(r.ID) {
+		return bad("id", "%q must match %s", r.ID, idRE)
+	}
+	for i, t := range r.Tiers {
+		if !ValidTierName(t) {
+			return bad(fmt.Sprintf("tiers[%d]", i), "%q must match %s", t, tierRE)
+		}
+	}
+	for i, m := range r.Methods {
+		if !methodRE.MatchString(m) {
+			return bad(fmt.Sprintf("methods[%d]", i), "%q must be an upper-case HTTP method", m)
+		}
+	}
+	if r.Path != "" {
+		if err := ValidateGlob(r.Path); err != nil {
+			return bad("path", "%v", err)
+		}
+	}
+	if !slices.Contains(Scopes, r.Scope) {
+		return bad("scope", "%q must be one of %v", r.Scope, Scopes)
+	}
+	if !ValidAlgorithm(r.Algorithm) {
+		return bad("algorithm", "%q must be one of %v", r.Algorithm, Algorithms)
+	}
+	if r.Limit <= 0 {
+		return bad("limit", "%d must be > 0", r.Limit)
+	}
+	if r.WindowSeconds < MinWindowSeconds || r.WindowSeconds > MaxWindowSeconds {
+		return bad("window_seconds", "%d must be in %d..%d", r.WindowSeconds, MinWindowSeconds, MaxWindowSeconds)
+	}
+	if r.Burst < 0 {
+		return bad("burst", "%d must be >= 0", r.Burst)
+	}
+	if r.Cost < 0 || r.Cost > r.Capacity() {
+		return bad("cost", "%d must be in 0..%d (the rule's capacity)", r.Cost, r.Capacity())
+	}
+	switch r.Action {
+	case "", ActionReject, ActionLogOnly:
+	default:
+		return bad("action", "%q must be %q or %q", r.Action, ActionReject, ActionLogOnly)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestMatchGlob(t *testing.T) {
+	tests := []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"/api/v1/users", "/api/v1/users", true},
+		{"/api/v1/users", "/api/v1/users/1", false},
+		{"/api/*/users", "/api/v1/users", true},
+		{"/api/*/users", "/api/v1/x/users", false},
+		{"/api/**", "/api", true},
+		{"/api/**", "/api/v1/users/1", true},
+		{"/api/**", "/apix", false},
+		{"/**", "/", true},
+		{"/**", "/anything/at/all", true},
+		{"/api/**/edit", "/api/edit", true},
+		{"/api/**/edit", "/api/a/b/edit", true},
+		{"/api/**/edit", "/api/a/b/edit/x", false},
+		{"/files/*.png", "/files/cat.png", true},
+		{"/files/*.png", "/files/cat.jpg", false},
+		{"/v?/x", "/v1/x", true},
+		{"/v?/x", "/v/x", false},
+		{"/a*b*c", "/aXXbYYc", true},
+		{"/a*b*c", "/aXXbYY", false},
+		{"/a/**/b/**/c", "/a/1/b/2/3/c", true},
+	}
+	for _, tt := range tests {
+		if got := MatchGlob(tt.pattern, tt.path); got != tt.want {
+			t.Errorf("MatchGlob(%q, %q) = %v, want %v", tt.pattern, tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Rule{ID: "r1", Scope: ScopeUser, Algorithm: TokenBucket, Limit: 10, WindowSeconds: 60}
+	tests := []struct {
+		field  string
+		mutate func(*Rule)
+	}{
+		{"", func(r *Rule) {}},
+		{"id", func(r *Rule) { r.ID = "Bad Id" }},
+		{"scope", func(r *Rule) { r.Scope = "planet" }},
+		{"algorithm", func(r *Rule) { r.Algorithm = "leaky" }},
+		{"limit", func(r *Rule) { r.Limit = 0 }},
+		{"window_seconds", func(r *Rule) { r.WindowSeconds = 3601 }},
+		{"window_seconds", func(r *Rule) { r.WindowSeconds = 0 }},
+		{"burst", func(r *Rule) { r.Burst = -1 }},
+		{"cost", func(r *Rule) { r.Cost = 11 }},
+		{"action", func(r *Rule) { r.Action = "maybe" }},
+		{"path", func(r *Rule) { r.Path = "api" }},
+		{"path", func(r *Rule) { r.Path = "/a**" }},
+		{"tiers[1]", func(r *Rule) { r.Tiers = []string{"free", "Pro Tier"} }},
+		{"methods[0]", func(r *Rule) { r.Methods = []string{"get"} }},
+	}
+	for _, tt := range tests {
+		r := good
+		tt.mutate(&r)
+		err := r.Validate()
+		var fe *FieldError
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("valid rule refused: %v", err)
+		case tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field):
+			t.Errorf("want an error naming %q, got %v", tt.field, err)
+		}
+	}
+}
+
+func TestNewSetNamesBadRule(t *testing.T) {
+	_, err := NewSet("v1", []Rule{
+		{ID: "a", Scope: ScopeUser, Algorithm: GCRA, Limit: 1, WindowSeconds: 1},
+		{ID: "b", Scope: ScopeUser, Algorithm: GCRA, Limit: -1, WindowSeconds: 1},
+	})
+	if err == nil || err.Error() != "[1].limit: -1 must be > 0" {
+		t.Fatalf("got %v", err)
+	}
+	_, err = NewSet("v1", []Rule{
+		{ID: "a", Scope: ScopeUser, Algorithm: GCRA, Limit: 1, WindowSeconds: 1},
+		{ID: "a", Scope: ScopeIP, Algorithm: GCRA, Limit: 1, WindowSeconds: 1},
+	})
+	if err == nil || !strings.Contains(err.Error(), "[1].id") {
+		t.Fatalf("duplicate id: got %v", err)
+	}
+}
+
+func TestMatch(t *testing.T) {
+	off := false
+	set, err := NewSet("v1", []Rule{
+		{ID: "login", Path: "/api/v1/auth/login", Methods: []string{"POST"}, Scope: ScopeIP, Algorithm: FixedWindow, Limit: 5, WindowSeconds: 60, Priority: 100},
+		{ID: "api-ip", Path: "/api/**", Scope: ScopeIP, Algorithm: SlidingWindow, Limit: 100, WindowSeconds: 60, Priority: 10},
+		{ID: "api-ip-specific", Path: "/api/v1/**", Scope: ScopeIP, Algorithm: SlidingWindow, Limit: 50, WindowSeconds: 60, Priority: 10},
+		{ID: "free-users", Tiers: []string{"free"}, Scope: ScopeUser, Algorithm: TokenBucket, Limit: 10, WindowSeconds: 60},
+		{ID: "keys", Scope: ScopeAPIKey, Algorithm: GCRA, Limit: 10, WindowSeconds: 60},
+		{ID: "tenants", Scope: ScopeTenant, Algorithm: GCRA, Limit: 1000, WindowSeconds: 60},
+		{ID: "everyone", Scope: ScopeGlobal, Algorithm: GCRA, Limit: 100000, WindowSeconds: 60},
+		{ID: "disabled", Scope: ScopeGlobal, Algorithm: GCRA, Limit: 1, WindowSeconds: 60, Priority: 1000, Enabled: &off},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{"login by ip", Request{Method: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login"},
+		{"login GET falls to specific glob", Request{Method: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,api-ip-specific"},
+		{"api v2 by ip", Request{Method: "GET", Path: "/api/v2/x", IdentityKind: "ip"}, "everyone,api-ip"},
+		{"free user", Request{Tier: "free", Path: "/x", IdentityKind: "user"}, "everyone,free-users"},
+		{"premium user", Request{Tier: "premium", Path: "/x", IdentityKind: "user"}, "everyone"},
+		{"key with tenant", Request{Path: "/x", IdentityKind: "key", Tenant: "acme"}, "everyone,tenants,keys"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ids []string
+			for _, r := range set.Match(nil, tt.req) {
+				ids = append(ids, r.ID)
+			}
+			if got := strings.Join(ids, ","); got != tt.want {
+				t.Fatalf("Match = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func ExampleSet_Match() {
+	set, _ := NewSet("v1", []Rule{
+		{ID: "search", Path: "/api/search", Scope: ScopeUser, Algorithm: SlidingWindow, Limit: 10, WindowSeconds: 60, Priority: 10},
+		{ID: "api", Path: "/api/**", Scope: ScopeUser, Algorithm: TokenBucket, Limit: 100, WindowSeconds: 60},
+	})
+	for _, r := range set.Match(nil, Request{Path: "/api/search", IdentityKind: "user"}) {
+		fmt.Println(r.ID, r.Limit)
+	}
+	// Output: search 10
+}
+
+func FuzzMatchGlob(f *testing.F) {
+	f.Add("/api/**/x", "/api/a/b/x")
+	f.Add("/a*b?c", "/aXbYc")
+	f.Fuzz(func(t *testing.T, pattern, path string) {
+		if ValidateGlob(pattern) != nil {
+			return
+		}
+		// Must terminate quickly and agree with the trivial cases.
+		got := MatchGlob(pattern, path)
+		if !strings.ContainsAny(pattern, "*?") && got != (pattern == path) {
+			t.Fatalf("literal %q vs %q: %v", pattern, path, got)
+		}
+	})
+}
+
+func BenchmarkMatchGlobHostile(b *testing.B) {
+	pattern := "/**/a*a*a*a*a*a*a*b"
+	path := "/" + strings.Repeat("a/", 200) + strings.Repeat("a", 2000)
+	for b.Loop() {
+		MatchGlob(pattern, path)
+	}
+}

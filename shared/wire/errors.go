@@ -1,0 +1,34 @@
+package wire
+
+// Error codes of the envelope (seed 002, and seed 003 for API keys and the
+// client-facing 429).
+const (
+	CodeInvalidInput       = "INVALID_INPUT"
+	CodeInvalidLimit       = "INVALID_LIMIT"
+	CodeInvalidStrategy    = "INVALID_STRATEGY"
+	CodeNotFound           = "NOT_FOUND"
+	CodeRateLimited        = "RATE_LIMITED"
+	CodeInternal           = "INTERNAL_ERROR"
+	CodeServiceUnavailable = "SERVICE_UNAVAILABLE"
+	CodeUnauthorized       = "UNAUTHORIZED"
+	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
+
+	CodeInvalidAPIKey     = "INVALID_API_KEY"
+	CodeMissingAPIKey     = "MISSING_API_KEY"
+	CodeAPIKeyRevoked     = "API_KEY_REVOKED"
+	CodeAPIKeyExpired     = "API_KEY_EXPIRED"
+	CodeRateLimitExceeded = "RATE_LIMIT_EXCEEDED"
+)
+
+// ErrorEnvelope is the body of every Tollgate error response.
+type ErrorEnvelope struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is the inside of the envelope.
+type ErrorBody struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Details   map[string]any `json:"details,omitempty"`
+	RequestID string         `json:"request_id,omitempty"`
+}

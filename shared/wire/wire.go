@@ -1,0 +1,150 @@
+// Package wire holds the JSON bodies that cross the filter ↔ controlsvc boundary
+// and the error envelope every Tollgate HTTP error uses. Both halves import these
+// types, so a field renamed here is renamed on both sides at once.
+package wire
+
+// Paths of the decision API.
+const (
+	PathCheck      = "/v1/rate-limit/check"
+	PathBatchCheck = "/v1/rate-limit/batch-check"
+	PathStatus     = "/v1/rate-limit/status" // + "/{id}/{endpoint}"
+	PathReset      = "/v1/rate-limit/reset"
+	PathConfig     = "/v1/rate-limit/config"
+)
+
+// CheckRequest asks whether one request may pass. Only UserID and Endpoint are
+// required; everything else has a documented default.
+type CheckRequest struct {
+	// UserID is the caller: a canonical identity ("user:alice", "key:k_1",
+	// "ip:192.0.2.1") or a bare user id, read as "user:<id>".
+	UserID string `json:"user_id"`
+	// Endpoint is the request path, starting with "/" (no query string).
+	Endpoint string `json:"endpoint"`
+	// Method is the HTTP method; empty matches rules that name no method.
+	Method string `json:"method,omitempty"`
+	// Strategy, Limit and WindowSeconds override the configured rule for this
+	// check (seed API). Limit 0 means "use the configured rules".
+	Strategy      string `json:"strategy,omitempty"`
+	Limit         int64  `json:"limit,omitempty"`
+	WindowSeconds int64  `json:"window_seconds,omitempty"`
+	// Tier and Tenant come from the caller's verified JWT claims.
+	Tier   string `json:"tier,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// APIKey is the key as presented by the client. The service hashes it and
+	// never stores or logs it raw.
+	APIKey string `json:"api_key,omitempty"`
+	// Cost is the number of tokens this request spends (default 1).
+	Cost int64 `json:"cost,omitempty"`
+	// Lease is how many extra tokens the caller wants for its local cache.
+	Lease int64 `json:"lease,omitempty"`
+	// Returned hands back unused tokens of an earlier lease for the same bucket.
+	Returned int64 `json:"returned,omitempty"`
+}
+
+// Lease is the part of a decision the filter may spend locally.
+type Lease struct {
+	// Granted tokens were consumed in Redis on the caller's behalf.
+	Granted int64 `json:"granted"`
+	// TTLMillis is how long the caller may spend them.
+	TTLMillis int64 `json:"ttl_ms"`
+}
+
+// CheckResponse is the decision. The HTTP status is 200 when Allowed and 429
+// when not; the body is the same shape either way.
+type CheckResponse struct {
+	Allowed bool `json:"allowed"`
+	// Limit is the quota of the rule that decided (0 for exempt callers).
+	Limit int64 `json:"limit"`
+	// Remaining is what is left in Redis after this request and its lease.
+	Remaining int64 `json:"remaining"`
+	// ResetAt is when the quota is whole again, in Unix seconds.
+	ResetAt int64 `json:"reset_at"`
+	// RetryAfter is the number of seconds to wait before a retry can pass; 0
+	// when allowed.
+	RetryAfter    int64  `json:"retry_after"`
+	Strategy      string `json:"strategy"`
+	WindowSeconds int64  `json:"window_seconds"`
+	// RuleID names the rule that decided ("exempt" for exempt callers).
+	RuleID string `json:"rule_id"`
+	Lease  Lease  `json:"lease"`
+	// Identity is the canonical identity the decision was counted against.
+	Identity string `json:"identity,omitempty"`
+	// Tier is the tier the decision used.
+	Tier string `json:"tier,omitempty"`
+	// Degraded is true when Redis could not be asked and the fail-open policy
+	// allowed the request without counting it.
+	Degraded bool `json:"degraded,omitempty"`
+	// LogOnly is true when a log_only rule would have denied the request.
+	LogOnly bool `json:"log_only,omitempty"`
+}
+
+// BatchCheckRequest runs several checks in one round trip. A repeated
+// IdempotencyKey within five minutes replays the first answer.
+type BatchCheckRequest struct {
+	IdempotencyKey string         `json:"idempotency_key,omitempty"`
+	Checks         []CheckRequest `json:"checks"`
+}
+
+// BatchResult is one check's answer inside a batch.
+type BatchResult struct {
+	UserID   string `json:"user_id"`
+	Endpoint string `json:"endpoint"`
+	CheckResponse
+	// Error is set instead of a decision when this check's input was invalid.
+	Error *ErrorBody `json:"error,omitempty"`
+}
+
+// BatchCheckResponse answers a BatchCheckRequest, in request order.
+type BatchCheckResponse struct {
+	Results []BatchResult `json:"results"`
+	// Replayed is true when this answer was stored under the idempotency key.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// StatusResponse reads a counter without spending from it.
+type StatusResponse struct {
+	UserID          string  `json:"user_id"`
+	Endpoint        string  `json:"endpoint"`
+	Identity        string  `json:"identity"`
+	RuleID          string  `json:"rule_id"`
+	Limit           int64   `json:"limit"`
+	Remaining       int64   `json:"remaining"`
+	ResetAt         int64   `json:"reset_at"`
+	Strategy        string  `json:"strategy"`
+	WindowSeconds   int64   `json:"window_seconds"`
+	UsagePercentage float64 `json:"usage_percentage"`
+}
+
+// ResetRequest clears the counters of one identity and endpoint.
+type ResetRequest struct {
+	UserID   string `json:"user_id"`
+	Endpoint string `json:"endpoint"`
+	Method   string `json:"method,omitempty"`
+	Tier     string `json:"tier,omitempty"`
+	Tenant   string `json:"tenant,omitempty"`
+}
+
+// ResetResponse confirms a reset.
+type ResetResponse struct {
+	UserID      string `json:"user_id"`
+	Endpoint    string `json:"endpoint"`
+	KeysDeleted int64  `json:"keys_deleted"`
+	ResetAt     string `json:"reset_at"`
+}
+
+// ConfigRequest sets a per-identity, per-endpoint override (seed API).
+type ConfigRequest struct {
+	UserID        string `json:"user_id"`
+	Endpoint      string `json:"endpoint"`
+	Limit         int64  `json:"limit"`
+	WindowSeconds int64  `json:"window_seconds"`
+	Strategy      string `json:"strategy"`
+	// BurstCapacity is the bucket size for token_bucket and gcra (default Limit).
+	BurstCapacity int64 `json:"burst_capacity,omitempty"`
+}
+
+// ConfigResponse echoes the stored override.
+type ConfigResponse struct {
+	ConfigRequest
+	UpdatedAt string `json:"updated_at"`
+}
