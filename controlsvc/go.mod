@@ -1,3 +1,14 @@
 module github.com/tollgate-rl/tollgate/controlsvc
 
-go 1.26
+go 1.26.0
+
+require github.com/tollgate-rl/tollgate/shared v0.0.0
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/tollgate-rl/tollgate/shared => ../shared

@@ -1,0 +1,254 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+func newLimiter(t testing.TB) (*Limiter, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rdb
+}
+
+func req(a rules.Algorithm, subject string, limit, window int64) Request {
+	o := keys.NewOwner("user", subject)
+	return Request{
+		Owner: o,
+		Key:   keys.Counter(o, "r", "", string(a), window),
+		Quota: Quota{Algorithm: a, Limit: limit, WindowSeconds: window},
+		Cost:  1,
+	}
+}
+
+// TestExactUnderConcurrency is the core promise: 200 concurrent checks against
+// a limit of 100 admit exactly 100, for every algorithm.
+func TestExactUnderConcurrency(t *testing.T) {
+	l, _ := newLimiter(t)
+	for _, a := range rules.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			// An hour-long window: no refill can sneak in during the test.
+			r := req(a, "concurrent-"+string(a), 100, 3600)
+			var allowed, denied atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make(chan error, 200)
+			for i := 0; i < 200; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					res, err := l.Do(context.Background(), r)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if res.Allowed {
+						allowed.Add(1)
+					} else {
+						denied.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if allowed.Load() != 100 || denied.Load() != 100 {
+				t.Fatalf("allowed %d, denied %d; want exactly 100 and 100", allowed.Load(), denied.Load())
+			}
+		})
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "life-"+string(a), 3, 3600)
+			for i := int64(1); i <= 3; i++ {
+				res, err := l.Do(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Allowed || res.Remaining != 3-i || res.RetryAfter != 0 {
+					t.Fatalf("request %d: %+v; want allowed with %d remaining", i, res, 3-i)
+				}
+				if res.ResetAfter <= 0 || res.ResetAfter > time.Hour {
+					t.Fatalf("request %d: reset after %v, want within the window", i, res.ResetAfter)
+				}
+			}
+			res, err := l.Do(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The sliding window may make a full window wait into the next one.
+			if res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 || res.RetryAfter > 2*time.Hour {
+				t.Fatalf("4th request: %+v; want denied with a retry within two windows", res)
+			}
+			peek := r
+			peek.Cost, peek.Peek = 0, true
+			res, err = l.Do(ctx, peek)
+			if err != nil || res.Remaining != 0 {
+				t.Fatalf("peek: %+v, %v; want 0 remaining", res, err)
+			}
+		})
+	}
+}
+
+// TestTokenBucketRefill follows seed 000's lifecycle: tokens refill at
+// limit/window and never above capacity.
+func TestTokenBucketRefill(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.TokenBucket, "refill", 10, 1) // 10 tokens per second
+	for i := 0; i < 10; i++ {
+		if res, _ := l.Do(ctx, r); !res.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	res, _ := l.Do(ctx, r)
+	if res.Allowed || res.RetryAfter > 100*time.Millisecond {
+		t.Fatalf("11th: %+v; want denied, retry within one token's refill (100ms)", res)
+	}
+	// Move the bucket's last refill one second into the past instead of
+	// sleeping: the script must refill to capacity, not beyond.
+	ts, err := rdb.HGet(ctx, r.Key, "ts").Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, r.Key, "ts", fmt.Sprintf("%.3f", ts-5000))
+	res, _ = l.Do(ctx, r)
+	if !res.Allowed || res.Remaining != 9 {
+		t.Fatalf("after refill: %+v; want allowed with 9 remaining (capacity 10)", res)
+	}
+	if ttl := rdb.PTTL(ctx, r.Key).Val(); ttl <= 0 || ttl > 2*time.Second {
+		t.Fatalf("TTL %v; want about twice the refill time", ttl)
+	}
+}
+
+func TestLease(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "lease-"+string(a), 100, 3600)
+			r.Lease, r.LeaseFraction = 50, 0.1
+			res, err := l.Do(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 99 left after the cost; a tenth of it, floored, is 9.
+			if !res.Allowed || res.Granted != 9 || res.Remaining != 90 {
+				t.Fatalf("%+v; want 9 granted and 90 remaining", res)
+			}
+			// Near the limit a lease shrinks to nothing.
+			r.Cost = 85
+			res, _ = l.Do(ctx, r)
+			if !res.Allowed || res.Granted != 0 || res.Remaining != 5 {
+				t.Fatalf("near the limit: %+v; want no lease, 5 remaining", res)
+			}
+			if a == rules.SlidingLog {
+				return // the log does not take refunds
+			}
+			// Handing back leased tokens restores them, never more than leased.
+			r.Cost, r.Lease, r.Returned = 0, 0, 100
+			res, _ = l.Do(ctx, r)
+			if res.Remaining != 14 {
+				t.Fatalf("after returning: %+v; want the 9 leased tokens back (14 remaining)", res)
+			}
+		})
+	}
+}
+
+func TestPenalty(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.FixedWindow, "penalised", 1, 60)
+	r.Penalty = &Penalty{Window: time.Hour, Threshold: 2, Multipliers: []int64{1, 4}}
+	if res, _ := l.Do(ctx, r); !res.Allowed {
+		t.Fatal("first request denied")
+	}
+	first, _ := l.Do(ctx, r) // violation 1: below threshold, plain wait
+	second, _ := l.Do(ctx, r) // violation 2: threshold, multiplier 1
+	third, _ := l.Do(ctx, r)  // blocked? no: multiplier 1 sets no block
+	if first.Allowed || second.Allowed || third.Allowed {
+		t.Fatal("a request over the limit passed")
+	}
+	// Violation 3 uses multiplier 4 and sets a block.
+	if third.RetryAfter < 3*first.RetryAfter {
+		t.Fatalf("third violation waits %v, first %v; want about 4x", third.RetryAfter, first.RetryAfter)
+	}
+	if ttl := rdb.PTTL(ctx, keys.Block(r.Owner)).Val(); ttl <= 0 {
+		t.Fatalf("no block key after a multiplied penalty (ttl %v)", ttl)
+	}
+	blocked, _ := l.Do(ctx, r)
+	if blocked.Allowed || blocked.RetryAfter < 2*first.RetryAfter {
+		t.Fatalf("while blocked: %+v", blocked)
+	}
+	if n := rdb.ZCard(ctx, keys.Penalty(r.Owner)).Val(); n != 3 {
+		t.Fatalf("%d violations recorded, want 3 (a blocked request records none)", n)
+	}
+}
+
+func TestPenaltyLogIsBounded(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.FixedWindow, "flood", 1, 60)
+	r.Penalty = &Penalty{Window: time.Hour, Threshold: 1_000_000, Multipliers: []int64{1}}
+	for i := 0; i < 1010; i++ {
+		if _, err := l.Do(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.ZCard(ctx, keys.Penalty(r.Owner)).Val(); n != 1000 {
+		t.Fatalf("%d violations kept, want at most 1000", n)
+	}
+}
+
+func TestBadRequest(t *testing.T) {
+	l, _ := newLimiter(t)
+	r := req("leaky_bucket", "x", 1, 1)
+	if _, err := l.Do(context.Background(), r); err == nil {
+		t.Fatal("unknown algorithm accepted")
+	}
+	r = req(rules.GCRA, "x", 0, 1)
+	if _, err := l.Do(context.Background(), r); err == nil {
+		t.Fatal("zero limit accepted")
+	}
+}
+
+func BenchmarkDo(b *testing.B) {
+	l, _ := newLimiter(b)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		b.Run(string(a), func(b *testing.B) {
+			r := req(a, "bench", 1_000_000_000, 3600)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Do(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,38 @@
+-- Shared tail: penalty block, the algorithm's decision, violations.
+local pen = ARGV[9] == '1' and not peek
+
+if pen then
+  local blocked = redis.call('PTTL', KEYS[3])
+  if blocked > 0 then
+    return {0, 0, blocked, blocked, 0}
+  end
+end
+
+local allowed, remaining, reset, retry, granted = decide()
+
+if allowed == 0 and pen then
+  -- Progressive penalty: remember the violation; from the threshold on, the
+  -- wait is multiplied and enforced by a block key that expires with it.
+  local pwin = tonumber(ARGV[10])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', num(now - pwin))
+  local n = redis.call('ZCARD', KEYS[2])
+  redis.call('ZADD', KEYS[2], num(now), num(now) .. '-' .. n)
+  n = n + 1
+  if n > 1000 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1001)
+    n = 1000
+  end
+  redis.call('PEXPIRE', KEYS[2], math.ceil(pwin))
+  local threshold = tonumber(ARGV[11])
+  if n >= threshold then
+    local mults = {}
+    for m in string.gmatch(ARGV[12], '[^,]+') do mults[#mults + 1] = tonumber(m) end
+    local m = mults[math.min(n - threshold + 1, #mults)] or 1
+    if m > 1 then
+      retry = math.ceil(math.max(retry, 1) * m)
+      redis.call('SET', KEYS[3], '1', 'PX', retry)
+    end
+  end
+end
+
+return {allowed, remaining, reset, retry, granted}

@@ -1,0 +1,31 @@
+-- Fixed window: a counter per window index. State is a hash {w = window index,
+-- c = count, lg = tokens leased in this window (the most that may be given back)}.
+local function decide()
+  local idx = math.floor(now / window)
+  local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'lg')
+  local w, c, lg = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  if w == nil or idx > w then
+    c, lg = 0, 0
+  elseif idx < w then
+    idx = w -- the clock moved back: stay in the stored window, never reopen an old one
+  end
+  if returned > 0 then
+    local r = math.min(returned, lg)
+    c, lg = c - r, lg - r
+  end
+  local reset = math.max(1, math.ceil((idx + 1) * window - now))
+  local allowed, granted, retry = 0, 0, 0
+  if c + cost <= limit then
+    allowed = 1
+    c = c + cost
+    granted = grant(limit - c)
+    c, lg = c + granted, lg + granted
+  else
+    retry = reset
+  end
+  if not peek then
+    redis.call('HSET', KEYS[1], 'w', idx, 'c', c, 'lg', lg)
+    redis.call('PEXPIRE', KEYS[1], math.ceil(reset + window))
+  end
+  return allowed, limit - c, reset, retry, granted
+end

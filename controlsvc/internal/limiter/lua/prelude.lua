@@ -1,0 +1,37 @@
+-- Shared head of every limiter script. The algorithm file that follows defines
+-- decide(); epilogue.lua calls it. Together they form one atomic script.
+--
+-- KEYS[1] counter, KEYS[2] violations (ZSET), KEYS[3] penalty block; all three
+-- share the owner's hash tag, so the script is cluster-safe.
+-- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
+-- returned, 7 lease fraction, 8 peek (1 = read only), 9 penalties on,
+-- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8".
+-- Returns {allowed, remaining, reset_ms, retry_ms, granted}.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local want = tonumber(ARGV[5])
+local returned = tonumber(ARGV[6])
+local fraction = tonumber(ARGV[7])
+local peek = ARGV[8] == '1'
+
+-- All time comes from the Redis server, in milliseconds with microsecond
+-- fractions: never a client's or a replica's clock.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+
+-- Numbers are written with full precision: redis.call would format them with
+-- 14 significant digits, which loses milliseconds of a Unix time.
+local function num(x) return string.format('%.17g', x) end
+
+-- grant is the lease: at most what was wanted, never more than a fraction of
+-- what is left, so near the limit every request comes back to Redis.
+local function grant(avail)
+  if want <= 0 or avail <= 0 or peek then return 0 end
+  local g = math.floor(avail * fraction)
+  if g > want then g = want end
+  return g
+end
