@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 		{"ip:::ffff:192.0.2.7", "ip:192.0.2.7", false},
 		{"ip:[2001:db8::1]:443", "ip:2001:db8::1", false},
 		{"ip:fe80::1%eth0", "ip:fe80::1", false},
-		{"user:{tag}", "user:{tag}", false}, // braces are escaped by keys, not refused
+		{"user:{tag}", "user:{tag}", false},  // braces are escaped by keys, not refused
 		{"tenant:x", "user:tenant:x", false}, // unknown prefix: a bare user id
 		{"", "", true},
 		{"user:", "", true},

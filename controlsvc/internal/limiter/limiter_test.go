@@ -188,7 +188,7 @@ func TestPenalty(t *testing.T) {
 	if res, _ := l.Do(ctx, r); !res.Allowed {
 		t.Fatal("first request denied")
 	}
-	first, _ := l.Do(ctx, r) // violation 1: below threshold, plain wait
+	first, _ := l.Do(ctx, r)  // violation 1: below threshold, plain wait
 	second, _ := l.Do(ctx, r) // violation 2: threshold, multiplier 1
 	third, _ := l.Do(ctx, r)  // blocked? no: multiplier 1 sets no block
 	if first.Allowed || second.Allowed || third.Allowed {
