@@ -117,7 +117,7 @@ func (e *FieldError) In(parent string) *FieldError {
 }
 
 var (
-	idRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	idRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
 	tierRE   = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 	methodRE = regexp.MustCompile(`^[A-Z]{1,16}$`)
 )

@@ -23,10 +23,11 @@ type CheckRequest struct {
 	// Method is the HTTP method; empty matches rules that name no method.
 	Method string `json:"method,omitempty"`
 	// Strategy, Limit and WindowSeconds override the configured rule for this
-	// check (seed API). Limit 0 means "use the configured rules".
+	// check (seed API); without Limit the configured rules decide. They are
+	// pointers so that an explicit 0 is told apart from "absent" and refused.
 	Strategy      string `json:"strategy,omitempty"`
-	Limit         int64  `json:"limit,omitempty"`
-	WindowSeconds int64  `json:"window_seconds,omitempty"`
+	Limit         *int64 `json:"limit,omitempty"`
+	WindowSeconds *int64 `json:"window_seconds,omitempty"`
 	// Tier and Tenant come from the caller's verified JWT claims.
 	Tier   string `json:"tier,omitempty"`
 	Tenant string `json:"tenant,omitempty"`

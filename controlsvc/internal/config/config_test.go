@@ -1,0 +1,183 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg, err := Parse(nil, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:8081" || cfg.RedisURL != "redis://127.0.0.1:6379/0" || cfg.FailureMode != FailOpen {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+const sample = `
+listen = "127.0.0.1:9000"
+failure_mode = "fail_closed"
+default_tier = "free"
+
+[lease]
+fraction = 0.2
+max = 50
+ttl_ms = 500
+
+[penalties]
+enabled = true
+detection_window_seconds = 600
+violation_threshold = 2
+multipliers = [1, 2, 4]
+
+[exemptions]
+ips = ["10.0.0.1", "192.168.0.0/16", "::1"]
+users = ["ops"]
+
+[[tiers]]
+name = "free"
+limit = 100
+window_seconds = 60
+
+[[tiers]]
+name = "premium"
+limit = 1000
+window_seconds = 60
+algorithm = "sliding_window"
+[tiers.endpoints]
+"/api/v1/request" = 50
+
+[[rules]]
+id = "login"
+path = "/api/v1/auth/login"
+methods = ["POST"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 5
+window_seconds = 60
+priority = 100
+`
+
+func TestParseFile(t *testing.T) {
+	cfg, err := Parse([]byte(sample), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tiers) != 2 || cfg.Tiers[1].Endpoints["/api/v1/request"] != 50 {
+		t.Fatalf("tiers: %+v", cfg.Tiers)
+	}
+	if len(cfg.Rules) != 1 || cfg.Rules[0].Scope != rules.ScopeIP || !cfg.Rules[0].IsEnabled() {
+		t.Fatalf("rules: %+v", cfg.Rules)
+	}
+	if !cfg.Penalties.Enabled || cfg.Lease.Max != 50 || cfg.FailureMode != FailClosed {
+		t.Fatalf("settings: %+v", cfg)
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	cfg, err := Parse([]byte(sample), envOf(map[string]string{
+		"TOLLGATE_LISTEN":         "127.0.0.1:7000",
+		"TOLLGATE_FAILURE_MODE":   "fail_open",
+		"TOLLGATE_ADMIN_TOKEN":    "s3cret",
+		"TOLLGATE_LEASE_MAX":      "7",
+		"TOLLGATE_REDIS_URL":      "redis://:pw@127.0.0.1:6390/2",
+		"TOLLGATE_LOG_LEVEL":      "debug",
+		"TOLLGATE_LEASE_TTL_MS":   "250",
+		"TOLLGATE_DEFAULT_TIER":   "premium",
+		"TOLLGATE_LEASE_FRACTION": "0.5",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:7000" || cfg.FailureMode != FailOpen || cfg.Lease.Max != 7 || cfg.DefaultTier != "premium" || cfg.Lease.Fraction != 0.5 {
+		t.Fatalf("env not applied: %+v", cfg)
+	}
+	red := cfg.Redacted()
+	if strings.Contains(red.AdminToken+red.RedisURL, "s3cret") || strings.Contains(red.RedisURL, "pw") {
+		t.Fatalf("redacted config leaks a secret: %+v", red)
+	}
+}
+
+func TestInvalidNamesTheField(t *testing.T) {
+	tests := []struct {
+		name, toml string
+		env        map[string]string
+		want       string
+	}{
+		{"bad failure mode", `failure_mode = "maybe"`, nil, "failure_mode:"},
+		{"unknown key", `lisen = "x"`, nil, "unknown setting lisen"},
+		{"unknown nested key", "[lease]\nfractoin = 1", nil, "unknown setting lease.fractoin"},
+		{"wrong type", `listen = 5`, nil, "listen"},
+		{"malformed toml", `listen = "`, nil, "toml"},
+		{"bad listen", `listen = "nowhere"`, nil, "listen:"},
+		{"zero limit", "[[tiers]]\nname = \"free\"\nlimit = 0\nwindow_seconds = 60", nil, "tiers[0].limit:"},
+		{"long window", "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 3601", nil, "tiers[0].window_seconds:"},
+		{"tier name", "[[tiers]]\nname = \"Free Tier\"\nlimit = 1\nwindow_seconds = 60", nil, "tiers[0].name:"},
+		{"endpoint path", "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n[tiers.endpoints]\n\"api\" = 5", nil, `tiers[0].endpoints["api"]:`},
+		{"endpoint limit", "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n[tiers.endpoints]\n\"/api\" = 0", nil, `tiers[0].endpoints["/api"]:`},
+		{"default tier missing", `default_tier = "gold"`, nil, "default_tier:"},
+		{"bad exemption", "[exemptions]\nips = [\"10.0.0.1\", \"banana\"]", nil, "exemptions.ips[1]:"},
+		{"bad exempt user", "[exemptions]\nusers = [\"a\\r\\nb\"]", nil, "exemptions.users[0]:"},
+		{"bad rule", "[[rules]]\nid = \"x\"\nscope = \"user\"\nalgorithm = \"leaky\"\nlimit = 1\nwindow_seconds = 1", nil, "rules[0].algorithm:"},
+		{"rule tier unknown", "[[rules]]\nid = \"x\"\ntiers = [\"gold\"]\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1", nil, "rules[0].tiers:"},
+		{"multiplier", "[penalties]\nmultipliers = [1, 0]", nil, "penalties.multipliers[1]:"},
+		{"env integer", "", map[string]string{"TOLLGATE_LEASE_MAX": "lots"}, "TOLLGATE_LEASE_MAX:"},
+		{"env mode", "", map[string]string{"TOLLGATE_FAILURE_MODE": "yolo"}, "failure_mode:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.toml), envOf(tt.env))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tollgate.toml")
+	if err := os.WriteFile(path, []byte(sample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, noEnv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.toml"), noEnv); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("failure_mode = 1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, noEnv); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("bad file error should name the file: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(sample))
+	f.Add([]byte(`failure_mode = "fail_open"`))
+	f.Add([]byte("[[tiers]]\nname = \"x\""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data, noEnv)
+		if err != nil {
+			return
+		}
+		// Whatever parses must also validate as a whole.
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("Parse accepted a config that Validate refuses: %v", err)
+		}
+	})
+}
