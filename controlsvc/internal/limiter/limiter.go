@@ -78,6 +78,9 @@ type Result struct {
 	RetryAfter time.Duration
 	// Granted is the lease: tokens already spent in Redis on the caller's behalf.
 	Granted int64
+	// Penalized is true when a progressive penalty lengthened or caused the
+	// denial.
+	Penalized bool
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -178,10 +181,10 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 
 func parseResult(v any) (Result, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 5 {
-		return Result{}, fmt.Errorf("script returned %T %v, want 5 integers", v, v)
+	if !ok || len(vals) != 6 {
+		return Result{}, fmt.Errorf("script returned %T %v, want 6 integers", v, v)
 	}
-	var n [5]int64
+	var n [6]int64
 	for i, x := range vals {
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("script result %d is %T, want an integer", i, x)
@@ -193,6 +196,7 @@ func parseResult(v any) (Result, error) {
 		ResetAfter: time.Duration(max(n[2], 0)) * time.Millisecond,
 		RetryAfter: time.Duration(max(n[3], 0)) * time.Millisecond,
 		Granted:    max(n[4], 0),
+		Penalized:  n[5] == 1,
 	}, nil
 }
 

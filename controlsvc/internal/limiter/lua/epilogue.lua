@@ -4,11 +4,12 @@ local pen = ARGV[9] == '1' and not peek
 if pen then
   local blocked = redis.call('PTTL', KEYS[3])
   if blocked > 0 then
-    return {0, 0, blocked, blocked, 0}
+    return {0, 0, blocked, blocked, 0, 1}
   end
 end
 
 local allowed, remaining, reset, retry, granted = decide()
+local penalized = 0
 
 if allowed == 0 and pen then
   -- Progressive penalty: remember the violation; from the threshold on, the
@@ -31,8 +32,9 @@ if allowed == 0 and pen then
     if m > 1 then
       retry = math.ceil(math.max(retry, 1) * m)
       redis.call('SET', KEYS[3], '1', 'PX', retry)
+      penalized = 1
     end
   end
 end
 
-return {allowed, remaining, reset, retry, granted}
+return {allowed, remaining, reset, retry, granted, penalized}

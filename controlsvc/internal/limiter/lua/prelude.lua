@@ -6,7 +6,7 @@
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
 -- returned, 7 lease fraction, 8 peek (1 = read only), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8".
--- Returns {allowed, remaining, reset_ms, retry_ms, granted}.
+-- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])

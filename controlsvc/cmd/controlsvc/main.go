@@ -1,0 +1,77 @@
+// Command controlsvc is Tollgate's control service: the authoritative
+// rate-limit decisions (Redis Lua), the admin API, /health and /metrics.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "controlsvc:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("controlsvc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defaultPath, _ := os.LookupEnv("TOLLGATE_CONFIG")
+	path := fs.String("config", defaultPath, "TOML config file (or TOLLGATE_CONFIG); TOLLGATE_* variables override it")
+	check := fs.Bool("check-config", false, "validate the configuration and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	if *check {
+		fmt.Fprintf(stdout, "config OK: %d tiers, %d rules, default tier %q, failure mode %s\n",
+			len(cfg.Tiers), len(cfg.Rules), cfg.DefaultTier, cfg.FailureMode)
+		return nil
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	a, err := app.New(cfg, *path, os.LookupEnv, log)
+	if err != nil {
+		return err
+	}
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = a.Reload()
+			}
+		}
+	}()
+	if err := a.WatchConfig(ctx); err != nil {
+		log.Warn("config file changes will not reload automatically; SIGHUP still does", "err", err)
+	}
+	return a.Serve(ctx)
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}

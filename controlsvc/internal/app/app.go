@@ -1,0 +1,207 @@
+// Package app assembles the control service from its parts and runs it: the
+// Redis client, the limiter, the decision service, the HTTP server, config
+// reloads. main only parses flags and calls it; tests start it in-process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
+)
+
+// App is a running control service.
+type App struct {
+	cfgPath string
+	lookup  func(string) (string, bool)
+	cfg     *config.Config // as loaded at start; listen and redis settings need a restart
+	log     *slog.Logger
+
+	rdb       redis.UniversalClient
+	svc       *decision.Service
+	overrides *decision.Overrides
+	metrics   *metrics.Metrics
+	http      *http.Server
+	ln        net.Listener
+
+	reloadMu sync.Mutex
+	version  atomic.Int64
+	onReload func(error)
+}
+
+// OnReload registers f to be called after every reload attempt with its
+// result (tests await reloads with it). Call it before Serve.
+func (a *App) OnReload(f func(error)) { a.onReload = f }
+
+// New builds the service from cfg. path and lookup are kept for reloads
+// (path may be empty). It does not need Redis to be up: a Redis that is down
+// at start is handled like one that fails later, by the failure mode.
+func New(cfg *config.Config, path string, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
+	rdb, topology, err := redisconn.New(cfg.RedisURL, cfg.RedisTimeout(), cfg.RedisPoolSize)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	lim, err := limiter.New(rdb)
+	if err != nil {
+		return nil, fmt.Errorf("limiter: %w", err)
+	}
+	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb}
+	a.metrics = metrics.New(rdb.PoolStats)
+	policy, err := decision.Compile(cfg, a.nextVersion())
+	if err != nil {
+		return nil, fmt.Errorf("compile config: %w", err)
+	}
+	a.overrides = decision.NewOverrides(rdb)
+	keys := apikeys.New(rdb, time.Now)
+	a.svc = decision.New(decision.Deps{Redis: rdb, Limiter: lim, Keys: keys, Overrides: a.overrides, Metrics: a.metrics, Log: log, Now: time.Now}, policy)
+	srv := server.New(server.Deps{Service: a.svc, Keys: keys, Redis: rdb, Metrics: a.metrics, Log: log, Now: time.Now})
+	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := lim.Load(ctx); err != nil {
+		log.Warn("redis not reachable at start; scripts load on first use", "err", err)
+	}
+	if err := a.overrides.Refresh(ctx); err != nil {
+		log.Warn("overrides not loaded at start", "err", err)
+	}
+	log.Info("control service ready", "redis_topology", topology, "redis_url", config.RedactURL(cfg.RedisURL),
+		"failure_mode", cfg.FailureMode, "tiers", len(cfg.Tiers), "rules", len(cfg.Rules), "admin_api", cfg.AdminToken != "")
+	return a, nil
+}
+
+func (a *App) nextVersion() string { return strconv.FormatInt(a.version.Add(1), 10) }
+
+// Listen binds the configured address.
+func (a *App) Listen() error {
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+	}
+	a.ln = ln
+	return nil
+}
+
+// Addr is the bound address (after Listen).
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Service is the decision service (tests inspect it).
+func (a *App) Service() *decision.Service { return a.svc }
+
+// Metrics are the service's metrics (tests read them).
+func (a *App) Metrics() *metrics.Metrics { return a.metrics }
+
+// Serve answers requests until ctx ends, then shuts down gracefully: no new
+// connections, in-flight requests get up to ten seconds.
+func (a *App) Serve(ctx context.Context) error {
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.overrides.Run(bg, time.Duration(a.cfg.OverrideRefreshMS)*time.Millisecond, a.log)
+	errc := make(chan error, 1)
+	go func() { errc <- a.http.Serve(a.ln) }()
+	a.log.Info("listening", "addr", a.Addr())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := a.http.Shutdown(shutdownCtx)
+	if cerr := a.rdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+// Reload re-reads the file and the environment. A bad config is logged and
+// counted, and the old one stays live. Settings that need a restart (listen,
+// redis_*) are reported when they change.
+func (a *App) Reload() (err error) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	if a.onReload != nil {
+		defer func() { a.onReload(err) }()
+	}
+	cfg, err := config.Load(a.cfgPath, a.lookup)
+	if err == nil {
+		var p *decision.Policy
+		if p, err = decision.Compile(cfg, a.nextVersion()); err == nil {
+			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMS != a.cfg.RedisTimeoutMS {
+				a.log.Warn("listen and redis settings changed; they take effect on restart")
+			}
+			a.svc.SetPolicy(p)
+			a.metrics.ConfigReloads.WithLabelValues("success").Inc()
+			a.log.Info("config reloaded", "version", p.Rules.Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))
+			return nil
+		}
+	}
+	a.metrics.ConfigReloads.WithLabelValues("failure").Inc()
+	a.log.Error("config reload failed; keeping the previous config", "err", err)
+	return err
+}
+
+// WatchConfig reloads when the config file changes, until ctx ends. It
+// watches the directory, so editors that replace the file are seen too.
+func (a *App) WatchConfig(ctx context.Context) error {
+	if a.cfgPath == "" {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	abs, err := filepath.Abs(a.cfgPath)
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("watch config: %w", err)
+	}
+	if err := w.Add(filepath.Dir(abs)); err != nil {
+		w.Close()
+		return fmt.Errorf("watch config: %w", err)
+	}
+	go func() {
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Clean(ev.Name) == abs && ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename) {
+					_ = a.Reload()
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				a.log.Warn("config watcher", "err", err)
+			}
+		}
+	}()
+	return nil
+}

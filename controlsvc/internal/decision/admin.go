@@ -1,0 +1,182 @@
+package decision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// IdempotencyTTL is how long a batch answer is replayed for its key.
+const IdempotencyTTL = 5 * time.Minute
+
+// MaxIdempotencyKey bounds an idempotency key.
+const MaxIdempotencyKey = 256
+
+// Status reads the counters of a caller and endpoint without spending.
+func (s *Service) Status(ctx context.Context, req *wire.CheckRequest) (wire.StatusResponse, error) {
+	p := s.policy.Load()
+	c, aerr := p.validate(req)
+	if aerr != nil {
+		return wire.StatusResponse{}, aerr
+	}
+	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: c.endpoint, Identity: c.id.String()}
+	if p.exempt(c.id) {
+		resp.RuleID = RuleExempt
+		return resp, nil
+	}
+	rs := s.selectRules(p, c)
+	for i := range rs {
+		a := &rs[i]
+		res, err := s.lim.Do(ctx, limiter.Request{
+			Owner: a.owner, Key: a.key, Peek: true,
+			Quota: limiter.Quota{Algorithm: a.rule.Algorithm, Limit: a.rule.Limit, WindowSeconds: a.rule.WindowSeconds, Capacity: a.rule.Capacity()},
+		})
+		if err != nil {
+			s.m.RedisErrors.WithLabelValues("status").Inc()
+			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		}
+		a.res = res
+	}
+	v, _ := s.verdict(p, c, rs)
+	resp.RuleID, resp.Limit, resp.Remaining, resp.ResetAt = v.RuleID, v.Limit, v.Remaining, v.ResetAt
+	resp.Strategy, resp.WindowSeconds = v.Strategy, v.WindowSeconds
+	if v.Limit > 0 {
+		resp.UsagePercentage = float64(v.Limit-min(v.Remaining, v.Limit)) * 100 / float64(v.Limit)
+	}
+	return resp, nil
+}
+
+// Reset deletes a caller's counters for an endpoint: those of the rules that
+// would decide its next check and count per caller (never a global or tenant
+// counter), with its penalty record.
+func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
+	p := s.policy.Load()
+	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint, Method: req.Method, Tier: req.Tier, Tenant: req.Tenant})
+	if aerr != nil {
+		return wire.ResetResponse{}, aerr
+	}
+	var n int64
+	for _, a := range s.selectRules(p, c) {
+		if a.rule.Scope == rules.ScopeGlobal || a.rule.Scope == rules.ScopeTenant {
+			continue
+		}
+		// Keys of one owner share a slot; deleting one at a time keeps this
+		// correct on a cluster whatever the owners.
+		for _, k := range []string{a.key, keys.Penalty(a.owner), keys.Block(a.owner)} {
+			d, err := s.rdb.Del(ctx, k).Result()
+			if err != nil {
+				s.m.RedisErrors.WithLabelValues("reset").Inc()
+				return wire.ResetResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+			}
+			n += d
+		}
+	}
+	s.log.Info("counters reset", "identity", c.id.String(), "endpoint", c.endpoint, "keys", n)
+	return wire.ResetResponse{UserID: req.UserID, Endpoint: c.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}, nil
+}
+
+// SetOverride stores a per-caller, per-endpoint quota.
+func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
+	p := s.policy.Load()
+	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint})
+	if aerr != nil {
+		return wire.ConfigResponse{}, aerr
+	}
+	if req.Strategy == "" {
+		return wire.ConfigResponse{}, apierr.Invalid("strategy", "is required")
+	}
+	if !rules.ValidAlgorithm(rules.Algorithm(req.Strategy)) {
+		e := apierr.Invalid("strategy", fmt.Sprintf("%q is not one of %v", req.Strategy, rules.Algorithms))
+		e.Code = wire.CodeInvalidStrategy
+		return wire.ConfigResponse{}, e
+	}
+	if _, aerr := adhocRule(RuleOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity, p.Config.DefaultAlgorithm); aerr != nil {
+		return wire.ConfigResponse{}, aerr
+	}
+	ov := Override{Limit: req.Limit, WindowSeconds: req.WindowSeconds, Algorithm: rules.Algorithm(req.Strategy), Burst: req.BurstCapacity, UpdatedAt: s.now().UTC().Truncate(time.Second)}
+	if err := s.overrides.Set(ctx, c.id.String(), c.endpoint, ov); err != nil {
+		s.m.RedisErrors.WithLabelValues("config").Inc()
+		return wire.ConfigResponse{}, apierr.Unavailable("could not store the override", err)
+	}
+	s.log.Info("override set", "identity", c.id.String(), "endpoint", c.endpoint, "limit", req.Limit, "window_seconds", req.WindowSeconds, "strategy", req.Strategy)
+	out := *req
+	out.Endpoint = c.endpoint
+	return wire.ConfigResponse{ConfigRequest: out, UpdatedAt: ov.UpdatedAt.Format(time.RFC3339)}, nil
+}
+
+// Batch runs several checks. An invalid check gets its own error and does not
+// stop the others. With an idempotency key, the first answer is stored and
+// replayed for five minutes; a concurrent duplicate may be counted twice
+// (the claim and the answer are separate steps).
+func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
+	p := s.policy.Load()
+	if len(req.Checks) == 0 {
+		return wire.BatchCheckResponse{}, apierr.Invalid("checks", "must not be empty")
+	}
+	if len(req.Checks) > p.Config.MaxBatch {
+		return wire.BatchCheckResponse{}, apierr.Invalid("checks", fmt.Sprintf("at most %d checks per batch", p.Config.MaxBatch))
+	}
+	var idemKey string
+	if req.IdempotencyKey != "" {
+		if len(req.IdempotencyKey) > MaxIdempotencyKey {
+			return wire.BatchCheckResponse{}, apierr.Invalid("idempotency_key", fmt.Sprintf("is longer than %d bytes", MaxIdempotencyKey))
+		}
+		sum := sha256.Sum256([]byte(req.IdempotencyKey))
+		idemKey = keys.Idempotency(hex.EncodeToString(sum[:]))
+		stored, err := s.rdb.Get(ctx, idemKey).Bytes()
+		switch {
+		case err == nil:
+			var out wire.BatchCheckResponse
+			if json.Unmarshal(stored, &out) == nil {
+				out.Replayed = true
+				return out, nil
+			}
+		case !errors.Is(err, redis.Nil):
+			s.m.RedisErrors.WithLabelValues("batch").Inc()
+			return wire.BatchCheckResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		}
+	}
+	out := wire.BatchCheckResponse{Results: make([]wire.BatchResult, len(req.Checks))}
+	for i := range req.Checks {
+		chk := &req.Checks[i]
+		r := wire.BatchResult{UserID: chk.UserID, Endpoint: chk.Endpoint}
+		resp, err := s.Check(ctx, chk)
+		if err != nil {
+			var ae *apierr.Error
+			if !errors.As(err, &ae) {
+				ae = &apierr.Error{Status: http.StatusInternalServerError, Code: wire.CodeInternal, Message: "internal error"}
+			}
+			body := ae.Body()
+			r.Error = &body
+		} else {
+			r.CheckResponse = resp
+		}
+		out.Results[i] = r
+	}
+	if idemKey != "" {
+		b, err := json.Marshal(out)
+		if err == nil {
+			err = s.rdb.SetNX(ctx, idemKey, b, IdempotencyTTL).Err()
+		}
+		if err != nil {
+			// The decisions are made; losing the replay copy only loses
+			// idempotency, so answer anyway.
+			s.m.RedisErrors.WithLabelValues("batch").Inc()
+			s.log.Warn("store batch answer", "err", err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,103 @@
+package decision
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// Override is a per-identity, per-endpoint quota set through
+// PUT /v1/rate-limit/config. It beats every configured rule for that pair.
+type Override struct {
+	Limit         int64           `json:"limit"`
+	WindowSeconds int64           `json:"window_seconds"`
+	Algorithm     rules.Algorithm `json:"strategy"`
+	Burst         int64           `json:"burst_capacity,omitempty"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+}
+
+// Overrides keeps every override in memory, read from one Redis hash. Writes go
+// to Redis and to memory at once; other instances' writes arrive with the next
+// refresh. Overrides are few (set by operators), so a full read is cheap, and
+// the hot path never waits on Redis for them.
+type Overrides struct {
+	rdb redis.UniversalClient
+	mu  sync.RWMutex
+	m   map[string]Override
+}
+
+// NewOverrides returns an empty store; call Refresh to load it.
+func NewOverrides(rdb redis.UniversalClient) *Overrides {
+	return &Overrides{rdb: rdb, m: map[string]Override{}}
+}
+
+// Get returns the override of identity and endpoint.
+func (o *Overrides) Get(identity, endpoint string) (Override, bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if len(o.m) == 0 {
+		return Override{}, false
+	}
+	ov, ok := o.m[keys.OverrideField(identity, endpoint)]
+	return ov, ok
+}
+
+// Set stores an override.
+func (o *Overrides) Set(ctx context.Context, identity, endpoint string, ov Override) error {
+	b, err := json.Marshal(ov)
+	if err != nil {
+		return fmt.Errorf("encode override: %w", err)
+	}
+	field := keys.OverrideField(identity, endpoint)
+	if err := o.rdb.HSet(ctx, keys.Overrides, field, b).Err(); err != nil {
+		return fmt.Errorf("store override: %w", err)
+	}
+	o.mu.Lock()
+	o.m[field] = ov
+	o.mu.Unlock()
+	return nil
+}
+
+// Refresh re-reads every override from Redis.
+func (o *Overrides) Refresh(ctx context.Context) error {
+	all, err := o.rdb.HGetAll(ctx, keys.Overrides).Result()
+	if err != nil {
+		return fmt.Errorf("read overrides: %w", err)
+	}
+	m := make(map[string]Override, len(all))
+	for field, v := range all {
+		var ov Override
+		if err := json.Unmarshal([]byte(v), &ov); err != nil || ov.Limit <= 0 || ov.WindowSeconds <= 0 || !rules.ValidAlgorithm(ov.Algorithm) {
+			continue // a damaged entry must not take the service down; skip it
+		}
+		m[field] = ov
+	}
+	o.mu.Lock()
+	o.m = m
+	o.mu.Unlock()
+	return nil
+}
+
+// Run refreshes every interval until ctx ends.
+func (o *Overrides) Run(ctx context.Context, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := o.Refresh(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("refresh overrides", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,129 @@
+// Package decision answers rate-limit checks: it validates the request,
+// resolves the caller, picks the rules that apply and runs them through the
+// limiter, applying exemptions, penalties and the failure mode.
+package decision
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// Policy is a configuration compiled for deciding. It is immutable; a reload
+// builds a new one and swaps it in.
+type Policy struct {
+	Config    *config.Config
+	Rules     *rules.Set
+	tiers     map[string]*rules.Set
+	exemptIPs []netip.Prefix
+	exemptIDs map[string]bool // canonical identities
+	penalty   *limiter.Penalty
+}
+
+// Compile builds a policy. cfg must have passed Validate.
+func Compile(cfg *config.Config, version string) (*Policy, error) {
+	set, err := rules.NewSet(version, cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	p := &Policy{Config: cfg, Rules: set, tiers: make(map[string]*rules.Set, len(cfg.Tiers)), exemptIDs: map[string]bool{}}
+	for i := range cfg.Tiers {
+		t := &cfg.Tiers[i]
+		ts, err := rules.NewSet(version, tierRules(t, cfg.DefaultAlgorithm))
+		if err != nil {
+			return nil, fmt.Errorf("tiers[%d]: %w", i, err)
+		}
+		p.tiers[t.Name] = ts
+	}
+	for _, s := range cfg.Exemptions.IPs {
+		pfx, err := config.ParseIPOrPrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("exemption %q: %w", s, err)
+		}
+		p.exemptIPs = append(p.exemptIPs, pfx)
+	}
+	for _, u := range cfg.Exemptions.Users {
+		p.exemptIDs[identity.ID{Kind: identity.KindUser, Value: u}.String()] = true
+	}
+	for _, k := range cfg.Exemptions.Keys {
+		p.exemptIDs[identity.ID{Kind: identity.KindKey, Value: k}.String()] = true
+	}
+	if pc := cfg.Penalties; pc.Enabled {
+		p.penalty = &limiter.Penalty{
+			Window:      time.Duration(pc.DetectionWindowSeconds) * time.Second,
+			Threshold:   pc.ViolationThreshold,
+			Multipliers: pc.Multipliers,
+		}
+	}
+	return p, nil
+}
+
+// tierRules turns a tier into rules of the identity scope: its endpoint
+// overrides (priority 1) and its default (priority 0, every path). Tier rules
+// apply only when no configured rule matches.
+func tierRules(t *config.Tier, defaultAlgo rules.Algorithm) []rules.Rule {
+	algo := t.Algorithm
+	if algo == "" {
+		algo = defaultAlgo
+	}
+	perEndpoint := t.PerEndpoint == nil || *t.PerEndpoint
+	out := []rules.Rule{{
+		ID: "tier_" + t.Name, Scope: rules.ScopeIdentity, Algorithm: algo,
+		Limit: t.Limit, WindowSeconds: t.WindowSeconds, Burst: t.Burst, PerEndpoint: perEndpoint,
+	}}
+	paths := make([]string, 0, len(t.Endpoints))
+	for p := range t.Endpoints {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for i, path := range paths {
+		limit := t.Endpoints[path]
+		out = append(out, rules.Rule{
+			ID: "tier_" + t.Name + "_ep" + strconv.Itoa(i), Path: path, Scope: rules.ScopeIdentity, Algorithm: algo,
+			Limit: limit, WindowSeconds: t.WindowSeconds, Burst: min(t.Burst, limit), Priority: 1, PerEndpoint: true,
+		})
+	}
+	return out
+}
+
+// tier returns the tier to use: the caller's when configured, else the default.
+func (p *Policy) tier(name string) string {
+	if _, ok := p.tiers[name]; ok {
+		return name
+	}
+	return p.Config.DefaultTier
+}
+
+// exempt reports whether the caller skips rate limiting.
+func (p *Policy) exempt(id identity.ID) bool {
+	if id.Kind == identity.KindIP && len(p.exemptIPs) > 0 {
+		a, err := netip.ParseAddr(id.Value)
+		if err == nil {
+			for _, pfx := range p.exemptIPs {
+				if pfx.Contains(a) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return p.exemptIDs[id.String()]
+}
+
+// match returns the rules that apply: the configured rules' winners, or the
+// tier's when none matches.
+func (p *Policy) match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
+	n := len(dst)
+	dst = p.Rules.Match(dst, req)
+	if len(dst) > n {
+		return dst
+	}
+	return p.tiers[req.Tier].Match(dst, req)
+}
