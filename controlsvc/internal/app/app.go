@@ -55,6 +55,7 @@ func (a *App) OnReload(f func(error)) { a.onReload = f }
 // (path may be empty). It does not need Redis to be up: a Redis that is down
 // at start is handled like one that fails later, by the failure mode.
 func New(cfg *config.Config, path string, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
+	redisconn.SetLogger(log)
 	rdb, topology, err := redisconn.New(cfg.RedisURL, cfg.RedisTimeout(), cfg.RedisPoolSize)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -71,7 +72,9 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	}
 	a.overrides = decision.NewOverrides(rdb)
 	keys := apikeys.New(rdb, time.Now)
-	a.svc = decision.New(decision.Deps{Redis: rdb, Limiter: lim, Keys: keys, Overrides: a.overrides, Metrics: a.metrics, Log: log, Now: time.Now}, policy)
+	a.svc = decision.New(decision.Deps{Redis: rdb, Limiter: lim, Keys: keys, Overrides: a.overrides, Metrics: a.metrics, Log: log, Now: time.Now,
+		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMS) * time.Millisecond}, policy)
+	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	srv := server.New(server.Deps{Service: a.svc, Keys: keys, Redis: rdb, Metrics: a.metrics, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 

@@ -39,6 +39,10 @@ type Config struct {
 	// (and the failure mode) instead of a queue.
 	RedisTimeoutMS int `toml:"redis_timeout_ms"`
 	RedisPoolSize  int `toml:"redis_pool_size"`
+	// RedisBreakerThreshold consecutive Redis failures stop calls to Redis for
+	// RedisBreakerCooldownMS; then one call probes.
+	RedisBreakerThreshold  int `toml:"redis_breaker_threshold"`
+	RedisBreakerCooldownMS int `toml:"redis_breaker_cooldown_ms"`
 	// AdminToken guards the admin API; empty disables it. Never logged.
 	AdminToken  string `toml:"admin_token"`
 	FailureMode string `toml:"failure_mode"`
@@ -103,19 +107,21 @@ type Tier struct {
 // Default returns the settings used when nothing else is given.
 func Default() Config {
 	return Config{
-		Listen:            "127.0.0.1:8081",
-		RedisURL:          "redis://127.0.0.1:6379/0",
-		RedisTimeoutMS:    200,
-		RedisPoolSize:     64,
-		FailureMode:       FailOpen,
-		LogLevel:          "info",
-		MaxBodyBytes:      1 << 20,
-		MaxBatch:          100,
-		DefaultTier:       "free",
-		DefaultAlgorithm:  rules.TokenBucket,
-		Lease:             Lease{Fraction: 0.1, Max: 100, TTLMS: 1000},
-		Penalties:         Penalties{DetectionWindowSeconds: 3600, ViolationThreshold: 3, Multipliers: []int64{1, 2, 4, 8}},
-		OverrideRefreshMS: 5000,
+		Listen:                 "127.0.0.1:8081",
+		RedisURL:               "redis://127.0.0.1:6379/0",
+		RedisTimeoutMS:         200,
+		RedisPoolSize:          64,
+		RedisBreakerThreshold:  5,
+		RedisBreakerCooldownMS: 1000,
+		FailureMode:            FailOpen,
+		LogLevel:               "info",
+		MaxBodyBytes:           1 << 20,
+		MaxBatch:               100,
+		DefaultTier:            "free",
+		DefaultAlgorithm:       rules.TokenBucket,
+		Lease:                  Lease{Fraction: 0.1, Max: 100, TTLMS: 1000},
+		Penalties:              Penalties{DetectionWindowSeconds: 3600, ViolationThreshold: 3, Multipliers: []int64{1, 2, 4, 8}},
+		OverrideRefreshMS:      5000,
 		Tiers: []Tier{
 			{Name: "free", Limit: 100, WindowSeconds: 60},
 			{Name: "premium", Limit: 1000, WindowSeconds: 60},
@@ -130,6 +136,8 @@ var Env = []struct{ Name, Field string }{
 	{"TOLLGATE_REDIS_URL", "redis_url"},
 	{"TOLLGATE_REDIS_TIMEOUT_MS", "redis_timeout_ms"},
 	{"TOLLGATE_REDIS_POOL_SIZE", "redis_pool_size"},
+	{"TOLLGATE_REDIS_BREAKER_THRESHOLD", "redis_breaker_threshold"},
+	{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", "redis_breaker_cooldown_ms"},
 	{"TOLLGATE_ADMIN_TOKEN", "admin_token"},
 	{"TOLLGATE_FAILURE_MODE", "failure_mode"},
 	{"TOLLGATE_LOG_LEVEL", "log_level"},
@@ -228,12 +236,15 @@ func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
 	cfg.DefaultAlgorithm = rules.Algorithm(algo)
 
 	timeout, pool := int64(cfg.RedisTimeoutMS), int64(cfg.RedisPoolSize)
+	threshold, cooldown := int64(cfg.RedisBreakerThreshold), int64(cfg.RedisBreakerCooldownMS)
 	for _, e := range []struct {
 		name string
 		dst  *int64
 	}{
 		{"TOLLGATE_REDIS_TIMEOUT_MS", &timeout},
 		{"TOLLGATE_REDIS_POOL_SIZE", &pool},
+		{"TOLLGATE_REDIS_BREAKER_THRESHOLD", &threshold},
+		{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", &cooldown},
 		{"TOLLGATE_MAX_BODY_BYTES", &cfg.MaxBodyBytes},
 		{"TOLLGATE_LEASE_MAX", &cfg.Lease.Max},
 		{"TOLLGATE_LEASE_TTL_MS", &cfg.Lease.TTLMS},
@@ -243,6 +254,7 @@ func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
 		}
 	}
 	cfg.RedisTimeoutMS, cfg.RedisPoolSize = int(timeout), int(pool)
+	cfg.RedisBreakerThreshold, cfg.RedisBreakerCooldownMS = int(threshold), int(cooldown)
 	if v, ok := lookup("TOLLGATE_LEASE_FRACTION"); ok {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
@@ -281,6 +293,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RedisPoolSize < 1 || c.RedisPoolSize > 10_000 {
 		return bad("redis_pool_size", "%d must be in 1..10000", c.RedisPoolSize)
+	}
+	if c.RedisBreakerThreshold < 1 || c.RedisBreakerThreshold > 1000 {
+		return bad("redis_breaker_threshold", "%d must be in 1..1000", c.RedisBreakerThreshold)
+	}
+	if c.RedisBreakerCooldownMS < 10 || c.RedisBreakerCooldownMS > 600_000 {
+		return bad("redis_breaker_cooldown_ms", "%d must be in 10..600000", c.RedisBreakerCooldownMS)
 	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		return bad("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)

@@ -49,7 +49,14 @@ type Service struct {
 	log       *slog.Logger
 	now       func() time.Time
 	policy    atomic.Pointer[Policy]
+	breaker   *breaker
 }
+
+// BreakerOpen reports whether Redis calls are being skipped.
+func (s *Service) BreakerOpen() bool { return s.breaker.open() }
+
+// ErrBreakerOpen is the cause of failures answered without asking Redis.
+var ErrBreakerOpen = errors.New("redis circuit breaker is open")
 
 // Deps are the service's collaborators.
 type Deps struct {
@@ -60,11 +67,16 @@ type Deps struct {
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	Now       func() time.Time
+	// BreakerThreshold consecutive Redis failures open the circuit breaker
+	// for BreakerCooldown.
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
 }
 
 // New returns a service deciding with policy p.
 func New(d Deps, p *Policy) *Service {
-	s := &Service{rdb: d.Redis, lim: d.Limiter, keys: d.Keys, overrides: d.Overrides, m: d.Metrics, log: d.Log, now: d.Now}
+	s := &Service{rdb: d.Redis, lim: d.Limiter, keys: d.Keys, overrides: d.Overrides, m: d.Metrics, log: d.Log, now: d.Now,
+		breaker: newBreaker(max(d.BreakerThreshold, 1), d.BreakerCooldown)}
 	s.policy.Store(p)
 	return s
 }
@@ -320,9 +332,8 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.Check
 		if a.rule.Scope != rules.ScopeGlobal && a.rule.Scope != rules.ScopeTenant {
 			lr.Penalty = p.penalty
 		}
-		res, err := s.lim.Do(ctx, lr)
+		res, err := s.limit(ctx, lr)
 		if err != nil {
-			s.m.RedisErrors.WithLabelValues("check").Inc()
 			return s.failure(p, c, a.rule, err)
 		}
 		a.res = res
@@ -337,6 +348,29 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.Check
 		}
 	}
 	return resp, nil
+}
+
+// limit runs one counter through the circuit breaker.
+func (s *Service) limit(ctx context.Context, lr limiter.Request) (limiter.Result, error) {
+	if !s.breaker.allow(s.now()) {
+		return limiter.Result{}, ErrBreakerOpen
+	}
+	res, err := s.lim.Do(ctx, lr)
+	// A caller that went away says nothing about Redis.
+	if err != nil && ctx.Err() != nil {
+		return res, err
+	}
+	if s.breaker.record(err == nil, s.now()) {
+		if err != nil {
+			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.policy.Load().Config.FailureMode, "err", err)
+		} else {
+			s.log.Info("redis answering again; circuit breaker closed")
+		}
+	}
+	if err != nil && !errors.Is(err, limiter.ErrBadRequest) {
+		s.m.RedisErrors.WithLabelValues("check").Inc()
+	}
+	return res, err
 }
 
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
@@ -404,7 +438,9 @@ func (s *Service) failure(p *Policy, c *caller, r *rules.Rule, err error) (wire.
 	if errors.Is(err, limiter.ErrBadRequest) {
 		return wire.CheckResponse{}, &apierr.Error{Status: http.StatusInternalServerError, Code: wire.CodeInternal, Message: "internal error", Err: err}
 	}
-	s.log.Warn("redis unavailable for a check", "mode", p.Config.FailureMode, "err", err)
+	if !errors.Is(err, ErrBreakerOpen) {
+		s.log.Warn("redis unavailable for a check", "mode", p.Config.FailureMode, "err", err)
+	}
 	if p.Config.FailureMode == config.FailClosed {
 		return wire.CheckResponse{}, apierr.Unavailable("rate limiter unavailable", err)
 	}

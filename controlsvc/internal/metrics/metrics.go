@@ -67,6 +67,19 @@ func New(pool func() *redis.PoolStats) *Metrics {
 	return m
 }
 
+// RegisterBreaker exports the state of the Redis circuit breaker.
+func (m *Metrics) RegisterBreaker(open func() bool) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tollgate_redis_breaker_open",
+		Help: "1 while the Redis circuit breaker skips Redis and answers by the failure mode.",
+	}, func() float64 {
+		if open() {
+			return 1
+		}
+		return 0
+	}))
+}
+
 var (
 	poolHits     = prometheus.NewDesc("tollgate_redis_pool_hits_total", "Times a free connection was found in the pool.", nil, nil)
 	poolMisses   = prometheus.NewDesc("tollgate_redis_pool_misses_total", "Times a connection had to be dialled.", nil, nil)

@@ -3,12 +3,15 @@
 package redisconn
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,8 +129,24 @@ func New(raw string, timeout time.Duration, poolSize int) (redis.UniversalClient
 	// A retry doubles the wait of a caller whose Redis is gone; the failure
 	// mode answers faster than a retry would.
 	u.MaxRetries = 1
+	u.DialerRetries = 1
 	u.ContextTimeoutEnabled = true
 	return redis.NewUniversalClient(&u), o.Topology, nil
+}
+
+var setLogger sync.Once
+
+// SetLogger sends go-redis's own log lines (dial failures, sentinel changes)
+// to log at debug level instead of stderr. go-redis keeps one logger per
+// process, so the first call wins.
+func SetLogger(log *slog.Logger) {
+	setLogger.Do(func() { redis.SetLogger(slogAdapter{log}) })
+}
+
+type slogAdapter struct{ log *slog.Logger }
+
+func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
+	a.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
 // redactErr keeps a password out of url.Parse errors, which quote the URL.

@@ -62,13 +62,15 @@ func New(d Deps) *Server {
 	e.GET("/health", s.health)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
-	admin := e.Group("", s.requireAdmin)
-	admin.POST(wire.PathReset, s.reset)
-	admin.PUT(wire.PathConfig, s.setConfig)
-	admin.POST("/admin/v1/api-keys", s.createKey)
-	admin.GET("/admin/v1/api-keys/:id", s.getKey)
-	admin.POST("/admin/v1/api-keys/:id/revoke", s.revokeKey)
-	admin.GET("/admin/v1/rules", s.listRules)
+	// Admin routes take the middleware one by one: a group with an empty
+	// prefix would also put it in front of unknown paths (401 for a 404).
+	admin := s.requireAdmin
+	e.POST(wire.PathReset, admin(s.reset))
+	e.PUT(wire.PathConfig, admin(s.setConfig))
+	e.POST("/admin/v1/api-keys", admin(s.createKey))
+	e.GET("/admin/v1/api-keys/:id", admin(s.getKey))
+	e.POST("/admin/v1/api-keys/:id/revoke", admin(s.revokeKey))
+	e.GET("/admin/v1/rules", admin(s.listRules))
 	return s
 }
 

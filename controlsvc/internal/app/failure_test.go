@@ -1,0 +1,106 @@
+package app_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/shared/redistest"
+)
+
+// With Redis gone, fail_open allows (flagged degraded) and fail_closed answers
+// 503; /health says so; the process keeps serving; when Redis is back,
+// decisions are normal again.
+func TestRedisDown(t *testing.T) {
+	for _, mode := range []string{"fail_open", "fail_closed"} {
+		t.Run(mode, func(t *testing.T) {
+			s := startService(t, "", map[string]string{"TOLLGATE_FAILURE_MODE": mode, "TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50"})
+			req := map[string]any{"user_id": "calm", "endpoint": "/x"}
+			if r := s.check(req); r.status != 200 || r.json(t)["degraded"] != nil {
+				t.Fatalf("before: %d %s", r.status, r.body)
+			}
+			s.redis.Stop()
+			for i := 0; i < 5; i++ {
+				r := s.check(req)
+				switch mode {
+				case "fail_open":
+					if r.status != 200 || r.json(t)["degraded"] != true || r.json(t)["allowed"] != true {
+						t.Fatalf("fail_open while down: %d %s", r.status, r.body)
+					}
+					if r.header.Get("X-RateLimit-Remaining") != "" {
+						t.Fatal("a degraded answer must not claim a remaining quota")
+					}
+				case "fail_closed":
+					if r.status != http.StatusServiceUnavailable || r.errorCode(t) != "SERVICE_UNAVAILABLE" {
+						t.Fatalf("fail_closed while down: %d %s", r.status, r.body)
+					}
+				}
+			}
+			h := s.do("GET", "/health", nil)
+			if h.status != 503 || h.json(t)["components"].(map[string]any)["redis"] != "unhealthy" {
+				t.Fatalf("health while down: %d %s", h.status, h.body)
+			}
+			// Five failures open the breaker: later checks skip Redis.
+			if metricValue(t, s, `tollgate_redis_errors_total{op="check"}`) != 5 || metricValue(t, s, "tollgate_redis_breaker_open") != 1 {
+				t.Fatal("redis errors not counted, or the breaker did not open")
+			}
+			s.redis.Restart()
+			// Nothing announces that the breaker's cooldown (50ms) is over;
+			// ask until a probe goes through, bounded in count.
+			var r *response
+			for i := 0; i < 200; i++ {
+				if r = s.check(req); r.status == 200 && r.json(t)["degraded"] == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if r.status != 200 || r.json(t)["degraded"] != nil || r.header.Get("X-RateLimit-Limit") != "100" {
+				t.Fatalf("after Redis came back: %d %s", r.status, r.body)
+			}
+			if h := s.do("GET", "/health", nil); h.status != 200 {
+				t.Fatalf("health after: %d %s", h.status, h.body)
+			}
+		})
+	}
+}
+
+// The service starts and answers by its failure mode even when Redis is not
+// there at all at start.
+func TestStartsWithoutRedis(t *testing.T) {
+	r := redistest.Start(t)
+	url := "redis://" + r.Addr + "/0"
+	r.Stop()
+	s := startServiceOn(t, nil, url, "", nil)
+	if resp := s.check(map[string]any{"user_id": "x", "endpoint": "/x"}); resp.status != 200 || resp.json(t)["degraded"] != true {
+		t.Fatalf("%d %s", resp.status, resp.body)
+	}
+}
+
+// The service over Sentinel and over a three-node cluster: exact limits, with
+// keys of many owners spread over the slots.
+func TestTopologies(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "tollgate")
+	nodes := redistest.StartCluster(t, 3)
+	for name, url := range map[string]string{
+		"sentinel": "redis-sentinel://" + sentinel.Addr + "/0?master=tollgate",
+		"cluster":  "redis-cluster://" + nodes[0].Addr + "," + nodes[1].Addr,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := startServiceOn(t, nil, url, "[penalties]\nenabled = true\n", nil)
+			for _, user := range []string{"a", "b", "c", "d", "e", "f"} {
+				codes := map[int]int{}
+				for i := 0; i < 7; i++ {
+					r := s.check(map[string]any{"user_id": user, "endpoint": "/x", "limit": 5, "window_seconds": 60, "strategy": "sliding_window"})
+					codes[r.status]++
+				}
+				if codes[200] != 5 || codes[429] != 2 {
+					t.Fatalf("user %s: %v; want 5 allowed, 2 denied", user, codes)
+				}
+			}
+			if r := s.do("GET", "/health", nil); r.status != 200 {
+				t.Fatalf("health: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
