@@ -115,9 +115,11 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// TestTokenBucketRefill follows seed 000's lifecycle: tokens refill at
-// limit/window and never above capacity.
-func TestTokenBucketRefill(t *testing.T) {
+// TestSeed000TokenBucketLifecycle follows seed 000's state machine: a new
+// bucket starts full, requests spend it, an empty bucket denies with the wait
+// for one token, time refills it (never above capacity), and the key expires
+// after about twice the refill time.
+func TestSeed000TokenBucketLifecycle(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
 	r := req(rules.TokenBucket, "refill", 10, 1) // 10 tokens per second
@@ -193,6 +195,9 @@ func TestPenalty(t *testing.T) {
 	third, _ := l.Do(ctx, r)  // blocked? no: multiplier 1 sets no block
 	if first.Allowed || second.Allowed || third.Allowed {
 		t.Fatal("a request over the limit passed")
+	}
+	if first.Penalized || second.Penalized || !third.Penalized {
+		t.Fatalf("penalized: %v %v %v; want only the third", first.Penalized, second.Penalized, third.Penalized)
 	}
 	// Violation 3 uses multiplier 4 and sets a block.
 	if third.RetryAfter < 3*first.RetryAfter {

@@ -1,0 +1,55 @@
+# Tollgate: `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+MODULES := shared controlsvc
+PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...)
+
+.PHONY: help deps build test run bench lint ci fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+deps: ## install what the tests and `make run` need (redis-server, sentinel, tools, curl)
+	@missing=""; \
+	for b in redis-server:redis-server redis-sentinel:redis-sentinel redis-benchmark:redis-tools redis-cli:redis-tools curl:curl python3:python3; do \
+	  command -v $${b%%:*} >/dev/null || missing="$$missing $${b##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi; \
+	redis-server --version
+
+build: ## build bin/controlsvc
+	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
+
+test: ## run every module's tests with -race (needs redis-server: make deps)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+run: build ## start Redis and the control service on loopback; Ctrl-C stops
+	scripts/run.sh
+
+bench: ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
+	scripts/bench.sh
+
+lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	cd shared && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	@for m in . $(MODULES); do \
+	  (cd $$m && cp go.mod /tmp/go.mod.before && { [ ! -f go.sum ] || cp go.sum /tmp/go.sum.before; } && \
+	   $(GO) mod tidy && diff -q /tmp/go.mod.before go.mod >/dev/null && { [ ! -f go.sum ] || diff -q /tmp/go.sum.before go.sum >/dev/null; }) \
+	  || { echo "go mod tidy changes $$m: commit the tidy result"; exit 1; }; \
+	done
+
+ci: lint test ## what .ci/run runs
+
+fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzCounter ./shared/keys" \
+	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
+	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn"; do \
+	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
+	done
+
+clean: ## remove build output
+	rm -rf bin build .run

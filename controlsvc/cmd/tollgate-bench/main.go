@@ -1,0 +1,230 @@
+// Command tollgate-bench measures the control service against the Redis it
+// runs on, for `make bench`: checks per second and latency through the HTTP
+// API under a bounded loopback load, redis-benchmark's EVALSHA rate for the
+// same token-bucket script on the same Redis, and Redis memory per live
+// token-bucket key. Every loop is bounded in count and in time.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+func main() {
+	if err := run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "tollgate-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis address (loopback)")
+	requests := flag.Int("requests", 20000, "HTTP checks to send")
+	concurrency := flag.Int("c", 32, "concurrent HTTP clients")
+	maxTime := flag.Duration("max-time", 30*time.Second, "stop the HTTP load after this long")
+	keyCount := flag.Int("keys", 10000, "token-bucket keys for the memory measurement")
+	flag.Parse()
+	if !strings.HasPrefix(*redisAddr, "127.") && !strings.HasPrefix(*redisAddr, "[::1]") && !strings.HasPrefix(*redisAddr, "localhost:") {
+		return fmt.Errorf("-redis %s: benchmarks only run against loopback", *redisAddr)
+	}
+
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case "TOLLGATE_LISTEN":
+			return "127.0.0.1:0", true
+		case "TOLLGATE_REDIS_URL":
+			return "redis://" + *redisAddr + "/0", true
+		case "TOLLGATE_LOG_LEVEL":
+			return "error", true
+		}
+		return "", false
+	}
+	toml := []byte("default_algorithm = \"token_bucket\"\n[[tiers]]\nname = \"free\"\nlimit = 1000000\nwindow_seconds = 60\n")
+	cfg, err := config.Parse(toml, lookup)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := app.New(cfg, "", lookup, log)
+	if err != nil {
+		return err
+	}
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(sctx) }()
+	defer func() { stop(); <-served }()
+
+	fmt.Printf("Tollgate control service benchmark (Redis %s, loopback)\n\n", *redisAddr)
+	rate, p50, p99, n, err := httpLoad("http://"+a.Addr(), *requests, *concurrency, *maxTime)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("controlsvc  POST /v1/rate-limit/check  %d checks, %d clients: %.0f checks/s  p50 %v  p99 %v\n",
+		n, *concurrency, rate, p50.Round(time.Microsecond), p99.Round(time.Microsecond))
+
+	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
+	defer rdb.Close()
+	lim, err := limiter.New(rdb)
+	if err != nil {
+		return err
+	}
+	if err := lim.Load(ctx); err != nil {
+		return err
+	}
+	sha, _ := lim.ScriptHash(rules.TokenBucket)
+	evalRate, err := redisBenchmark(*redisAddr, sha, *concurrency)
+	if err != nil {
+		fmt.Printf("redis-benchmark: %v\n", err)
+	} else {
+		fmt.Printf("redis-benchmark  EVALSHA token_bucket    %d clients: %.0f calls/s\n", *concurrency, evalRate)
+		fmt.Printf("ratio  controlsvc / raw EVALSHA: %.2f (the rest is HTTP, JSON and Go)\n", rate/evalRate)
+	}
+
+	perKey, err := memoryPerKey(ctx, rdb, lim, *keyCount)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nRedis memory per live token-bucket key (MEMORY USAGE, mean of %d keys): %.0f bytes (seed estimate: ~150)\n", *keyCount, perKey)
+	return nil
+}
+
+// httpLoad sends up to total checks from c clients, each for its own caller,
+// stopping early at maxTime. It returns checks/s and latency percentiles.
+func httpLoad(base string, total, c int, maxTime time.Duration) (float64, time.Duration, time.Duration, int, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	deadline := time.Now().Add(maxTime)
+	var next atomic.Int64
+	lat := make([][]time.Duration, c)
+	errs := make(chan error, c)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(total) || time.Now().After(deadline) {
+					return
+				}
+				body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
+				t0 := time.Now()
+				resp, err := hc.Post(base+"/v1/rate-limit/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("check answered %d", resp.StatusCode)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}(w)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, 0, 0, err
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return 0, 0, 0, 0, fmt.Errorf("no check completed")
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	return float64(len(all)) / elapsed.Seconds(), pct(0.50), pct(0.99), len(all), nil
+}
+
+// redisBenchmark runs the token-bucket script with redis-benchmark: the
+// ceiling any service calling that script over one Redis can reach.
+func redisBenchmark(addr, sha string, c int) (float64, error) {
+	host, port, ok := strings.Cut(addr, ":")
+	if !ok {
+		return 0, fmt.Errorf("address %q has no port", addr)
+	}
+	o := keys.NewOwner("user", "redis-benchmark")
+	args := []string{"-h", host, "-p", port, "-n", "100000", "-c", strconv.Itoa(c), "--csv",
+		"EVALSHA", sha, "3", keys.Counter(o, "bench", "", "token_bucket", 60), keys.Penalty(o), keys.Block(o),
+		"1000000000", "60000", "1000000000", "1", "0", "0", "0.1", "0", "0", "0", "0", "1"}
+	cmd := exec.Command("redis-benchmark", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start redis-benchmark (install redis-tools): %w", err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("redis-benchmark did not finish in 2 minutes")
+	}
+	rows, err := csv.NewReader(&out).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read redis-benchmark csv: %w", err)
+	}
+	for _, r := range rows {
+		if len(r) >= 2 && r[0] != "test" {
+			return strconv.ParseFloat(r[1], 64)
+		}
+	}
+	return 0, fmt.Errorf("no rate in redis-benchmark output: %q", out.String())
+}
+
+// memoryPerKey creates n live token-bucket counters the way the service does
+// and averages MEMORY USAGE over them.
+func memoryPerKey(ctx context.Context, rdb *redis.Client, lim *limiter.Limiter, n int) (float64, error) {
+	var total int64
+	for i := 0; i < n; i++ {
+		o := keys.NewOwner("identity", fmt.Sprintf("user:mem-%06d", i))
+		k := keys.Counter(o, "tier_free", "/api/v1/items", "token_bucket", 60)
+		if _, err := lim.Do(ctx, limiter.Request{Owner: o, Key: k, Cost: 1,
+			Quota: limiter.Quota{Algorithm: rules.TokenBucket, Limit: 100, WindowSeconds: 60}}); err != nil {
+			return 0, err
+		}
+		u, err := rdb.MemoryUsage(ctx, k).Result()
+		if err != nil {
+			return 0, fmt.Errorf("MEMORY USAGE: %w", err)
+		}
+		total += u
+	}
+	return float64(total) / float64(n), nil
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+func TestDecodeJSON(t *testing.T) {
+	tests := []struct {
+		body   string
+		strict bool
+		field  string // "" = accepted
+	}{
+		{`{"user_id":"a","endpoint":"/x"}`, false, ""},
+		{`{"user_id":"a","endpoint":"/x","extra":1}`, false, ""},
+		{`{"user_id":"a","endpoint":"/x","extra":1}`, true, "extra"},
+		{`{"user_id":1}`, false, "user_id"},
+		{`{"lease":"many"}`, false, "lease"},
+		{`{"limit":1.5}`, false, "limit"},
+		{`{`, false, "body"},
+		{`   `, false, "body"},
+		{`{} {}`, false, "body"},
+		{`null`, false, ""},
+		{`"text"`, false, "body"},
+	}
+	for _, tt := range tests {
+		var req wire.CheckRequest
+		err := decodeJSON([]byte(tt.body), &req, tt.strict)
+		var ae *apierr.Error
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("%s: refused: %v", tt.body, err)
+		case tt.field != "" && (!errors.As(err, &ae) || ae.Details["field"] != tt.field || ae.Status != 400):
+			t.Errorf("%s: got %v; want a 400 naming %q", tt.body, err, tt.field)
+		}
+	}
+}
+
+func FuzzDecodeCheck(f *testing.F) {
+	f.Add([]byte(`{"user_id":"a","endpoint":"/x","limit":5}`), false)
+	f.Add([]byte(`{"checks":[{"user_id":"a"}]}`), true)
+	f.Fuzz(func(t *testing.T, body []byte, strict bool) {
+		var req wire.CheckRequest
+		if err := decodeJSON(body, &req, strict); err != nil {
+			var ae *apierr.Error
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != wire.CodeInvalidInput {
+				t.Fatalf("decode error is not a 400 INVALID_INPUT: %v", err)
+			}
+		}
+		var batch wire.BatchCheckRequest
+		_ = decodeJSON(body, &batch, strict)
+	})
+}
