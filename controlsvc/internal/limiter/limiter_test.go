@@ -257,3 +257,22 @@ func BenchmarkDo(b *testing.B) {
 		})
 	}
 }
+
+// A Redis that lost its script cache (restart, failover, SCRIPT FLUSH) is
+// answered by EVAL and the script is cached again.
+func TestScriptFlushFallsBackToEval(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ScriptFlush(ctx)
+	r := req(rules.GCRA, "flushed", 10, 60)
+	if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", res, err)
+	}
+	sha, _ := l.ScriptHash(rules.GCRA)
+	if ok := rdb.ScriptExists(ctx, sha).Val(); len(ok) != 1 || !ok[0] {
+		t.Fatal("the script was not cached again")
+	}
+}
