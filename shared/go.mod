@@ -1,3 +1,3 @@
 module github.com/tollgate-rl/tollgate/shared
 
-go 1.26
+go 1.26.0

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/keys"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -49,11 +50,11 @@ type Service struct {
 	log       *slog.Logger
 	now       func() time.Time
 	policy    atomic.Pointer[Policy]
-	breaker   *breaker
+	breaker   *breaker.Breaker
 }
 
 // BreakerOpen reports whether Redis calls are being skipped.
-func (s *Service) BreakerOpen() bool { return s.breaker.open() }
+func (s *Service) BreakerOpen() bool { return s.breaker.Open() }
 
 // ErrBreakerOpen is the cause of failures answered without asking Redis.
 var ErrBreakerOpen = errors.New("redis circuit breaker is open")
@@ -76,7 +77,7 @@ type Deps struct {
 // New returns a service deciding with policy p.
 func New(d Deps, p *Policy) *Service {
 	s := &Service{rdb: d.Redis, lim: d.Limiter, keys: d.Keys, overrides: d.Overrides, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: newBreaker(max(d.BreakerThreshold, 1), d.BreakerCooldown)}
+		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
 	s.policy.Store(p)
 	return s
 }
@@ -352,7 +353,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.Check
 
 // limit runs one counter through the circuit breaker.
 func (s *Service) limit(ctx context.Context, lr limiter.Request) (limiter.Result, error) {
-	if !s.breaker.allow(s.now()) {
+	if !s.breaker.Allow(s.now()) {
 		return limiter.Result{}, ErrBreakerOpen
 	}
 	res, err := s.lim.Do(ctx, lr)
@@ -360,7 +361,7 @@ func (s *Service) limit(ctx context.Context, lr limiter.Request) (limiter.Result
 	if err != nil && ctx.Err() != nil {
 		return res, err
 	}
-	if s.breaker.record(err == nil, s.now()) {
+	if s.breaker.Record(err == nil, s.now()) {
 		if err != nil {
 			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.policy.Load().Config.FailureMode, "err", err)
 		} else {

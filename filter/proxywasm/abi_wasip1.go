@@ -1,0 +1,61 @@
+//go:build wasip1
+
+package proxywasm
+
+// The host functions of proxy-wasm ABI v0.2.1 that the filter imports. Every
+// parameter is an i32 or i64 at the boundary; out-parameters are pointers to
+// package-level slots (see hostcall.go) so that they do not escape per call.
+
+//go:wasmimport env proxy_log
+func proxyLog(level uint32, msg *byte, size uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxyGetBufferBytes(bufferType, start, maxSize uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_value
+func proxyGetHeaderMapValue(mapType uint32, key *byte, keySize uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(mapType uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func proxyAddHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func proxyReplaceHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func proxyRemoveHeaderMapValue(mapType uint32, key *byte, keySize uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_send_local_response
+func proxySendLocalResponse(status uint32, details *byte, detailsSize uint32, body *byte, bodySize uint32, headers *byte, headersSize uint32, grpcStatus int32) uint32
+
+//go:wasmimport env proxy_http_call
+func proxyHttpCall(upstream *byte, upstreamSize uint32, headers *byte, headersSize uint32, body *byte, bodySize uint32, trailers *byte, trailersSize uint32, timeoutMillis uint32, retToken *uint32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func proxyContinueStream(streamType uint32) uint32
+
+//go:wasmimport env proxy_set_effective_context
+func proxySetEffectiveContext(contextID uint32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func proxyGetSharedData(key *byte, keySize uint32, retData *uint32, retSize *uint32, retCas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func proxySetSharedData(key *byte, keySize uint32, value *byte, valueSize uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func proxySetTickPeriodMilliseconds(period uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func proxyDefineMetric(metricType uint32, name *byte, nameSize uint32, retID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(id uint32, offset int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(id uint32, value uint64) uint32

@@ -1,0 +1,147 @@
+// Package proxywasm is Tollgate's binding of proxy-wasm ABI v0.2.1 for the
+// standard Go toolchain (GOOS=wasip1, -buildmode=c-shared). Its exported
+// functions carry the names and signatures of the maintained proxy-wasm Go
+// SDK's proxywasm package, for the calls the filter uses.
+//
+// A Wasm VM is single-threaded: the host calls one callback at a time, so the
+// state here needs no locks.
+package proxywasm
+
+import "github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+
+type pluginState struct {
+	ctx      types.PluginContext
+	callouts map[uint32]callout
+}
+
+type callout struct {
+	contextID uint32 // the context that dispatched it, made effective again
+	cb        func(numHeaders, bodySize, numTrailers int)
+}
+
+type httpState struct {
+	ctx    types.HttpContext
+	rootID uint32
+}
+
+var (
+	vmContext types.VMContext = types.DefaultVMContext{}
+	plugins                   = map[uint32]*pluginState{}
+	streams                   = map[uint32]*httpState{}
+	// activeID is the context whose callback runs now; DispatchHttpCall
+	// remembers it so the response runs in the same context.
+	activeID uint32
+)
+
+// SetVMContext installs the VM context; call it from init().
+func SetVMContext(ctx types.VMContext) { vmContext = ctx }
+
+func onVMStart(rootID, vmConfigSize uint32) bool {
+	activeID = rootID
+	return bool(vmContext.OnVMStart(int(vmConfigSize)))
+}
+
+func onConfigure(rootID, pluginConfigSize uint32) bool {
+	p, ok := plugins[rootID]
+	if !ok {
+		return false
+	}
+	activeID = rootID
+	return bool(p.ctx.OnPluginStart(int(pluginConfigSize)))
+}
+
+func onContextCreate(contextID, parentID uint32) {
+	if parentID == 0 {
+		plugins[contextID] = &pluginState{ctx: vmContext.NewPluginContext(contextID), callouts: map[uint32]callout{}}
+		return
+	}
+	p, ok := plugins[parentID]
+	if !ok {
+		return
+	}
+	if h := p.ctx.NewHttpContext(contextID); h != nil {
+		streams[contextID] = &httpState{ctx: h, rootID: parentID}
+	}
+}
+
+func onRequestHeaders(contextID, numHeaders uint32, end bool) uint32 {
+	h, ok := streams[contextID]
+	if !ok {
+		return uint32(types.ActionContinue)
+	}
+	activeID = contextID
+	return uint32(h.ctx.OnHttpRequestHeaders(int(numHeaders), end))
+}
+
+func onRequestBody(contextID, size uint32, end bool) uint32 {
+	h, ok := streams[contextID]
+	if !ok {
+		return uint32(types.ActionContinue)
+	}
+	activeID = contextID
+	return uint32(h.ctx.OnHttpRequestBody(int(size), end))
+}
+
+func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
+	h, ok := streams[contextID]
+	if !ok {
+		return uint32(types.ActionContinue)
+	}
+	activeID = contextID
+	return uint32(h.ctx.OnHttpResponseHeaders(int(numHeaders), end))
+}
+
+func onResponseBody(contextID, size uint32, end bool) uint32 {
+	h, ok := streams[contextID]
+	if !ok {
+		return uint32(types.ActionContinue)
+	}
+	activeID = contextID
+	return uint32(h.ctx.OnHttpResponseBody(int(size), end))
+}
+
+func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
+	p, ok := plugins[rootID]
+	if !ok {
+		return
+	}
+	c, ok := p.callouts[token]
+	if !ok {
+		return
+	}
+	delete(p.callouts, token)
+	// The answer arrives on the root context; the request it belongs to must
+	// be made effective before its headers are touched or it is resumed.
+	if c.contextID != rootID {
+		if _, live := streams[c.contextID]; !live {
+			return // the stream ended while the callout was in flight
+		}
+		proxySetEffectiveContext(c.contextID)
+	}
+	activeID = c.contextID
+	c.cb(int(numHeaders), int(bodySize), int(numTrailers))
+}
+
+func onTick(rootID uint32) {
+	if p, ok := plugins[rootID]; ok {
+		activeID = rootID
+		p.ctx.OnTick()
+	}
+}
+
+func onDone(contextID uint32) bool {
+	if p, ok := plugins[contextID]; ok {
+		return p.ctx.OnPluginDone()
+	}
+	return true
+}
+
+func onDelete(contextID uint32) {
+	if h, ok := streams[contextID]; ok {
+		activeID = contextID
+		h.ctx.OnHttpStreamDone()
+		delete(streams, contextID)
+		return
+	}
+	delete(plugins, contextID)
+}

@@ -1,0 +1,67 @@
+//go:build wasip1
+
+package proxywasm
+
+// The callbacks the host calls, proxy-wasm ABI v0.2.1. Booleans and sizes
+// cross as i32.
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion() {}
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) *byte { return allocate(size) }
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootID, vmConfigSize uint32) uint32 { return b2u(onVMStart(rootID, vmConfigSize)) }
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootID, pluginConfigSize uint32) uint32 {
+	return b2u(onConfigure(rootID, pluginConfigSize))
+}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(contextID, parentID uint32) { onContextCreate(contextID, parentID) }
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
+	return onRequestHeaders(contextID, numHeaders, endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return onRequestBody(contextID, bodySize, endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
+	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return onResponseBody(contextID, bodySize, endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
+	onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers)
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootID uint32) { onTick(rootID) }
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(contextID uint32) uint32 { return b2u(onDone(contextID)) }
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(contextID uint32) {}
+
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(contextID uint32) { onDelete(contextID) }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,62 @@
+// Package headermap is the proxy-wasm wire format of a header map, used by
+// both sides of the ABI: a little-endian uint32 count, then a (key length,
+// value length) uint32 pair per entry, then each key and each value followed
+// by a NUL byte.
+package headermap
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// ErrMalformed is returned for bytes that are not a header map.
+var ErrMalformed = errors.New("headermap: malformed")
+
+// Encode serialises pairs.
+func Encode(pairs [][2]string) []byte {
+	size := 4
+	for _, p := range pairs {
+		size += 8 + len(p[0]) + len(p[1]) + 2
+	}
+	b := make([]byte, 4+8*len(pairs), size)
+	binary.LittleEndian.PutUint32(b, uint32(len(pairs)))
+	for i, p := range pairs {
+		binary.LittleEndian.PutUint32(b[4+8*i:], uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(b[8+8*i:], uint32(len(p[1])))
+	}
+	for _, p := range pairs {
+		b = append(b, p[0]...)
+		b = append(b, 0)
+		b = append(b, p[1]...)
+		b = append(b, 0)
+	}
+	return b
+}
+
+// Decode parses a serialised map. Empty input is an empty map.
+func Decode(b []byte) ([][2]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if len(b) < 4 {
+		return nil, ErrMalformed
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n > (len(b)-4)/10 { // every entry takes at least 8 + 2 bytes
+		return nil, ErrMalformed
+	}
+	pairs := make([][2]string, n)
+	p := 4 + 8*n
+	for i := 0; i < n; i++ {
+		kl := int(binary.LittleEndian.Uint32(b[4+8*i:]))
+		vl := int(binary.LittleEndian.Uint32(b[8+8*i:]))
+		if kl < 0 || vl < 0 || p+kl+1+vl+1 > len(b) || p+kl+1+vl+1 < p {
+			return nil, ErrMalformed
+		}
+		pairs[i][0] = string(b[p : p+kl])
+		p += kl + 1
+		pairs[i][1] = string(b[p : p+vl])
+		p += vl + 1
+	}
+	return pairs, nil
+}

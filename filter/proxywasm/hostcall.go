@@ -1,0 +1,295 @@
+package proxywasm
+
+import (
+	"unsafe"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+)
+
+// ABI enumerations.
+const (
+	statusOK          = 0
+	statusNotFound    = 1
+	statusBadArgument = 2
+	statusEmpty       = 7
+	statusCasMismatch = 8
+	statusInternal    = 10
+
+	mapRequestHeaders      = 0
+	mapResponseHeaders     = 2
+	mapHttpCallResponseHdr = 6
+
+	bufferHttpCallResponseBody = 4
+	bufferPluginConfiguration  = 7
+
+	streamRequest = 0
+
+	metricCounter   = 0
+	metricGauge     = 1
+	metricHistogram = 2
+)
+
+// Out-parameter slots. A pointer handed to a wasmimport escapes, so a local
+// would be heap-allocated on every call; these are allocated once.
+var (
+	retData, retSize, retCas, retID uint32
+)
+
+// allocBuf is the last buffer handed to the host by proxy_on_memory_allocate.
+// It stays referenced until the call that asked for it has read it, so the
+// GC cannot reuse it in between.
+var allocBuf []byte
+
+func allocate(size uint32) *byte {
+	if size == 0 {
+		allocBuf = []byte{}
+		return nil
+	}
+	allocBuf = make([]byte, size)
+	return &allocBuf[0]
+}
+
+// returned hands out what the host wrote into the last allocation.
+func returned() []byte {
+	b := allocBuf
+	allocBuf = nil
+	if retSize == 0 || uint32(len(b)) < retSize {
+		return nil
+	}
+	return b[:retSize]
+}
+
+func statusErr(st uint32) error {
+	switch st {
+	case statusOK:
+		return nil
+	case statusNotFound:
+		return types.ErrorStatusNotFound
+	case statusBadArgument:
+		return types.ErrorStatusBadArgument
+	case statusEmpty:
+		return types.ErrorStatusEmpty
+	case statusCasMismatch:
+		return types.ErrorStatusCasMismatch
+	case statusInternal:
+		return types.ErrorInternalFailure
+	}
+	return types.ErrorUnimplemented
+}
+
+func strPtr(s string) *byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.StringData(s)
+}
+
+func bytesPtr(b []byte) *byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return &b[0]
+}
+
+// --- logging
+
+func log(level uint32, msg string) { proxyLog(level, strPtr(msg), uint32(len(msg))) }
+
+func LogDebug(msg string)    { log(1, msg) }
+func LogInfo(msg string)     { log(2, msg) }
+func LogWarn(msg string)     { log(3, msg) }
+func LogError(msg string)    { log(4, msg) }
+func LogCritical(msg string) { log(5, msg) }
+
+// --- configuration and properties
+
+// GetPluginConfiguration returns the plugin configuration.
+func GetPluginConfiguration() ([]byte, error) {
+	return getBuffer(bufferPluginConfiguration, 0, 1<<30)
+}
+
+func getBuffer(bufferType, start, maxSize uint32) ([]byte, error) {
+	retSize = 0
+	if err := statusErr(proxyGetBufferBytes(bufferType, start, maxSize, &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return nil, err
+	}
+	return returned(), nil
+}
+
+// GetProperty reads a host property ("source", "address").
+func GetProperty(path []string) ([]byte, error) {
+	n := 0
+	for _, p := range path {
+		n += len(p) + 1
+	}
+	if n == 0 {
+		return nil, types.ErrorStatusBadArgument
+	}
+	buf := make([]byte, 0, n)
+	for i, p := range path {
+		if i > 0 {
+			buf = append(buf, 0)
+		}
+		buf = append(buf, p...)
+	}
+	retSize = 0
+	if err := statusErr(proxyGetProperty(&buf[0], uint32(len(buf)), &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return nil, err
+	}
+	return returned(), nil
+}
+
+// --- headers
+
+func getMapValue(mapType uint32, key string) (string, error) {
+	retSize = 0
+	if err := statusErr(proxyGetHeaderMapValue(mapType, strPtr(key), uint32(len(key)), &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return "", err
+	}
+	return string(returned()), nil
+}
+
+func getMap(mapType uint32) ([][2]string, error) {
+	retSize = 0
+	if err := statusErr(proxyGetHeaderMapPairs(mapType, &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return nil, err
+	}
+	return headermap.Decode(returned())
+}
+
+// GetHttpRequestHeader returns the first value of a request header.
+func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
+
+// GetHttpRequestHeaders returns every request header.
+func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHeaders) }
+
+// RemoveHttpRequestHeader removes every value of a request header.
+func RemoveHttpRequestHeader(key string) error {
+	return statusErr(proxyRemoveHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key))))
+}
+
+// ReplaceHttpRequestHeader sets a request header to one value.
+func ReplaceHttpRequestHeader(key, value string) error {
+	return statusErr(proxyReplaceHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+}
+
+// AddHttpResponseHeader adds a response header value.
+func AddHttpResponseHeader(key, value string) error {
+	return statusErr(proxyAddHeaderMapValue(mapResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+}
+
+// ReplaceHttpResponseHeader sets a response header to one value.
+func ReplaceHttpResponseHeader(key, value string) error {
+	return statusErr(proxyReplaceHeaderMapValue(mapResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+}
+
+// --- stream control
+
+// ResumeHttpRequest resumes a paused request.
+func ResumeHttpRequest() error { return statusErr(proxyContinueStream(streamRequest)) }
+
+// SendHttpResponse answers the request locally; it does not reach upstream.
+func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCStatus int32) error {
+	h := headermap.Encode(headers)
+	return statusErr(proxySendLocalResponse(statusCode, nil, 0, bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), gRPCStatus))
+}
+
+// --- callouts
+
+// DispatchHttpCall sends an HTTP request to a cluster; callBack runs when the
+// answer (or a failure) arrives.
+func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
+	timeoutMillisecond uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	h := headermap.Encode(headers)
+	t := headermap.Encode(trailers)
+	var token uint32
+	st := proxyHttpCall(strPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)), bytesPtr(body), uint32(len(body)),
+		bytesPtr(t), uint32(len(t)), timeoutMillisecond, &retID)
+	if err := statusErr(st); err != nil {
+		return 0, err
+	}
+	token = retID
+	root := activeID
+	if s, ok := streams[activeID]; ok {
+		root = s.rootID
+	}
+	if p, ok := plugins[root]; ok {
+		p.callouts[token] = callout{contextID: activeID, cb: callBack}
+	}
+	return token, nil
+}
+
+// GetHttpCallResponseHeaders returns the callout answer's headers (inside the
+// callback only).
+func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(mapHttpCallResponseHdr) }
+
+// GetHttpCallResponseBody returns part of the callout answer's body.
+func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
+	return getBuffer(bufferHttpCallResponseBody, uint32(start), uint32(maxSize))
+}
+
+// --- shared data
+
+// GetSharedData reads a shared-data entry and its CAS value.
+func GetSharedData(key string) ([]byte, uint32, error) {
+	retSize, retCas = 0, 0
+	if err := statusErr(proxyGetSharedData(strPtr(key), uint32(len(key)), &retData, &retSize, &retCas)); err != nil {
+		allocBuf = nil
+		return nil, 0, err
+	}
+	return returned(), retCas, nil
+}
+
+// SetSharedData writes a shared-data entry if its CAS still is cas (0: always).
+func SetSharedData(key string, data []byte, cas uint32) error {
+	return statusErr(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))
+}
+
+// --- timers and metrics
+
+// SetTickPeriodMilliSeconds starts (or, with 0, stops) the plugin's tick.
+func SetTickPeriodMilliSeconds(period uint32) error {
+	return statusErr(proxySetTickPeriodMilliseconds(period))
+}
+
+// MetricCounter is a host counter.
+type MetricCounter uint32
+
+// MetricGauge is a host gauge.
+type MetricGauge uint32
+
+// MetricHistogram is a host histogram.
+type MetricHistogram uint32
+
+func defineMetric(kind uint32, name string) uint32 {
+	retID = 0
+	proxyDefineMetric(kind, strPtr(name), uint32(len(name)), &retID)
+	return retID
+}
+
+// DefineCounterMetric defines (or finds) a counter.
+func DefineCounterMetric(name string) MetricCounter {
+	return MetricCounter(defineMetric(metricCounter, name))
+}
+
+// DefineGaugeMetric defines (or finds) a gauge.
+func DefineGaugeMetric(name string) MetricGauge { return MetricGauge(defineMetric(metricGauge, name)) }
+
+// DefineHistogramMetric defines (or finds) a histogram.
+func DefineHistogramMetric(name string) MetricHistogram {
+	return MetricHistogram(defineMetric(metricHistogram, name))
+}
+
+// Increment adds offset to the counter.
+func (m MetricCounter) Increment(offset uint64) { proxyIncrementMetric(uint32(m), int64(offset)) }
+
+// Add adds offset (which may be negative) to the gauge.
+func (m MetricGauge) Add(offset int64) { proxyIncrementMetric(uint32(m), offset) }
+
+// Record records one value.
+func (m MetricHistogram) Record(value uint64) { proxyRecordMetric(uint32(m), value) }
