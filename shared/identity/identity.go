@@ -30,6 +30,9 @@ type ID struct {
 	Value string
 }
 
+// Prefix is the kind with its colon, "ip:".
+func (k Kind) Prefix() string { return string(k) + ":" }
+
 // String returns the canonical form, "<kind>:<value>".
 func (i ID) String() string { return string(i.Kind) + ":" + i.Value }
 

@@ -1,0 +1,309 @@
+// Package jwt verifies JSON Web Tokens inside the filter: HS256, RS256 and
+// ES256 against an inline JWKS, with exp, nbf, iss and aud. Signature checks
+// are costly inside Wasm, so a Verifier keeps a bounded cache of tokens it has
+// verified, keyed by the token's SHA-256 and valid until the token's exp.
+package jwt
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+)
+
+// MaxTokenLen bounds a token; a longer one is refused before any parsing.
+const MaxTokenLen = 8192
+
+// ErrInvalid is wrapped by every verification failure.
+var ErrInvalid = errors.New("invalid token")
+
+type key struct {
+	kid    string
+	alg    string // HS256, RS256, ES256
+	secret []byte
+	rsa    *rsa.PublicKey
+	ec     *ecdsa.PublicKey
+}
+
+// KeySet is a parsed JWKS.
+type KeySet struct{ keys []key }
+
+// Len is the number of keys.
+func (k *KeySet) Len() int { return len(k.keys) }
+
+type jwk struct {
+	Kty string `json:"kty"`
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Y   string `json:"y"`
+	K   string `json:"k"`
+}
+
+// ParseJWKS reads {"keys":[...]}. Errors start with the path of the bad part
+// (".keys[1].n: ..."), for the caller to prefix with its own field.
+func ParseJWKS(raw []byte) (*KeySet, error) {
+	var set struct {
+		Keys []jwk `json:"keys"`
+	}
+	if err := json.Unmarshal(raw, &set); err != nil {
+		return nil, fmt.Errorf(": not a JWKS: %v", err)
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf(".keys: at least one key is needed")
+	}
+	ks := &KeySet{}
+	for i, j := range set.Keys {
+		at := fmt.Sprintf(".keys[%d]", i)
+		if j.Use != "" && j.Use != "sig" {
+			return nil, fmt.Errorf("%s.use: %q is not \"sig\"", at, j.Use)
+		}
+		k := key{kid: j.Kid}
+		switch j.Kty {
+		case "oct":
+			if j.Alg != "" && j.Alg != "HS256" {
+				return nil, fmt.Errorf("%s.alg: %q is not supported for oct keys (HS256)", at, j.Alg)
+			}
+			secret, err := b64(j.K)
+			if err != nil || len(secret) < 32 {
+				return nil, fmt.Errorf("%s.k: must be base64url of at least 32 bytes", at)
+			}
+			k.alg, k.secret = "HS256", secret
+		case "RSA":
+			if j.Alg != "" && j.Alg != "RS256" {
+				return nil, fmt.Errorf("%s.alg: %q is not supported for RSA keys (RS256)", at, j.Alg)
+			}
+			n, err := b64(j.N)
+			if err != nil || len(n) < 256 {
+				return nil, fmt.Errorf("%s.n: must be base64url of a modulus of at least 2048 bits", at)
+			}
+			e, err := b64(j.E)
+			if err != nil || len(e) == 0 || len(e) > 4 {
+				return nil, fmt.Errorf("%s.e: must be base64url of a small exponent", at)
+			}
+			var eb [4]byte
+			copy(eb[4-len(e):], e)
+			k.alg, k.rsa = "RS256", &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(binary.BigEndian.Uint32(eb[:]))}
+		case "EC":
+			if j.Crv != "P-256" || (j.Alg != "" && j.Alg != "ES256") {
+				return nil, fmt.Errorf("%s.crv: only P-256 (ES256) is supported", at)
+			}
+			x, errX := b64(j.X)
+			y, errY := b64(j.Y)
+			if errX != nil || errY != nil || len(x) != 32 || len(y) != 32 {
+				return nil, fmt.Errorf("%s.x: x and y must be base64url of 32 bytes each", at)
+			}
+			pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
+			if !pub.Curve.IsOnCurve(pub.X, pub.Y) {
+				return nil, fmt.Errorf("%s.x: the point is not on P-256", at)
+			}
+			k.alg, k.ec = "ES256", pub
+		default:
+			return nil, fmt.Errorf("%s.kty: %q must be RSA, EC or oct", at, j.Kty)
+		}
+		ks.keys = append(ks.keys, k)
+	}
+	return ks, nil
+}
+
+// Claims are the parts of a verified token the filter uses.
+type Claims struct {
+	Subject string
+	Tier    string
+	Tenant  string
+	Expiry  time.Time
+}
+
+// Options configure a Verifier.
+type Options struct {
+	Keys                                 *KeySet
+	Issuer                               string
+	Audiences                            []string
+	SubjectClaim, TierClaim, TenantClaim string
+	Leeway                               time.Duration
+	CacheSize                            int
+}
+
+// Verifier checks tokens. It is not safe for concurrent use (one per VM).
+type Verifier struct {
+	o     Options
+	cache []cacheEntry
+}
+
+type cacheEntry struct {
+	sum    [32]byte
+	claims Claims
+	used   bool
+}
+
+// NewVerifier returns a verifier with an empty cache.
+func NewVerifier(o Options) *Verifier {
+	return &Verifier{o: o, cache: make([]cacheEntry, max(o.CacheSize, 1))}
+}
+
+// Verify checks a compact JWS and returns its claims.
+func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
+	if len(token) > MaxTokenLen {
+		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxTokenLen)
+	}
+	sum := sha256.Sum256([]byte(token))
+	slot := &v.cache[binary.LittleEndian.Uint64(sum[:8])%uint64(len(v.cache))]
+	if slot.used && slot.sum == sum {
+		if now.Before(slot.claims.Expiry.Add(v.o.Leeway)) {
+			return slot.claims, nil
+		}
+		slot.used = false
+		return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+	}
+	c, err := v.verify(token, now)
+	if err != nil {
+		return Claims{}, err
+	}
+	*slot = cacheEntry{sum: sum, claims: c, used: true}
+	return c, nil
+}
+
+type header struct {
+	Alg string `json:"alg"`
+	Kid string `json:"kid"`
+}
+
+func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
+	h64, rest, ok1 := strings.Cut(token, ".")
+	p64, s64, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || strings.Contains(s64, ".") {
+		return Claims{}, fmt.Errorf("%w: not a compact JWS", ErrInvalid)
+	}
+	hb, err := b64(h64)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: header is not base64url", ErrInvalid)
+	}
+	var h header
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return Claims{}, fmt.Errorf("%w: header is not JSON", ErrInvalid)
+	}
+	sig, err := b64(s64)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: signature is not base64url", ErrInvalid)
+	}
+	signed := token[:len(h64)+1+len(p64)]
+	if !v.checkSignature(h, signed, sig) {
+		return Claims{}, fmt.Errorf("%w: bad signature or unknown key", ErrInvalid)
+	}
+	pb, err := b64(p64)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: payload is not base64url", ErrInvalid)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(pb, &claims); err != nil {
+		return Claims{}, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
+	}
+	exp, ok := number(claims["exp"])
+	if !ok {
+		return Claims{}, fmt.Errorf("%w: no exp", ErrInvalid)
+	}
+	c := Claims{Expiry: time.Unix(exp, 0)}
+	if !now.Before(c.Expiry.Add(v.o.Leeway)) {
+		return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+	}
+	if nbf, ok := number(claims["nbf"]); ok && now.Add(v.o.Leeway).Before(time.Unix(nbf, 0)) {
+		return Claims{}, fmt.Errorf("%w: not valid yet", ErrInvalid)
+	}
+	if v.o.Issuer != "" && claims["iss"] != v.o.Issuer {
+		return Claims{}, fmt.Errorf("%w: wrong issuer", ErrInvalid)
+	}
+	if len(v.o.Audiences) > 0 && !audienceOK(claims["aud"], v.o.Audiences) {
+		return Claims{}, fmt.Errorf("%w: wrong audience", ErrInvalid)
+	}
+	sub, _ := claims[v.o.SubjectClaim].(string)
+	if sub == "" {
+		return Claims{}, fmt.Errorf("%w: no %s claim", ErrInvalid, v.o.SubjectClaim)
+	}
+	c.Subject = sub
+	c.Tier, _ = claims[v.o.TierClaim].(string)
+	c.Tenant, _ = claims[v.o.TenantClaim].(string)
+	return c, nil
+}
+
+func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
+	if v.o.Keys == nil {
+		return false
+	}
+	for i := range v.o.Keys.keys {
+		k := &v.o.Keys.keys[i]
+		if k.alg != h.Alg || (h.Kid != "" && k.kid != "" && k.kid != h.Kid) {
+			continue
+		}
+		switch k.alg {
+		case "HS256":
+			m := hmac.New(sha256.New, k.secret)
+			m.Write([]byte(signed))
+			if hmac.Equal(m.Sum(nil), sig) {
+				return true
+			}
+		case "RS256":
+			sum := sha256.Sum256([]byte(signed))
+			if rsa.VerifyPKCS1v15(k.rsa, crypto.SHA256, sum[:], sig) == nil {
+				return true
+			}
+		case "ES256":
+			if len(sig) != 64 {
+				continue
+			}
+			sum := sha256.Sum256([]byte(signed))
+			r, s := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
+			if ecdsa.Verify(k.ec, sum[:], r, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func audienceOK(aud any, want []string) bool {
+	match := func(s string) bool {
+		for _, w := range want {
+			if s == w {
+				return true
+			}
+		}
+		return false
+	}
+	switch a := aud.(type) {
+	case string:
+		return match(a)
+	case []any:
+		for _, x := range a {
+			if s, ok := x.(string); ok && match(s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func number(v any) (int64, bool) {
+	f, ok := v.(float64)
+	if !ok || f < 0 || f > 1<<40 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+func b64(s string) ([]byte, error) {
+	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+}

@@ -1,0 +1,374 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
+	"github.com/tollgate-rl/tollgate/filter/internal/pluginconf"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Upstream headers the filter owns. Client-supplied x-tollgate-* headers are
+// removed before anything reads the request.
+const (
+	headerPrefix   = "x-tollgate-"
+	headerIdentity = "x-tollgate-identity"
+	headerTier     = "x-tollgate-tier"
+	headerDecision = "x-tollgate-decision"
+)
+
+// Decisions written to x-tollgate-decision.
+const (
+	decisionAllowed  = "allowed"
+	decisionDegraded = "degraded"
+	decisionExempt   = "exempt"
+)
+
+// maxCalloutBody bounds what is read of the control service's answer.
+const maxCalloutBody = 64 << 10
+
+type httpContext struct {
+	types.DefaultHttpContext
+	p *pluginContext
+
+	// caller
+	id, tier, tenant, apiKey string
+	bucket                   uint64
+
+	// verdict for the response headers
+	verdict    *leasecache.Entry
+	localReply bool
+	paused     bool
+	start      time.Time
+}
+
+func (h *httpContext) now() time.Time { return time.Now() }
+
+// OnHttpRequestHeaders decides the request.
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	p := h.p
+	hdrs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		proxywasm.LogError("tollgate: read request headers: " + err.Error())
+		return h.failure("read request headers")
+	}
+	var path, method, auth, xff, realIP string
+	for _, kv := range hdrs {
+		k := strings.ToLower(kv[0])
+		switch {
+		case strings.HasPrefix(k, headerPrefix):
+			_ = proxywasm.RemoveHttpRequestHeader(kv[0])
+		case k == ":path":
+			path = kv[1]
+		case k == ":method":
+			method = kv[1]
+		case k == "authorization":
+			auth = kv[1]
+		case k == "x-forwarded-for":
+			if xff != "" {
+				xff += ","
+			}
+			xff += kv[1]
+		case k == "x-real-ip":
+			realIP = kv[1]
+		case k == p.cfg.APIKeyHeader:
+			h.apiKey = kv[1]
+		}
+	}
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	for _, ex := range p.cfg.ExcludedPaths {
+		if rules.MatchGlob(ex, path) {
+			return types.ActionContinue
+		}
+	}
+	if !h.resolveIdentity(auth, xff, realIP) {
+		return types.ActionPause // answered 401
+	}
+	keyPart := ""
+	if h.apiKey != "" {
+		// The service maps the key to its id; locally a digest stands for it.
+		sum := sha256.Sum256([]byte(h.apiKey))
+		keyPart = hex.EncodeToString(sum[:12])
+	}
+	h.bucket = leasecache.Bucket(h.id, keyPart, h.tier, h.tenant, method, path)
+
+	now := h.now()
+	var returned int64
+	if p.cfg.Lease.Request > 0 {
+		e, out, leftover := p.cache.Take(h.bucket, now.UnixMilli())
+		switch out {
+		case leasecache.Hit:
+			p.m.localHits.Increment(1)
+			p.m.allowed.Increment(1)
+			e.Remaining += e.Tokens // leased tokens are this caller's to spend
+			h.allow(&e, decisionAllowed)
+			return types.ActionContinue
+		case leasecache.Denied:
+			e.RetryAfter = max(1, (e.DeniedUntilMs-now.UnixMilli()+999)/1000)
+			e.Remaining = 0
+			h.deny(&e)
+			return types.ActionPause
+		}
+		returned = leftover
+	}
+	if !p.breaker.Allow(now) {
+		return h.failure("circuit breaker open")
+	}
+	body, _ := json.Marshal(wire.CheckRequest{
+		UserID: h.id, Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
+		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned,
+	})
+	headers := [][2]string{
+		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", p.cfg.ControlAuthority},
+		{"content-type", "application/json"},
+	}
+	h.start = now
+	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMS, h.onCheckResponse); err != nil {
+		p.breaker.Record(false, now)
+		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
+		return h.failure("dispatch: " + err.Error())
+	}
+	h.paused = true
+	return types.ActionPause
+}
+
+// resolveIdentity picks the caller: a verified JWT subject, else the client
+// address (an API key travels beside it and the service resolves it). It
+// returns false when it has answered 401 itself.
+func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
+	p := h.p
+	if p.verifier != nil && len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+		c, err := p.verifier.Verify(strings.TrimSpace(auth[7:]), h.now())
+		if err == nil {
+			if id, err := identity.User(c.Subject); err == nil {
+				h.id = id.String()
+				if rules.ValidTierName(c.Tier) {
+					h.tier = c.Tier
+				}
+				if _, err := identity.User(c.Tenant); err == nil {
+					h.tenant = c.Tenant
+				}
+				return true
+			}
+		}
+		if p.cfg.JWT.RejectInvalid {
+			p.m.rejected.Increment(1)
+			h.sendError(401, wire.CodeUnauthorized, "the bearer token is invalid or expired", [][2]string{{"www-authenticate", `Bearer error="invalid_token"`}})
+			return false
+		}
+	}
+	if len(h.apiKey) > 256 {
+		h.apiKey = h.apiKey[:256] // the service refuses it as malformed
+	}
+	var source string
+	if b, err := proxywasm.GetProperty([]string{"source", "address"}); err == nil {
+		source = string(b)
+	}
+	addr, _, err := identity.ClientIP(identity.ClientIPInput{
+		ForwardedFor: xff, TrustedProxyDepth: p.cfg.TrustedProxyDepth,
+		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP, SourceAddress: source,
+	})
+	if err != nil {
+		h.id = "ip:0.0.0.0" // no usable address: one shared bucket
+		return true
+	}
+	h.id = identity.KindIP.Prefix() + addr.String()
+	return true
+}
+
+// onCheckResponse handles the control service's answer (or its absence).
+func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
+	p := h.p
+	now := h.now()
+	p.m.calloutLatency.Record(uint64(now.Sub(h.start).Milliseconds()))
+	if numHeaders == 0 {
+		h.calloutFailed(now, "stream reset")
+		return
+	}
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		h.calloutFailed(now, "no response headers")
+		return
+	}
+	status := 0
+	for _, kv := range hs {
+		if kv[0] == ":status" {
+			status, _ = strconv.Atoi(kv[1])
+		}
+	}
+	var body []byte
+	if bodySize > 0 {
+		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
+	}
+	switch {
+	case status == 200 || status == 429:
+		var d wire.CheckResponse
+		if err := json.Unmarshal(body, &d); err != nil || (status == 200) != d.Allowed {
+			h.calloutFailed(now, "unparsable answer")
+			return
+		}
+		p.breaker.Record(true, now)
+		h.decided(&d, now)
+	case status >= 400 && status < 500 && status != 404 && status != 408:
+		// The service judged the request (an API key error...): pass its
+		// answer to the client as it was sent.
+		p.breaker.Record(true, now)
+		p.m.rejected.Increment(1)
+		h.localReply = true
+		_ = proxywasm.SendHttpResponse(uint32(status), [][2]string{{"content-type", "application/json"}}, body, -1)
+	default:
+		h.calloutFailed(now, "status "+strconv.Itoa(status))
+	}
+}
+
+// decided applies a decision of the control service.
+func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
+	p := h.p
+	e := leasecache.Entry{Owner: h.bucket, Limit: d.Limit, Remaining: d.Remaining, ResetAt: d.ResetAt,
+		WindowSeconds: d.WindowSeconds, RetryAfter: d.RetryAfter, RuleID: d.RuleID, Identity: d.Identity, Tier: d.Tier}
+	if e.Identity == "" {
+		e.Identity = h.id
+	}
+	if e.Tier == "" {
+		e.Tier = h.tier
+	}
+	if !d.Allowed {
+		if p.cfg.Lease.Request > 0 {
+			e.DeniedUntilMs = now.UnixMilli() + max(d.RetryAfter, 1)*1000
+			_ = p.cache.Put(e)
+		}
+		h.deny(&e)
+		return
+	}
+	if p.cfg.Lease.Request > 0 && d.Lease.Granted > 0 {
+		lease := e
+		lease.Tokens, lease.ExpiresMs = d.Lease.Granted, now.UnixMilli()+d.Lease.TTLMillis
+		_ = p.cache.Put(lease)
+		e.Remaining += d.Lease.Granted
+	}
+	decision := decisionAllowed
+	switch {
+	case d.Degraded:
+		decision = decisionDegraded
+		p.m.degraded.Increment(1)
+	case d.RuleID == "exempt":
+		decision = decisionExempt
+	}
+	p.m.allowed.Increment(1)
+	h.allow(&e, decision)
+	h.resume()
+}
+
+// allow lets the request through with the identity headers upstream.
+func (h *httpContext) allow(e *leasecache.Entry, decision string) {
+	_ = proxywasm.ReplaceHttpRequestHeader(headerIdentity, e.Identity)
+	if e.Tier != "" {
+		_ = proxywasm.ReplaceHttpRequestHeader(headerTier, e.Tier)
+	}
+	_ = proxywasm.ReplaceHttpRequestHeader(headerDecision, decision)
+	if e.Limit > 0 {
+		h.verdict = e
+	}
+}
+
+// deny answers 429 locally with seed 003's body.
+func (h *httpContext) deny(e *leasecache.Entry) {
+	h.p.m.denied.Increment(1)
+	d := wire.CheckResponse{Limit: e.Limit, Remaining: 0, ResetAt: e.ResetAt, RetryAfter: e.RetryAfter, WindowSeconds: e.WindowSeconds}
+	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.Exceeded(&d)})
+	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(e.RetryAfter, 10)}}
+	headers = h.limitHeaders(headers, e, true)
+	h.localReply = true
+	_ = proxywasm.SendHttpResponse(429, headers, body, -1)
+}
+
+// calloutFailed records a failed callout and applies the failure mode.
+func (h *httpContext) calloutFailed(now time.Time, reason string) {
+	h.p.breaker.Record(false, now)
+	h.failure(reason)
+}
+
+// failure applies the failure mode: fail_open lets the request pass under
+// the per-VM fallback limiter, marked degraded; fail_closed answers 503.
+func (h *httpContext) failure(reason string) types.Action {
+	p := h.p
+	p.m.calloutFailures.Increment(1)
+	if p.cfg.FailureMode == pluginconf.FailClosed {
+		h.sendError(503, wire.CodeServiceUnavailable, "rate limiter unavailable", nil)
+		return types.ActionPause
+	}
+	now := h.now()
+	ok, waitMs := p.fallback.Allow(h.id, now.UnixMilli())
+	if !ok {
+		e := leasecache.Entry{Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
+			RetryAfter: max(1, (waitMs+999)/1000), ResetAt: (now.UnixMilli() + waitMs + 999) / 1000, RuleID: "fallback"}
+		h.deny(&e)
+		return types.ActionPause
+	}
+	p.m.degraded.Increment(1)
+	p.m.allowed.Increment(1)
+	h.allow(&leasecache.Entry{Identity: h.id, Tier: h.tier}, decisionDegraded)
+	return h.resume()
+}
+
+// resume continues a paused request; it returns the action for a request
+// that was not paused yet.
+func (h *httpContext) resume() types.Action {
+	if h.paused {
+		h.paused = false
+		_ = proxywasm.ResumeHttpRequest()
+	}
+	return types.ActionContinue
+}
+
+func (h *httpContext) sendError(status uint32, code, msg string, extra [][2]string) {
+	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.ErrorBody{Code: code, Message: msg}})
+	h.localReply = true
+	_ = proxywasm.SendHttpResponse(status, append([][2]string{{"content-type", "application/json"}}, extra...), body, -1)
+}
+
+// OnHttpResponseHeaders writes the verdict back to the client.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if h.verdict == nil || h.localReply {
+		return types.ActionContinue
+	}
+	for _, kv := range h.limitHeaders(nil, h.verdict, false) {
+		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+	}
+	return types.ActionContinue
+}
+
+// limitHeaders appends the X-RateLimit-* fields and, when configured, the
+// IETF RateLimit-Policy and RateLimit fields (Retry-After wins over t on 429).
+func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied bool) [][2]string {
+	cfg := h.p.cfg.Headers
+	remaining := max(e.Remaining, 0)
+	if cfg.XRateLimitOn() {
+		dst = append(dst,
+			[2]string{"x-ratelimit-limit", strconv.FormatInt(e.Limit, 10)},
+			[2]string{"x-ratelimit-remaining", strconv.FormatInt(remaining, 10)},
+			[2]string{"x-ratelimit-reset", strconv.FormatInt(e.ResetAt, 10)})
+	}
+	if cfg.IETF {
+		name := strconv.Quote(e.RuleID)
+		t := max(e.ResetAt-h.now().Unix(), 0)
+		if denied {
+			t = e.RetryAfter
+		}
+		dst = append(dst,
+			[2]string{"ratelimit-policy", name + ";q=" + strconv.FormatInt(e.Limit, 10) + ";w=" + strconv.FormatInt(e.WindowSeconds, 10)},
+			[2]string{"ratelimit", name + ";r=" + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(t, 10)})
+	}
+	return dst
+}

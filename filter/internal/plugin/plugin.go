@@ -1,0 +1,96 @@
+// Package plugin is the Tollgate filter: it resolves the caller, spends
+// tokens from the shared lease cache, asks the control service on a miss, and
+// writes the verdict into headers both ways (or answers 429 itself).
+package plugin
+
+import (
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/fallback"
+	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
+	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
+	"github.com/tollgate-rl/tollgate/filter/internal/pluginconf"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/breaker"
+)
+
+// VM is the VM context to install with proxywasm.SetVMContext.
+type VM struct{ types.DefaultVMContext }
+
+// NewPluginContext implements types.VMContext.
+func (VM) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
+
+type metrics struct {
+	allowed, denied, degraded, localHits, calloutFailures, rejected proxywasm.MetricCounter
+	calloutLatency                                                  proxywasm.MetricHistogram
+}
+
+type pluginContext struct {
+	types.DefaultPluginContext
+	cfg      *pluginconf.Config
+	verifier *jwt.Verifier
+	cache    *leasecache.Cache
+	breaker  *breaker.Breaker
+	fallback *fallback.Limiter
+	m        metrics
+}
+
+// OnPluginStart parses the configuration; a bad one fails the start loudly,
+// naming the field.
+func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && err != types.ErrorStatusNotFound {
+		proxywasm.LogCritical("tollgate: read plugin configuration: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := pluginconf.Parse(data)
+	if err != nil {
+		proxywasm.LogCritical("tollgate: invalid plugin configuration: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	p.cfg = cfg
+	if j := cfg.JWT; j != nil {
+		p.verifier = jwt.NewVerifier(jwt.Options{Keys: j.Keys, Issuer: j.Issuer, Audiences: j.Audiences,
+			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
+			Leeway: time.Duration(j.LeewaySeconds) * time.Second, CacheSize: j.CacheSize})
+	}
+	p.cache = leasecache.New(sharedData{}, "tollgate.lease", cfg.Lease.Slots)
+	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMS)*time.Millisecond)
+	p.fallback = fallback.New(cfg.Fallback.Limit, cfg.Fallback.WindowSeconds, cfg.Fallback.MaxCallers)
+	p.m = metrics{
+		allowed:         proxywasm.DefineCounterMetric("tollgate_allowed_total"),
+		denied:          proxywasm.DefineCounterMetric("tollgate_denied_total"),
+		degraded:        proxywasm.DefineCounterMetric("tollgate_degraded_total"),
+		localHits:       proxywasm.DefineCounterMetric("tollgate_lease_hits_total"),
+		calloutFailures: proxywasm.DefineCounterMetric("tollgate_callout_failures_total"),
+		rejected:        proxywasm.DefineCounterMetric("tollgate_rejected_total"),
+		calloutLatency:  proxywasm.DefineHistogramMetric("tollgate_callout_latency_ms"),
+	}
+	proxywasm.LogInfo("tollgate: plugin started; control cluster " + cfg.ControlCluster + ", " + cfg.FailureMode)
+	return types.OnPluginStartStatusOK
+}
+
+// NewHttpContext implements types.PluginContext.
+func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
+	return &httpContext{p: p}
+}
+
+// sharedData is the lease cache's store: proxy-wasm shared data.
+type sharedData struct{}
+
+func (sharedData) Get(key string) ([]byte, uint32, error) {
+	b, cas, err := proxywasm.GetSharedData(key)
+	if err == types.ErrorStatusNotFound {
+		return nil, 0, leasecache.ErrNotFound
+	}
+	return b, cas, err
+}
+
+func (sharedData) Set(key string, data []byte, cas uint32) error {
+	err := proxywasm.SetSharedData(key, data, cas)
+	if err == types.ErrorStatusCasMismatch {
+		return leasecache.ErrCasMismatch
+	}
+	return err
+}
