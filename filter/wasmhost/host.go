@@ -1,0 +1,350 @@
+// Package wasmhost runs a proxy-wasm module (ABI v0.2.1) under wazero the way
+// Envoy does: one Host per plugin configuration, several VMs of it side by
+// side (Envoy's worker threads) sharing shared data and metrics, HTTP streams
+// with header maps and pseudo-headers, asynchronous callouts, local replies,
+// properties and ticks. Tests, benchmarks and the local gateway drive the
+// compiled filter through it; nothing of the filter is mocked.
+package wasmhost
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Options configure a Host.
+type Options struct {
+	// PluginConfig is the plugin configuration (buffer type 7).
+	PluginConfig []byte
+	// Clusters are the upstream clusters a callout may name; any other name
+	// is refused with BadArgument, as Envoy refuses an unknown cluster.
+	Clusters []string
+	// Now is the clock the guest sees (WASI wall and monotonic time).
+	// Default time.Now; tests pin it.
+	Now func() time.Time
+	// Log receives the guest's proxy_log lines (default: kept per VM only).
+	Log func(level LogLevel, msg string)
+	// Output receives the guest's stdout and stderr (Go panics). Default
+	// io.Discard.
+	Output io.Writer
+	// CompilationCache, when set, is shared by hosts of one process.
+	CompilationCache wazero.CompilationCache
+	// Interpreter selects wazero's interpreter instead of its compiler.
+	Interpreter bool
+}
+
+// LogLevel is a proxy-wasm log level.
+type LogLevel uint32
+
+const (
+	LogTrace LogLevel = iota
+	LogDebug
+	LogInfo
+	LogWarn
+	LogError
+	LogCritical
+)
+
+// Host is one plugin: a compiled module, its configuration, and the state
+// its VMs share.
+type Host struct {
+	opts     Options
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	clusters map[string]bool
+
+	shared  sharedData
+	metrics metricStore
+	vmSeq   atomic.Uint64
+}
+
+// New compiles the module. Compile once, then make VMs.
+func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Output == nil {
+		opts.Output = io.Discard
+	}
+	cfg := wazero.NewRuntimeConfigCompiler()
+	if opts.Interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	if opts.CompilationCache != nil {
+		cfg = cfg.WithCompilationCache(opts.CompilationCache)
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	h := &Host{opts: opts, rt: rt, clusters: map[string]bool{}, shared: sharedData{m: map[string]*sharedEntry{}}, metrics: metricStore{byName: map[string]uint32{}}}
+	for _, c := range opts.Clusters {
+		h.clusters[c] = true
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("wasi: %w", err)
+	}
+	if err := h.instantiateEnv(ctx); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("proxy-wasm host module: %w", err)
+	}
+	compiled, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("compile module: %w", err)
+	}
+	if _, ok := compiled.ExportedFunctions()["proxy_abi_version_0_2_1"]; !ok {
+		rt.Close(ctx)
+		return nil, errors.New("module does not export proxy_abi_version_0_2_1")
+	}
+	h.compiled = compiled
+	return h, nil
+}
+
+// Close releases the runtime and every VM.
+func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
+
+// SharedData returns a copy of one shared-data entry, for tests.
+func (h *Host) SharedData(key string) ([]byte, uint32, bool) {
+	h.shared.mu.Lock()
+	defer h.shared.mu.Unlock()
+	e, ok := h.shared.m[key]
+	if !ok {
+		return nil, 0, false
+	}
+	return append([]byte(nil), e.value...), e.cas, true
+}
+
+// Counter returns a counter's (or gauge's) value by name.
+func (h *Host) Counter(name string) int64 {
+	h.metrics.mu.Lock()
+	defer h.metrics.mu.Unlock()
+	if id, ok := h.metrics.byName[name]; ok {
+		return h.metrics.list[id].value
+	}
+	return 0
+}
+
+// Histogram returns a histogram's recorded values by name.
+func (h *Host) Histogram(name string) []uint64 {
+	h.metrics.mu.Lock()
+	defer h.metrics.mu.Unlock()
+	if id, ok := h.metrics.byName[name]; ok {
+		return append([]uint64(nil), h.metrics.list[id].values...)
+	}
+	return nil
+}
+
+// Metrics lists every metric name and value (histograms: their count).
+func (h *Host) Metrics() map[string]int64 {
+	h.metrics.mu.Lock()
+	defer h.metrics.mu.Unlock()
+	out := map[string]int64{}
+	for name, id := range h.metrics.byName {
+		m := h.metrics.list[id]
+		if m.kind == metricHistogram {
+			out[name] = int64(len(m.values))
+		} else {
+			out[name] = m.value
+		}
+	}
+	return out
+}
+
+// VM is one instance of the module, as one Envoy worker holds. A VM is not
+// safe for concurrent use; a host that serves in parallel uses several VMs.
+type VM struct {
+	host   *Host
+	mod    api.Module
+	fn     exports
+	rootID uint32
+	nextID uint32
+
+	streams   map[uint32]*Stream
+	effective uint32
+	callouts  map[uint32]*Callout
+	nextToken uint32
+	delivery  *CalloutResponse // the callout answer being delivered
+	tick      time.Duration
+	logs      []LogLine
+	broken    error
+
+	// OnCallout is called when the guest dispatches a callout (synchronously,
+	// inside the guest's call; start the request elsewhere and deliver the
+	// answer later with Respond or Fail).
+	OnCallout func(*Callout)
+}
+
+// LogLine is one proxy_log call.
+type LogLine struct {
+	Level LogLevel
+	Msg   string
+}
+
+type exports struct {
+	alloc, vmStart, configure, contextCreate, requestHeaders, responseHeaders,
+	callResponse, tick, done, log, del api.Function
+}
+
+type vmKey struct{}
+
+// NewVM instantiates the module, runs _initialize, starts the VM and
+// configures the plugin. A plugin that refuses its configuration is an error,
+// with the guest's critical log lines in it.
+func (h *Host) NewVM(ctx context.Context) (*VM, error) {
+	now := h.opts.Now
+	cfg := wazero.NewModuleConfig().
+		WithName(fmt.Sprintf("tollgate-vm-%d", h.vmSeq.Add(1))).
+		WithStartFunctions("_initialize").
+		WithStdout(h.opts.Output).WithStderr(h.opts.Output).
+		WithRandSource(rand.Reader).
+		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
+		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
+	vm := &VM{host: h, rootID: 1, nextID: 2, streams: map[uint32]*Stream{}, callouts: map[uint32]*Callout{}}
+	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	vm.mod = mod
+	get := func(name string) api.Function { return mod.ExportedFunction(name) }
+	vm.fn = exports{
+		alloc: get("proxy_on_memory_allocate"), vmStart: get("proxy_on_vm_start"), configure: get("proxy_on_configure"),
+		contextCreate: get("proxy_on_context_create"), requestHeaders: get("proxy_on_request_headers"),
+		responseHeaders: get("proxy_on_response_headers"), callResponse: get("proxy_on_http_call_response"),
+		tick: get("proxy_on_tick"), done: get("proxy_on_done"), log: get("proxy_on_log"), del: get("proxy_on_delete"),
+	}
+	if vm.fn.alloc == nil || vm.fn.contextCreate == nil || vm.fn.requestHeaders == nil {
+		mod.Close(ctx)
+		return nil, errors.New("module lacks proxy_on_memory_allocate, proxy_on_context_create or proxy_on_request_headers")
+	}
+	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(vm.rootID), 0); err != nil {
+		return nil, err
+	}
+	if vm.fn.vmStart != nil {
+		r, err := vm.call(ctx, vm.fn.vmStart, uint64(vm.rootID), 0)
+		if err != nil {
+			return nil, err
+		}
+		if r == 0 {
+			return nil, fmt.Errorf("proxy_on_vm_start failed: %s", vm.criticalLogs())
+		}
+	}
+	if vm.fn.configure != nil {
+		r, err := vm.call(ctx, vm.fn.configure, uint64(vm.rootID), uint64(len(h.opts.PluginConfig)))
+		if err != nil {
+			return nil, err
+		}
+		if r == 0 {
+			return nil, fmt.Errorf("proxy_on_configure failed: %s", vm.criticalLogs())
+		}
+	}
+	return vm, nil
+}
+
+// Close releases the VM.
+func (vm *VM) Close(ctx context.Context) error { return vm.mod.Close(ctx) }
+
+// Logs returns the guest's log lines so far.
+func (vm *VM) Logs() []LogLine { return append([]LogLine(nil), vm.logs...) }
+
+// Broken is the error of a guest trap (a Go panic inside the module); a
+// broken VM should be discarded, as Envoy would.
+func (vm *VM) Broken() error { return vm.broken }
+
+func (vm *VM) criticalLogs() string {
+	msg := ""
+	for _, l := range vm.logs {
+		if l.Level >= LogError {
+			if msg != "" {
+				msg += "; "
+			}
+			msg += l.Msg
+		}
+	}
+	if msg == "" {
+		msg = "no error logged"
+	}
+	return msg
+}
+
+// call runs one guest export with the VM in the context, for host functions.
+func (vm *VM) call(ctx context.Context, f api.Function, params ...uint64) (uint64, error) {
+	if vm.broken != nil {
+		return 0, vm.broken
+	}
+	if f == nil {
+		return 0, nil
+	}
+	res, err := f.Call(context.WithValue(ctx, vmKey{}, vm), params...)
+	if err != nil {
+		vm.broken = fmt.Errorf("guest trapped: %w", err)
+		return 0, vm.broken
+	}
+	if len(res) == 0 {
+		return 0, nil
+	}
+	return res[0], nil
+}
+
+// Tick runs the plugin's tick once (if the plugin asked for ticks).
+func (vm *VM) Tick(ctx context.Context) error {
+	if vm.tick == 0 {
+		return nil
+	}
+	_, err := vm.call(ctx, vm.fn.tick, uint64(vm.rootID))
+	return err
+}
+
+// TickPeriod is what the plugin asked for with proxy_set_tick_period_milliseconds.
+func (vm *VM) TickPeriod() time.Duration { return vm.tick }
+
+// PendingCallouts lists callouts dispatched and not yet answered, by token.
+func (vm *VM) PendingCallouts() []*Callout {
+	out := make([]*Callout, 0, len(vm.callouts))
+	for _, c := range vm.callouts {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
+	return out
+}
+
+// sharedData is proxy-wasm shared data: values with a CAS that changes with
+// every write, shared by every VM of a host.
+type sharedData struct {
+	mu  sync.Mutex
+	m   map[string]*sharedEntry
+	cas uint32
+}
+
+type sharedEntry struct {
+	value []byte
+	cas   uint32
+}
+
+const (
+	metricCounter   = 0
+	metricGauge     = 1
+	metricHistogram = 2
+)
+
+type metric struct {
+	name   string
+	kind   uint32
+	value  int64
+	values []uint64
+}
+
+type metricStore struct {
+	mu     sync.Mutex
+	byName map[string]uint32
+	list   []metric
+}
