@@ -1,7 +1,7 @@
 # Tollgate: `make help` lists the targets.
 SHELL := /bin/bash
 GO ?= go
-MODULES := shared controlsvc
+MODULES := shared controlsvc filter
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...)
 
 .PHONY: help deps build test run bench lint ci fuzz clean
@@ -20,8 +20,9 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 	fi; \
 	redis-server --version
 
-build: ## build bin/controlsvc
+build: ## build bin/controlsvc and build/tollgate.wasm
 	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
+	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
 
 test: ## run every module's tests with -race (needs redis-server: make deps)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -36,6 +37,7 @@ lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	cd shared && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) vet . ./proxywasm/... ./internal/...
 	@for m in . $(MODULES); do \
 	  (cd $$m && cp go.mod /tmp/go.mod.before && { [ ! -f go.sum ] || cp go.sum /tmp/go.sum.before; } && \
 	   $(GO) mod tidy && diff -q /tmp/go.mod.before go.mod >/dev/null && { [ ! -f go.sum ] || diff -q /tmp/go.sum.before go.sum >/dev/null; }) \
@@ -47,7 +49,9 @@ ci: lint test ## what .ci/run runs
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzCounter ./shared/keys" \
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
-	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn"; do \
+	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn" \
+	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/internal/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
+	          "FuzzDecode ./filter/proxywasm/headermap"; do \
 	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
 	done
 

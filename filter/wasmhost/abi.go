@@ -193,15 +193,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok1 || !ok2 || !ok3 || !h.clusters[string(cluster)] {
 			return stBadArgument // Envoy: unknown cluster
 		}
-		pairs, err := headermap.Decode(hdrs)
-		if err != nil {
+		hm, ok := calloutHeaders(hdrs)
+		if !ok {
 			return stBadArgument
-		}
-		hm := lowerKeys(pairs)
-		for _, required := range []string{":method", ":path", ":authority"} {
-			if hm.Value(required) == "" {
-				return stBadArgument // Envoy refuses a callout without them
-			}
 		}
 		vm.nextToken++
 		c := &Callout{Token: vm.nextToken, ContextID: vm.effective, Cluster: string(cluster), Headers: hm,
@@ -333,6 +327,22 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 	})
 	_, err := b.Instantiate(ctx)
 	return err
+}
+
+// calloutHeaders decodes a callout's headers; Envoy refuses (BadArgument) a
+// callout without :method, :path or :authority.
+func calloutHeaders(raw []byte) (Headers, bool) {
+	pairs, err := headermap.Decode(raw)
+	if err != nil {
+		return nil, false
+	}
+	hm := lowerKeys(pairs)
+	for _, required := range []string{":method", ":path", ":authority"} {
+		if hm.Value(required) == "" {
+			return nil, false
+		}
+	}
+	return hm, true
 }
 
 func (ms *metricStore) update(id uint32, f func(*metric) bool) uint32 {

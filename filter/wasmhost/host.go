@@ -253,6 +253,9 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 // Close releases the VM.
 func (vm *VM) Close(ctx context.Context) error { return vm.mod.Close(ctx) }
 
+// MemorySize is the guest's linear memory in bytes.
+func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }
+
 // Logs returns the guest's log lines so far.
 func (vm *VM) Logs() []LogLine { return append([]LogLine(nil), vm.logs...) }
 

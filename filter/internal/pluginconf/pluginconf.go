@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
@@ -135,6 +136,8 @@ func describe(err error) error {
 		return fmt.Errorf("%s: must be %s, not %s", te.Field, te.Type, te.Value)
 	case errors.As(err, &se):
 		return fmt.Errorf("plugin configuration: malformed JSON at byte %d", se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("plugin configuration: malformed JSON (truncated)")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return fmt.Errorf("%s: unknown setting", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`))
 	}

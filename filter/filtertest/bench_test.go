@@ -1,0 +1,140 @@
+package filtertest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// BenchmarkCompile is the module's compile time without a cache, with its
+// size in bytes.
+func BenchmarkCompile(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Close(ctx)
+	}
+	b.ReportMetric(float64(len(wasmBytes)), "module-bytes")
+}
+
+// BenchmarkInstantiate is one new VM (instantiate, _initialize, vm start,
+// configure), with the guest memory it then holds.
+func BenchmarkInstantiate(b *testing.B) {
+	ctx := context.Background()
+	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(baseConfig), Clusters: []string{"controlsvc"}, CompilationCache: compCache})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(ctx)
+	var mem uint32
+	for b.Loop() {
+		vm, err := h.NewVM(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mem = vm.MemorySize()
+		vm.Close(ctx)
+	}
+	b.ReportMetric(float64(mem), "vm-memory-bytes")
+}
+
+var benchReq = wasmhost.Headers{{":method", "GET"}, {":path", "/api/v1/items"}, {":authority", "api"}, {":scheme", "http"},
+	{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}, {"user-agent", "bench"}}
+
+var benchProps = map[string]string{"source.address": "10.0.0.1:5000"}
+
+func benchVM(b *testing.B, config string) (*wasmhost.Host, *wasmhost.VM) {
+	ctx := context.Background()
+	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(config), Clusters: []string{"controlsvc"}, CompilationCache: compCache})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(ctx) })
+	vm, err := h.NewVM(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h, vm
+}
+
+var benchAnswer = wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 50, 0, 0))}
+
+// BenchmarkRequestCallout is a whole request that calls out: context create,
+// request headers, callout answer, response headers, done.
+func BenchmarkRequestCallout(b *testing.B) {
+	ctx := context.Background()
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":0}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, _ := vm.NewStream(ctx, benchReq, benchProps)
+		s.OnRequestHeaders(ctx, true)
+		for _, c := range vm.PendingCallouts() {
+			vm.Respond(ctx, c.Token, benchAnswer)
+		}
+		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
+		s.Done(ctx)
+	}
+	b.ReportMetric(float64(vm.MemorySize()), "vm-memory-bytes")
+}
+
+// BenchmarkRequestLeaseHit is the fast path: the token comes from the shared
+// lease cache, no callout.
+func BenchmarkRequestLeaseHit(b *testing.B) {
+	ctx := context.Background()
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":10}}`)
+	s, _ := vm.NewStream(ctx, benchReq, benchProps)
+	s.OnRequestHeaders(ctx, true)
+	d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,
+		Lease: wire.Lease{Granted: 1 << 40, TTLMillis: int64(time.Hour / time.Millisecond)}, Identity: "ip:203.0.113.5"}
+	body, _ := json.Marshal(d)
+	vm.Respond(ctx, vm.PendingCallouts()[0].Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: body})
+	s.Done(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, _ := vm.NewStream(ctx, benchReq, benchProps)
+		if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
+			b.Fatal("lease miss in the fast-path benchmark")
+		}
+		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
+		s.Done(ctx)
+	}
+}
+
+// BenchmarkNativeLogic runs the filter's per-request logic natively (client
+// address, lease-cache take, callout body, decision parse), for the ratio
+// to the Wasm paths above; the host-call traffic has no native counterpart.
+func BenchmarkNativeLogic(b *testing.B) {
+	store := memStore{m: map[string][]byte{}}
+	cache := leasecache.New(store, "tollgate.lease", 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		addr, _, _ := identity.ClientIP(identity.ClientIPInput{ForwardedFor: "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "10.0.0.1:5000"})
+		id := identity.KindIP.Prefix() + addr.String()
+		owner := leasecache.Bucket(id, "", "", "", "GET", "/api/v1/items")
+		cache.Take(owner, epoch.UnixMilli())
+		body, _ := json.Marshal(wire.CheckRequest{UserID: id, Endpoint: "/api/v1/items", Method: "GET", Lease: 10})
+		var d wire.CheckResponse
+		_ = json.Unmarshal(benchAnswer.Body, &d)
+		_ = body
+	}
+}
+
+type memStore struct{ m map[string][]byte }
+
+func (s memStore) Get(k string) ([]byte, uint32, error) {
+	v, ok := s.m[k]
+	if !ok {
+		return nil, 0, leasecache.ErrNotFound
+	}
+	return v, 1, nil
+}
+func (s memStore) Set(k string, v []byte, _ uint32) error { s.m[k] = v; return nil }

@@ -1,0 +1,153 @@
+package filtertest
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+)
+
+func TestAllowedHeadersBothWays(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"headers":{"ietf":true}}`, 1)
+	s, act := e.start(req{})
+	if act != wasmhost.Pause {
+		t.Fatal("no pause for the callout")
+	}
+	if s.Resumed {
+		t.Fatal("resumed before the answer")
+	}
+	e.answer(0, "200", decision(true, 42, 0, 0))
+	if !s.Resumed || s.Local != nil {
+		t.Fatalf("allowed request not resumed: %+v", s)
+	}
+	up := map[string]string{}
+	for _, k := range []string{"x-tollgate-identity", "x-tollgate-tier", "x-tollgate-decision"} {
+		up[k] = s.RequestHeaders.Value(k)
+	}
+	if !reflect.DeepEqual(up, map[string]string{"x-tollgate-identity": "user:alice", "x-tollgate-tier": "free", "x-tollgate-decision": "allowed"}) {
+		t.Fatalf("upstream headers %v", up)
+	}
+	got := respond(t, s)
+	want := wasmhost.Headers{{":status", "200"}, {"content-type", "text/plain"},
+		{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "42"}, {"x-ratelimit-reset", strconv.FormatInt(epoch.Unix()+60, 10)},
+		{"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=42;t=60`}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("response headers\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestXRateLimitCanBeTurnedOff(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"headers":{"x_ratelimit":false}}`, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "200", decision(true, 42, 0, 0))
+	if got := respond(t, s); len(got) != 2 {
+		t.Fatalf("headers %v; want none added", got)
+	}
+}
+
+func TestDeniedLocal429(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":5},"headers":{"ietf":true}}`, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "429", decision(false, 0, 0, 17))
+	if s.Resumed || s.Local == nil || s.Local.Status != 429 {
+		t.Fatalf("denied: resumed %v local %+v", s.Resumed, s.Local)
+	}
+	h := s.Local.Headers
+	for k, v := range map[string]string{"retry-after": "17", "x-ratelimit-limit": "100", "x-ratelimit-remaining": "0",
+		"x-ratelimit-reset": strconv.FormatInt(epoch.Unix()+60, 10), "content-type": "application/json",
+		"ratelimit": `"tier_free";r=0;t=17`, "ratelimit-policy": `"tier_free";q=100;w=60`} {
+		if got := h.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("429 header %s = %v, want exactly %q", k, got, v)
+		}
+	}
+	body := mustJSON(t, s.Local.Body)["error"].(map[string]any)
+	details := body["details"].(map[string]any)
+	if body["code"] != "RATE_LIMIT_EXCEEDED" || body["message"] != "You have exceeded the rate limit of 100 requests per minute" ||
+		details["limit"] != 100.0 || details["window_seconds"] != 60.0 || details["retry_after_seconds"] != 17.0 ||
+		details["reset_at"] != time.Unix(epoch.Unix()+60, 0).UTC().Format(time.RFC3339) {
+		t.Fatalf("429 body %s", s.Local.Body)
+	}
+	// The denial is cached until retry_after: no callout meanwhile.
+	e.clock.Advance(10 * time.Second)
+	s, act := e.start(req{})
+	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "7" {
+		t.Fatalf("cached denial: %v %+v", act, s.Local)
+	}
+	e.noCallout(0)
+	e.clock.Advance(8 * time.Second)
+	e.start(req{})
+	e.callout(0) // the wait is over: ask again
+	if e.host.Counter("tollgate_denied_total") != 2 {
+		t.Fatalf("denied counter %d", e.host.Counter("tollgate_denied_total"))
+	}
+}
+
+// A lease is spent locally, token by token, by every VM of the plugin, and
+// never beyond what was granted; then the filter asks again.
+func TestLeaseSharedAcrossVMs(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10,"slots":64}}`, 3)
+	e.start(req{vm: 0})
+	e.answer(0, "200", decision(true, 50, 4, 0))
+	hits := 0
+	for i := 0; i < 6; i++ {
+		s, act := e.start(req{vm: i % 3})
+		if act == wasmhost.Continue {
+			hits++
+			if s.RequestHeaders.Value("x-tollgate-decision") != "allowed" || s.RequestHeaders.Value("x-tollgate-identity") != "user:alice" {
+				t.Fatalf("local hit upstream headers %v", s.RequestHeaders)
+			}
+			if got := respond(t, s).Value("x-ratelimit-remaining"); got != fmt.Sprint(50+4-hits) {
+				t.Fatalf("remaining on local hit %d: %s", hits, got)
+			}
+		}
+	}
+	if hits != 4 {
+		t.Fatalf("%d local hits from a lease of 4", hits)
+	}
+	if e.host.Counter("tollgate_lease_hits_total") != 4 {
+		t.Fatalf("lease hits counter %d", e.host.Counter("tollgate_lease_hits_total"))
+	}
+	// Two VMs fell through to callouts.
+	n := 0
+	for i := range e.vms {
+		n += len(e.vms[i].PendingCallouts())
+	}
+	if n != 2 {
+		t.Fatalf("%d callouts after the lease ran out, want 2", n)
+	}
+}
+
+// An expired lease is not spent; its leftover goes back with the next check.
+func TestExpiredLeaseIsReturned(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
+	e.start(req{})
+	e.answer(0, "200", decision(true, 50, 5, 0))
+	e.start(req{}) // one local hit
+	e.clock.Advance(1500 * time.Millisecond)
+	_, act := e.start(req{})
+	if act != wasmhost.Pause {
+		t.Fatal("an expired lease was spent")
+	}
+	if _, body := e.callout(0); body.Returned != 4 {
+		t.Fatalf("returned %d, want the 4 unspent tokens", body.Returned)
+	}
+}
+
+// Different callers and paths never share a lease.
+func TestLeaseIsPerBucket(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
+	e.start(req{source: "192.0.2.1:1"})
+	e.answer(0, "200", decision(true, 50, 5, 0))
+	for _, r := range []req{{source: "192.0.2.2:1"}, {source: "192.0.2.1:1", path: "/other"}, {source: "192.0.2.1:1", method: "POST"}} {
+		_, act := e.start(r)
+		if act != wasmhost.Pause {
+			t.Fatalf("%+v used another bucket's lease", r)
+		}
+		c, _ := e.callout(0)
+		e.vms[0].Fail(context.Background(), c.Token)
+	}
+}

@@ -1,0 +1,175 @@
+package filtertest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+)
+
+// Every shape of a failed callout, in each failure mode.
+func TestCalloutFailures(t *testing.T) {
+	failures := []struct {
+		name    string
+		cluster string // config's control cluster; "ghost" is unknown to the host
+		deliver func(e *env)
+	}{
+		{"timeout (Envoy's 504)", "controlsvc", func(e *env) { e.answer(0, "504", "upstream request timeout") }},
+		{"no healthy upstream (503)", "controlsvc", func(e *env) { e.answer(0, "503", "no healthy upstream") }},
+		{"500 from the service", "controlsvc", func(e *env) { e.answer(0, "500", `{"error":{"code":"INTERNAL_ERROR"}}`) }},
+		{"garbage body", "controlsvc", func(e *env) { e.answer(0, "200", "<html>not json") }},
+		{"status and body disagree", "controlsvc", func(e *env) { e.answer(0, "200", decision(false, 0, 0, 1)) }},
+		{"stream reset", "controlsvc", func(e *env) {
+			c, _ := e.callout(0)
+			e.vms[0].Fail(context.Background(), c.Token)
+		}},
+		{"unknown cluster", "ghost", func(e *env) {}},
+	}
+	for _, mode := range []string{"fail_open", "fail_closed"} {
+		for _, f := range failures {
+			t.Run(mode+"/"+f.name, func(t *testing.T) {
+				e := newEnv(t, `{"control_cluster":"`+f.cluster+`","failure_mode":"`+mode+`","lease":{"request":0}}`, 1)
+				s, act := e.start(req{headers: wasmhost.Headers{{"x-tollgate-decision", "forged"}}})
+				f.deliver(e)
+				if mode == "fail_open" {
+					if s.Local != nil {
+						t.Fatalf("fail_open answered locally: %+v", s.Local)
+					}
+					if f.cluster == "ghost" && act != wasmhost.Continue {
+						t.Fatalf("a dispatch failure must continue at once, got %v", act)
+					}
+					if f.cluster != "ghost" && !s.Resumed {
+						t.Fatal("fail_open did not resume the request")
+					}
+					if got := s.RequestHeaders.Values("x-tollgate-decision"); len(got) != 1 || got[0] != "degraded" {
+						t.Fatalf("upstream decision %v, want degraded", got)
+					}
+					if h := respond(t, s); h.Value("x-ratelimit-limit") != "" {
+						t.Fatal("a degraded answer claims a quota")
+					}
+					if e.host.Counter("tollgate_degraded_total") != 1 {
+						t.Fatal("degraded not counted")
+					}
+				} else {
+					if s.Resumed || s.Local == nil || s.Local.Status != 503 {
+						t.Fatalf("fail_closed: resumed %v local %+v", s.Resumed, s.Local)
+					}
+					if code := mustJSON(t, s.Local.Body)["error"].(map[string]any)["code"]; code != "SERVICE_UNAVAILABLE" {
+						t.Fatalf("503 body %s", s.Local.Body)
+					}
+				}
+				if e.host.Counter("tollgate_callout_failures_total") != 1 {
+					t.Fatalf("callout failures counted %d", e.host.Counter("tollgate_callout_failures_total"))
+				}
+			})
+		}
+	}
+}
+
+// Failing open is not failing without limit: the per-VM fallback limiter
+// still stops a flood.
+func TestFallbackLimiter(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"ghost","lease":{"request":0},"fallback":{"limit":3,"window_seconds":10}}`, 1)
+	var codes []int
+	for i := 0; i < 5; i++ {
+		s, _ := e.start(req{})
+		if s.Local != nil {
+			codes = append(codes, s.Local.Status)
+		} else {
+			codes = append(codes, 200)
+		}
+	}
+	if got := codes; got[2] != 200 || got[3] != 429 || got[4] != 429 {
+		t.Fatalf("statuses %v; want 3 passes then 429", got)
+	}
+}
+
+// After repeated failures the breaker stops callouts; after the cooldown a
+// probe goes out, and its success closes the breaker.
+func TestCircuitBreaker(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"breaker":{"failures":3,"cooldown_ms":5000},"fallback":{"limit":1000}}`, 1)
+	for i := 0; i < 3; i++ {
+		e.start(req{})
+		e.answer(0, "503", "down")
+	}
+	for i := 0; i < 3; i++ {
+		s, act := e.start(req{})
+		if act != wasmhost.Continue || s.RequestHeaders.Value("x-tollgate-decision") != "degraded" {
+			t.Fatalf("open breaker: %v %v", act, s.RequestHeaders)
+		}
+		e.noCallout(0)
+	}
+	e.clock.Advance(5100 * time.Millisecond)
+	e.start(req{})
+	e.answer(0, "503", "still down") // the probe fails: open again
+	e.start(req{})
+	e.noCallout(0)
+	e.clock.Advance(5100 * time.Millisecond)
+	s, _ := e.start(req{})
+	e.answer(0, "200", decision(true, 9, 0, 0)) // the probe succeeds
+	if s.RequestHeaders.Value("x-tollgate-decision") != "allowed" {
+		t.Fatal("probe answer not applied")
+	}
+	for i := 0; i < 2; i++ {
+		e.start(req{})
+		e.answer(0, "200", decision(true, 8, 0, 0)) // closed: every request calls out
+	}
+}
+
+// The control service's own 4xx answers (API key errors) reach the client
+// as they were sent.
+func TestKeyErrorsPassThrough(t *testing.T) {
+	for _, tt := range []struct {
+		status, body string
+	}{
+		{"401", `{"error":{"code":"INVALID_API_KEY","message":"The provided API key is not recognised"}}`},
+		{"403", `{"error":{"code":"API_KEY_REVOKED","message":"This API key has been revoked"}}`},
+		{"400", `{"error":{"code":"INVALID_API_KEY","message":"format"}}`},
+	} {
+		e := newEnv(t, baseConfig, 1)
+		s, _ := e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_whatever"}}})
+		e.answer(0, tt.status, tt.body)
+		if s.Resumed || s.Local == nil || s.Local.Status != atoi(tt.status) || string(s.Local.Body) != tt.body {
+			t.Fatalf("%s: local %+v", tt.status, s.Local)
+		}
+		if e.host.Counter("tollgate_callout_failures_total") != 0 {
+			t.Fatal("a judged answer counted as a failure")
+		}
+	}
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// A bad plugin configuration fails the start, with a critical log naming the
+// field.
+func TestBadConfigRefused(t *testing.T) {
+	ctx := context.Background()
+	for cfg, want := range map[string]string{
+		`{"failure_mode":"maybe"}`:                  "failure_mode",
+		`{"timeout_ms":0}`:                          "timeout_ms",
+		`{"lease":{"slots":0}}`:                     "lease.slots",
+		`{"surprise":1}`:                            "surprise",
+		`{"excluded_paths":["health"]}`:             "excluded_paths[0]",
+		`{"jwt":{"jwks":{"keys":[{"kty":"OKP"}]}}}`: "jwt.jwks.keys[0].kty",
+		`{"timeout_ms":"fast"}`:                     "timeout_ms",
+		`{`:                                         "malformed JSON",
+	} {
+		h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(cfg), Clusters: []string{"controlsvc"}, CompilationCache: compCache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.NewVM(ctx)
+		h.Close(ctx)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "invalid plugin configuration") {
+			t.Errorf("%s: got %v; want a refusal naming %q", cfg, err, want)
+		}
+	}
+}

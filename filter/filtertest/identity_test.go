@@ -1,0 +1,161 @@
+package filtertest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/jwt/jwttest"
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+)
+
+var keys = func() *jwttest.Keys {
+	k, err := jwttest.NewKeys()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func jwtConfig(reject bool) string {
+	return fmt.Sprintf(`{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":0},
+		"jwt":{"jwks":%s,"issuer":"https://issuer.example","reject_invalid":%v,"tier_claim":"plan"}}`, keys.JWKS(), reject)
+}
+
+func claims(exp time.Time) map[string]any {
+	return map[string]any{"sub": "alice", "plan": "premium", "tenant": "acme", "iss": "https://issuer.example", "exp": exp.Unix()}
+}
+
+// Every identity source and its fallbacks, as the callout reports it.
+func TestIdentitySources(t *testing.T) {
+	valid := claims(epoch.Add(time.Hour))
+	tests := []struct {
+		name     string
+		config   string
+		headers  wasmhost.Headers
+		source   string
+		wantID   string
+		wantTier string
+		wantKey  string
+	}{
+		{"HS256 subject", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", valid)}}, "", "user:alice", "premium", ""},
+		{"RS256 subject", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("RS256", valid)}}, "", "user:alice", "premium", ""},
+		{"ES256 subject", jwtConfig(false), wasmhost.Headers{{"authorization", "bearer " + keys.Sign("ES256", valid)}}, "", "user:alice", "premium", ""},
+		{"expired token falls back to ip", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("RS256", claims(epoch.Add(-time.Minute)))}}, "", "ip:198.51.100.7", "", ""},
+		{"forged token falls back to ip", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + forge(keys.Sign("ES256", valid))}}, "", "ip:198.51.100.7", "", ""},
+		{"wrong issuer falls back", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", map[string]any{"sub": "x", "iss": "evil", "exp": epoch.Unix() + 60})}}, "", "ip:198.51.100.7", "", ""},
+		{"api key beside the address", baseConfig, wasmhost.Headers{{"x-api-key", "tg_key"}}, "", "ip:198.51.100.7", "", "tg_key"},
+		{"jwt beats api key", jwtConfig(false), wasmhost.Headers{{"x-api-key", "tg_key"}, {"authorization", "Bearer " + keys.Sign("HS256", valid)}}, "", "user:alice", "premium", "tg_key"},
+		{"source address", baseConfig, nil, "203.0.113.9:1234", "ip:203.0.113.9", "", ""},
+		{"ipv6 source canonical", baseConfig, nil, "[2001:DB8:0:0::1]:443", "ip:2001:db8::1", "", ""},
+		{"mapped ipv4 unmapped", baseConfig, nil, "[::ffff:192.0.2.1]:80", "ip:192.0.2.1", "", ""},
+		{"xff depth 1", baseConfig, wasmhost.Headers{{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"spoofed xff depth 1", baseConfig, wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"spoofed xff depth 2", strings.Replace(baseConfig, `"trusted_proxy_depth":1`, `"trusted_proxy_depth":2`, 1),
+			wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2"}}, "", "ip:203.0.113.5", "", ""},
+		{"two xff headers joined", baseConfig, wasmhost.Headers{{"x-forwarded-for", "6.6.6.6"}, {"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"xff ipv6", baseConfig, wasmhost.Headers{{"x-forwarded-for", "2001:DB8::5, 10.0.0.1"}}, "", "ip:2001:db8::5", "", ""},
+		{"garbage xff falls back", baseConfig, wasmhost.Headers{{"x-forwarded-for", "}{evil\r\n, 10.0.0.1"}}, "", "ip:198.51.100.7", "", ""},
+		{"10 kB xff", baseConfig, wasmhost.Headers{{"x-forwarded-for", strings.Repeat("1.1.1.1,", 1300) + "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"x-real-ip untrusted", baseConfig, wasmhost.Headers{{"x-real-ip", "203.0.113.8"}}, "", "ip:198.51.100.7", "", ""},
+		{"x-real-ip trusted", strings.Replace(baseConfig, `"trusted_proxy_depth":1`, `"trusted_proxy_depth":0,"trust_x_real_ip":true`, 1),
+			wasmhost.Headers{{"x-real-ip", "203.0.113.8"}, {"x-forwarded-for", "1.1.1.1"}}, "", "ip:203.0.113.8", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.config, 1)
+			_, act := e.start(req{headers: tt.headers, source: tt.source})
+			if act != wasmhost.Pause {
+				t.Fatalf("action %v, want Pause for the callout", act)
+			}
+			_, body := e.callout(0)
+			if body.UserID != tt.wantID || body.Tier != tt.wantTier || body.APIKey != tt.wantKey {
+				t.Fatalf("callout identity %q tier %q key %q; want %q %q %q", body.UserID, body.Tier, body.APIKey, tt.wantID, tt.wantTier, tt.wantKey)
+			}
+			if tt.wantID == "user:alice" && body.Tenant != "acme" {
+				t.Fatalf("tenant %q, want acme", body.Tenant)
+			}
+			if body.Endpoint != "/api/v1/items" || body.Method != "GET" {
+				t.Fatalf("endpoint %q method %q", body.Endpoint, body.Method)
+			}
+		})
+	}
+}
+
+// forge keeps header and payload and signs with another key.
+func forge(token string) string {
+	other, _ := jwttest.NewKeys()
+	parts := strings.Split(token, ".")
+	forged := strings.Split(other.Sign("ES256", map[string]any{}), ".")
+	return parts[0] + "." + parts[1] + "." + forged[2]
+}
+
+func TestInvalidTokenRejectedWhenConfigured(t *testing.T) {
+	e := newEnv(t, jwtConfig(true), 1)
+	s, act := e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("RS256", claims(epoch.Add(-time.Minute)))}}})
+	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 401 {
+		t.Fatalf("expired token with reject_invalid: %v %+v", act, s.Local)
+	}
+	if s.Local.Headers.Value("www-authenticate") == "" || mustJSON(t, s.Local.Body)["error"].(map[string]any)["code"] != "UNAUTHORIZED" {
+		t.Fatalf("401 answer: %v %s", s.Local.Headers, s.Local.Body)
+	}
+	e.noCallout(0)
+	// A valid token still passes, and the verified-token cache answers the
+	// second time after the clock moves on (but not past exp).
+	tok := keys.Sign("RS256", claims(epoch.Add(time.Minute)))
+	e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + tok}}})
+	e.answer(0, "200", decision(true, 10, 0, 0))
+	e.clock.Advance(2 * time.Minute)
+	s, _ = e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + tok}}})
+	if s.Local == nil || s.Local.Status != 401 {
+		t.Fatal("a cached token outlived its exp")
+	}
+}
+
+// Client-supplied x-tollgate-* headers never reach upstream, whatever case.
+func TestForgedInternalHeadersStripped(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"excluded_paths":["/health"]}`, 1)
+	forged := wasmhost.Headers{{"X-Tollgate-Identity", "user:admin"}, {"x-tollgate-decision", "allowed"}, {"X-TOLLGATE-TIER", "enterprise"}, {"x-tollgate-anything", "1"}}
+	s, _ := e.start(req{headers: forged})
+	e.answer(0, "200", decision(true, 5, 0, 0))
+	if got := s.RequestHeaders.Values("x-tollgate-identity"); len(got) != 1 || got[0] != "user:alice" {
+		t.Fatalf("identity upstream %v", got)
+	}
+	if s.RequestHeaders.Value("x-tollgate-tier") != "free" || s.RequestHeaders.Value("x-tollgate-decision") != "allowed" {
+		t.Fatalf("upstream headers %v", s.RequestHeaders)
+	}
+	if _, ok := s.RequestHeaders.Get("x-tollgate-anything"); ok {
+		t.Fatal("unknown forged x-tollgate header kept")
+	}
+	// Excluded paths skip limiting but are stripped all the same.
+	s, act := e.start(req{path: "/health", headers: forged})
+	if act != wasmhost.Continue {
+		t.Fatalf("excluded path: %v", act)
+	}
+	e.noCallout(0)
+	for _, kv := range s.RequestHeaders {
+		if strings.HasPrefix(kv[0], "x-tollgate-") {
+			t.Fatalf("forged header %v reached upstream on an excluded path", kv)
+		}
+	}
+}
+
+func TestCalloutShape(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","control_authority":"tollgate-control","timeout_ms":150,"lease":{"request":7}}`, 1)
+	e.start(req{method: "POST", path: "/api/v1/orders?id=1"})
+	c, body := e.callout(0)
+	if c.Cluster != "controlsvc" || c.Timeout != 150 || c.Headers.Value(":authority") != "tollgate-control" ||
+		c.Headers.Value(":path") != "/v1/rate-limit/check" || c.Headers.Value(":method") != "POST" {
+		t.Fatalf("callout %+v", c)
+	}
+	if body.Endpoint != "/api/v1/orders" || body.Method != "POST" || body.Lease != 7 {
+		t.Fatalf("body %+v", body)
+	}
+	raw := map[string]any{}
+	_ = json.Unmarshal(c.Body, &raw)
+	if _, ok := raw["api_key"]; ok {
+		t.Fatal("empty api_key sent")
+	}
+}

@@ -1,0 +1,55 @@
+package pluginconf
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ControlCluster != "controlsvc" || c.ControlAuthority != "controlsvc" || c.FailureMode != FailOpen || c.TimeoutMS != 200 ||
+		c.APIKeyHeader != "x-api-key" || c.Lease.Request != 10 || !c.Headers.XRateLimitOn() || c.Headers.IETF {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"control_cluster":"bad cluster"}`:            "control_cluster:",
+		`{"control_authority":"a/b"}`:                  "control_authority:",
+		`{"trusted_proxy_depth":-1}`:                   "trusted_proxy_depth:",
+		`{"api_key_header":"X Key"}`:                   "api_key_header:",
+		`{"api_key_header":"x-tollgate-key"}`:          "api_key_header:",
+		`{"lease":{"request":-1}}`:                     "lease.request:",
+		`{"breaker":{"failures":0}}`:                   "breaker.failures:",
+		`{"breaker":{"cooldown_ms":1}}`:                "breaker.cooldown_ms:",
+		`{"fallback":{"limit":0}}`:                     "fallback.limit:",
+		`{"fallback":{"window_seconds":9999}}`:         "fallback.window_seconds:",
+		`{"jwt":{}}`:                                   "jwt.jwks:",
+		`{"jwt":{"jwks":{"keys":[]},"cache_size":-1}}`: "jwt.cache_size:",
+		`{"headers":{"ietf":"yes"}}`:                   "headers.ietf:",
+		`{"lease":{"requests":5}}`:                     "requests: unknown setting",
+		`{} {}`:                                        "data after",
+	} {
+		if _, err := Parse([]byte(cfg)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", cfg, err, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"control_cluster":"controlsvc","lease":{"request":5}}`))
+	f.Add([]byte(`{"jwt":{"jwks":{"keys":[{"kty":"oct","k":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}]}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		if c.TimeoutMS == 0 || c.Lease.Slots == 0 || c.Breaker.Failures == 0 {
+			t.Fatalf("accepted a config with a zero bound: %+v", c)
+		}
+	})
+}
