@@ -20,14 +20,16 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 	fi; \
 	redis-server --version
 
-build: ## build bin/controlsvc and build/tollgate.wasm
+build: ## build bin/controlsvc, bin/tollgate-gateway and build/tollgate.wasm
 	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
+	$(GO) build -o bin/tollgate-gateway ./filter/cmd/tollgate-gateway
+	$(GO) build -o bin/demo-upstream ./scripts/demo-upstream
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
 
 test: ## run every module's tests with -race (needs redis-server: make deps)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-run: build ## start Redis and the control service on loopback; Ctrl-C stops
+run: build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops
 	scripts/run.sh
 
 bench: ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
@@ -50,7 +52,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzCounter ./shared/keys" \
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
 	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn" \
-	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/internal/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
+	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
 	          "FuzzDecode ./filter/proxywasm/headermap"; do \
 	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
 	done

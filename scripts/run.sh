@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# `make run`: Redis and the control service on loopback, with curl commands to
-# try. Ctrl-C stops everything.
+# `make run`: Redis, the control service, a demo upstream and the gateway
+# running the filter, all on loopback, with curl commands to try. Ctrl-C stops
+# everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run=.run
 redis_port=${TOLLGATE_RUN_REDIS_PORT:-6390}
-listen=${TOLLGATE_LISTEN:-127.0.0.1:8081}
+control=${TOLLGATE_LISTEN:-127.0.0.1:8081}
+gateway=${TOLLGATE_RUN_GATEWAY:-127.0.0.1:8080}
+upstream=${TOLLGATE_RUN_UPSTREAM:-127.0.0.1:9000}
 token=${TOLLGATE_ADMIN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 mkdir -p "$run"
 
@@ -19,33 +22,45 @@ cleanup() {
   wait 2>/dev/null || true
   scripts/redis.sh stop "$run"
 }
-trap cleanup INT TERM EXIT
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+await() { # name url pid log
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null "$2" && return 0
+    kill -0 "$3" 2>/dev/null || { echo "$1 exited:"; tail -5 "$4"; exit 1; }
+    sleep 0.1
+  done
+  echo "$1 did not come up; see $4"; exit 1
+}
 
 scripts/redis.sh start "$redis_port" "$run"
-TOLLGATE_LISTEN=$listen TOLLGATE_REDIS_URL=redis://127.0.0.1:$redis_port/0 TOLLGATE_ADMIN_TOKEN=$token \
+TOLLGATE_LISTEN=$control TOLLGATE_REDIS_URL=redis://127.0.0.1:$redis_port/0 TOLLGATE_ADMIN_TOKEN=$token \
   bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/controlsvc.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do
-  curl -fs "http://$listen/health" >/dev/null 2>&1 && break
-  kill -0 "${pids[0]}" 2>/dev/null || { echo "controlsvc exited:"; tail -5 "$run/controlsvc.log"; exit 1; }
-  sleep 0.1
-done
+pids+=($!); await controlsvc "http://$control/health" "${pids[-1]}" "$run/controlsvc.log"
+bin/demo-upstream -listen "$upstream" >"$run/upstream.log" 2>&1 &
+pids+=($!); await demo-upstream "http://$upstream/" "${pids[-1]}" "$run/upstream.log"
+bin/tollgate-gateway -wasm build/tollgate.wasm -plugin-config filter/plugin-config.example.json \
+  -listen "$gateway" -upstream "http://$upstream" -cluster "controlsvc=http://$control" >"$run/gateway.log" 2>&1 &
+pids+=($!); await gateway "http://$gateway/healthz" "${pids[-1]}" "$run/gateway.log"
 
 cat <<TXT
 
-Tollgate control service on http://$listen (Redis on 127.0.0.1:$redis_port, logs in $run/)
-The demo's free tier allows 5 requests a minute.
+Tollgate is running on loopback (logs in $run/):
+  gateway with the filter  http://$gateway   -> demo upstream http://$upstream
+  control service          http://$control  (Redis 127.0.0.1:$redis_port)
+The demo's free tier allows 5 requests a minute per caller.
 
-  # allowed, with X-RateLimit-* headers
-  curl -i -X POST http://$listen/v1/rate-limit/check -d '{"user_id":"alice","endpoint":"/api/v1/items"}'
+  # allowed: X-RateLimit-* and RateLimit headers back, x-tollgate-* seen upstream
+  curl -i http://$gateway/api/v1/items
 
-  # run it six times: the sixth answers 429 with Retry-After and RATE_LIMIT_EXCEEDED
-  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code}\n' -X POST http://$listen/v1/rate-limit/check -d '{"user_id":"bob","endpoint":"/api/v1/items"}'; done
+  # the sixth request in a minute answers 429 with Retry-After and RATE_LIMIT_EXCEEDED
+  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code}\n' -H 'X-Forwarded-For: 203.0.113.9' http://$gateway/api/v1/orders; done
 
   # the counter's status, read without spending
-  curl -s http://$listen/v1/rate-limit/status/bob/api/v1/items
+  curl -s http://$control/v1/rate-limit/status/ip:203.0.113.9/api/v1/orders
 
-Admin API token for this run: $token  (metrics: http://$listen/metrics)
+Admin API token for this run: $token  (metrics: http://$control/metrics)
 Press Ctrl-C to stop.
 TXT
 wait "${pids[0]}"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
-	"github.com/tollgate-rl/tollgate/filter/internal/pluginconf"
+	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/identity"

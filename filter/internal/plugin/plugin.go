@@ -9,7 +9,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/internal/fallback"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
-	"github.com/tollgate-rl/tollgate/filter/internal/pluginconf"
+	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/breaker"

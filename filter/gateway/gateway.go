@@ -1,0 +1,382 @@
+// Package gateway is a development HTTP proxy that runs the Tollgate filter
+// under wasmhost for every request, like Envoy does: a pool of VMs (Envoy's
+// workers), callouts made as real asynchronous HTTP requests to named
+// clusters with their timeouts, allowed requests forwarded upstream. Envoy is
+// the production host; this one serves `make run`, end-to-end tests and
+// benchmarks on machines without Envoy.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+)
+
+// Config of a gateway.
+type Config struct {
+	// Wasm is the module; PluginConfig its configuration.
+	Wasm         []byte
+	PluginConfig []byte
+	// Upstream receives allowed requests.
+	Upstream *url.URL
+	// Clusters maps the cluster names callouts use to base URLs.
+	Clusters map[string]*url.URL
+	// VMs is the number of VMs (Envoy: one per worker thread).
+	VMs int
+	// NoFilter forwards every request untouched (for benchmarks).
+	NoFilter bool
+	Log      *slog.Logger
+}
+
+// Gateway is an http.Handler.
+type Gateway struct {
+	cfg    Config
+	host   *wasmhost.Host
+	vms    []*worker
+	next   atomic.Uint64
+	proxy  *httputil.ReverseProxy
+	client *http.Client
+	log    *slog.Logger
+}
+
+// worker is one VM and the lock that serialises calls into it. The lock is
+// held only while the guest runs, never while a callout is in flight.
+type worker struct {
+	mu      sync.Mutex
+	vm      *wasmhost.VM
+	pending []*wasmhost.Callout
+}
+
+// New compiles the module and starts the VMs. A plugin that refuses its
+// configuration is an error.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.VMs < 1 {
+		cfg.VMs = 1
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Log, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(cfg.Upstream); pr.Out.Host = pr.In.Host },
+		Transport:      &http.Transport{MaxIdleConnsPerHost: 256},
+		ModifyResponse: g.filterResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.log.Warn("upstream failed", "err", err)
+			writeError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream did not answer")
+		},
+	}
+	if cfg.NoFilter {
+		return g, nil
+	}
+	names := make([]string, 0, len(cfg.Clusters))
+	for n := range cfg.Clusters {
+		names = append(names, n)
+	}
+	host, err := wasmhost.New(ctx, cfg.Wasm, wasmhost.Options{
+		PluginConfig: cfg.PluginConfig, Clusters: names,
+		Log: func(level wasmhost.LogLevel, msg string) {
+			g.log.Log(context.Background(), slogLevel(level), msg, "source", "filter")
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.host = host
+	for i := 0; i < cfg.VMs; i++ {
+		vm, err := host.NewVM(ctx)
+		if err != nil {
+			host.Close(ctx)
+			return nil, fmt.Errorf("vm %d: %w", i, err)
+		}
+		w := &worker{vm: vm}
+		vm.OnCallout = func(c *wasmhost.Callout) { w.pending = append(w.pending, c) }
+		g.vms = append(g.vms, w)
+	}
+	return g, nil
+}
+
+// Close releases the VMs.
+func (g *Gateway) Close(ctx context.Context) error {
+	if g.host == nil {
+		return nil
+	}
+	return g.host.Close(ctx)
+}
+
+// Host exposes the filter's host (metrics, shared data) to tests.
+func (g *Gateway) Host() *wasmhost.Host { return g.host }
+
+type streamKey struct{}
+
+type streamRef struct {
+	w *worker
+	s *wasmhost.Stream
+}
+
+// ServeHTTP runs one request through the filter.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.cfg.NoFilter {
+		g.proxy.ServeHTTP(w, r)
+		return
+	}
+	wk := g.vms[g.next.Add(1)%uint64(len(g.vms))]
+	ctx := r.Context()
+	wk.mu.Lock()
+	s, err := wk.vm.NewStream(ctx, requestHeaders(r), map[string]string{
+		"source.address": r.RemoteAddr, "request.path": r.URL.RequestURI(), "request.method": r.Method,
+		"request.host": r.Host, "request.scheme": scheme(r),
+	})
+	var act wasmhost.Action
+	if err == nil {
+		act, err = s.OnRequestHeaders(ctx, r.ContentLength == 0)
+	}
+	calls := wk.takePending()
+	wk.mu.Unlock()
+	if err != nil {
+		g.broken(w, wk, err)
+		return
+	}
+	defer func() {
+		wk.mu.Lock()
+		_ = s.Done(context.Background())
+		wk.mu.Unlock()
+	}()
+	if act == wasmhost.Pause && s.Local == nil && !s.Resumed {
+		if !g.runCallouts(ctx, wk, s, calls) {
+			writeError(w, http.StatusGatewayTimeout, "GATEWAY_TIMEOUT", "the filter did not decide")
+			return
+		}
+	}
+	switch {
+	case s.Local != nil:
+		writeLocal(w, s.Local)
+	default:
+		out := r.Clone(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
+		out.Header = upstreamHeaders(s.RequestHeaders)
+		g.proxy.ServeHTTP(w, out)
+	}
+}
+
+// runCallouts performs the callouts and delivers their answers until the
+// stream is decided. It returns false if the client went away first.
+func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Stream, calls []*wasmhost.Callout) bool {
+	type result struct {
+		c    *wasmhost.Callout
+		resp *wasmhost.CalloutResponse
+	}
+	results := make(chan result, 8)
+	inflight := 0
+	launch := func(cs []*wasmhost.Callout) {
+		for _, c := range cs {
+			inflight++
+			go func(c *wasmhost.Callout) { results <- result{c, g.callout(ctx, c)} }(c)
+		}
+	}
+	launch(calls)
+	for inflight > 0 {
+		var res result
+		select {
+		case res = <-results:
+		case <-ctx.Done():
+			return false
+		}
+		inflight--
+		wk.mu.Lock()
+		var err error
+		if res.resp == nil {
+			err = wk.vm.Fail(context.Background(), res.c.Token)
+		} else {
+			err = wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
+		}
+		more := wk.takePending()
+		decided := s.Local != nil || s.Resumed
+		wk.mu.Unlock()
+		if err != nil {
+			g.log.Error("deliver callout answer", "err", err)
+			return false
+		}
+		if decided {
+			return true
+		}
+		launch(more)
+	}
+	return s.Local != nil || s.Resumed
+}
+
+// callout performs one callout as Envoy's async client would: a timeout
+// becomes the 504 Envoy generates; a connection failure a reset (nil).
+func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.CalloutResponse {
+	base, ok := g.cfg.Clusters[c.Cluster]
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(c.Timeout)*time.Millisecond)
+	defer cancel()
+	u := *base
+	path := c.Headers.Value(":path")
+	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
+	req, err := http.NewRequestWithContext(cctx, c.Headers.Value(":method"), u.String(), bytes.NewReader(c.Body))
+	if err != nil {
+		return nil
+	}
+	req.Host = c.Headers.Value(":authority")
+	for _, kv := range c.Headers {
+		if !strings.HasPrefix(kv[0], ":") {
+			req.Header.Add(kv[0], kv[1])
+		}
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "504"}, {"content-type", "text/plain"}}, Body: []byte("upstream request timeout")}
+		}
+		return nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil
+	}
+	h := wasmhost.Headers{{":status", strconv.Itoa(resp.StatusCode)}}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			h = append(h, [2]string{strings.ToLower(k), v})
+		}
+	}
+	return &wasmhost.CalloutResponse{Headers: h, Body: body}
+}
+
+// filterResponse runs the upstream's response headers through the filter.
+func (g *Gateway) filterResponse(resp *http.Response) error {
+	ref, ok := resp.Request.Context().Value(streamKey{}).(streamRef)
+	if !ok {
+		return nil
+	}
+	h := wasmhost.Headers{{":status", strconv.Itoa(resp.StatusCode)}}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			h = append(h, [2]string{strings.ToLower(k), v})
+		}
+	}
+	ref.w.mu.Lock()
+	_, err := ref.s.OnResponseHeaders(context.Background(), h, false)
+	out := ref.s.ResponseHeaders
+	ref.w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	resp.Header = http.Header{}
+	for _, kv := range out {
+		if !strings.HasPrefix(kv[0], ":") {
+			resp.Header.Add(kv[0], kv[1])
+		}
+	}
+	return nil
+}
+
+func (wk *worker) takePending() []*wasmhost.Callout {
+	p := wk.pending
+	wk.pending = nil
+	return p
+}
+
+// broken answers a request whose VM trapped and replaces that VM, as Envoy
+// discards a VM after a trap.
+func (g *Gateway) broken(w http.ResponseWriter, wk *worker, err error) {
+	g.log.Error("filter failed; replacing its VM", "err", err)
+	wk.mu.Lock()
+	if wk.vm.Broken() != nil {
+		if vm, nerr := g.host.NewVM(context.Background()); nerr == nil {
+			vm.OnCallout = func(c *wasmhost.Callout) { wk.pending = append(wk.pending, c) }
+			wk.vm = vm
+		}
+	}
+	wk.mu.Unlock()
+	writeError(w, http.StatusInternalServerError, "INTERNAL_ERROR", "the filter failed")
+}
+
+func requestHeaders(r *http.Request) wasmhost.Headers {
+	h := wasmhost.Headers{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", scheme(r)}}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			h = append(h, [2]string{strings.ToLower(k), v})
+		}
+	}
+	return h
+}
+
+func upstreamHeaders(h wasmhost.Headers) http.Header {
+	out := http.Header{}
+	for _, kv := range h {
+		if !strings.HasPrefix(kv[0], ":") {
+			out.Add(kv[0], kv[1])
+		}
+	}
+	return out
+}
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+func writeLocal(w http.ResponseWriter, l *wasmhost.LocalResponse) {
+	for _, kv := range l.Headers {
+		if !strings.HasPrefix(kv[0], ":") {
+			w.Header().Add(kv[0], kv[1])
+		}
+	}
+	w.WriteHeader(l.Status)
+	_, _ = w.Write(l.Body)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`, code, msg)
+}
+
+func slogLevel(l wasmhost.LogLevel) slog.Level {
+	switch {
+	case l >= wasmhost.LogError:
+		return slog.LevelError
+	case l == wasmhost.LogWarn:
+		return slog.LevelWarn
+	case l == wasmhost.LogInfo:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
+
+// ParseCluster reads a -cluster flag value, NAME=URL.
+func ParseCluster(s string) (string, *url.URL, error) {
+	name, raw, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return "", nil, fmt.Errorf("cluster %q: want NAME=URL", s)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", nil, fmt.Errorf("cluster %q: %q is not an http(s) URL", name, raw)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil && !strings.Contains(err.Error(), "missing port") {
+		return "", nil, fmt.Errorf("cluster %q: bad host %q", name, u.Host)
+	}
+	return name, u, nil
+}
