@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 GO ?= go
 MODULES := shared controlsvc filter
-PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...)
+PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
+	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
 .PHONY: help deps build test run bench lint ci fuzz clean
 

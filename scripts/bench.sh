@@ -16,4 +16,17 @@ go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest
 go test -run '^$' -bench 'Request|Native' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark'
 echo
 echo "== Control service"
-go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port" "$@"
+go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port"
+
+echo
+echo "== Gateway with and without the filter (control service on the same Redis)"
+make -s build
+cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+printf '[[tiers]]\nname = "free"\nlimit = 1000000\nwindow_seconds = 60\n' >"$run/bench.toml"
+TOLLGATE_LISTEN=127.0.0.1:$cport TOLLGATE_REDIS_URL=redis://127.0.0.1:$port/0 TOLLGATE_LOG_LEVEL=error \
+  bin/controlsvc -config "$run/bench.toml" >"$run/controlsvc.log" 2>&1 &
+cpid=$!
+trap 'kill $cpid 2>/dev/null; scripts/redis.sh stop "$run"; rm -rf "$run"' EXIT
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$cport/health" && break; sleep 0.1; done
+go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 50
+go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 0 -requests 5000

@@ -16,11 +16,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +26,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/loadtest"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
@@ -80,12 +78,22 @@ func run(ctx context.Context) error {
 	defer func() { stop(); <-served }()
 
 	fmt.Printf("Tollgate control service benchmark (Redis %s, loopback)\n\n", *redisAddr)
-	rate, p50, p99, n, err := httpLoad("http://"+a.Addr(), *requests, *concurrency, *maxTime)
+	base := "http://" + a.Addr() + "/v1/rate-limit/check"
+	res, err := loadtest.Run(ctx, loadtest.Config{
+		Requests: int64(*requests), Concurrency: *concurrency, MaxTime: *maxTime,
+		Request: func(i int64) (*http.Request, error) {
+			body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
+			return http.NewRequest(http.MethodPost, base, strings.NewReader(body))
+		},
+	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("controlsvc  POST /v1/rate-limit/check  %d checks, %d clients: %.0f checks/s  p50 %v  p99 %v\n",
-		n, *concurrency, rate, p50.Round(time.Microsecond), p99.Round(time.Microsecond))
+	if res.Failures > 0 {
+		return fmt.Errorf("%d checks failed", res.Failures)
+	}
+	rate := res.PerSec
+	fmt.Printf("controlsvc  POST /v1/rate-limit/check  %d clients, %v\n", *concurrency, res)
 
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
 	defer rdb.Close()
@@ -111,62 +119,6 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("\nRedis memory per live token-bucket key (MEMORY USAGE, mean of %d keys): %.0f bytes (seed estimate: ~150)\n", *keyCount, perKey)
 	return nil
-}
-
-// httpLoad sends up to total checks from c clients, each for its own caller,
-// stopping early at maxTime. It returns checks/s and latency percentiles.
-func httpLoad(base string, total, c int, maxTime time.Duration) (float64, time.Duration, time.Duration, int, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: c, MaxConnsPerHost: c}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(maxTime)
-	var next atomic.Int64
-	lat := make([][]time.Duration, c)
-	errs := make(chan error, c)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < c; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(total) || time.Now().After(deadline) {
-					return
-				}
-				body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
-				t0 := time.Now()
-				resp, err := hc.Post(base+"/v1/rate-limit/check", "application/json", strings.NewReader(body))
-				if err != nil {
-					errs <- err
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					errs <- fmt.Errorf("check answered %d", resp.StatusCode)
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		}(w)
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, 0, 0, 0, err
-	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	if len(all) == 0 {
-		return 0, 0, 0, 0, fmt.Errorf("no check completed")
-	}
-	slices.Sort(all)
-	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	return float64(len(all)) / elapsed.Seconds(), pct(0.50), pct(0.99), len(all), nil
 }
 
 // redisBenchmark runs the token-bucket script with redis-benchmark: the

@@ -1,0 +1,122 @@
+// Package loadtest drives a bounded HTTP load against a loopback server and
+// reports throughput and latency percentiles. Every run stops by itself: at
+// Requests sent or at MaxTime, whichever comes first. The control service's
+// and the gateway's benchmarks both use it.
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config of one run.
+type Config struct {
+	// Request builds the i-th request (0-based).
+	Request     func(i int64) (*http.Request, error)
+	Requests    int64
+	Concurrency int
+	MaxTime     time.Duration
+	// OK decides whether a status counts as a success (default: 2xx).
+	OK func(status int) bool
+}
+
+// Result of a run.
+type Result struct {
+	Requests int64
+	Elapsed  time.Duration
+	PerSec   float64
+	P50, P99 time.Duration
+	Failures int64
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d requests: %.0f req/s  p50 %v  p99 %v  failures %d",
+		r.Requests, r.PerSec, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Failures)
+}
+
+// ErrNotLoopback refuses targets outside 127.0.0.0/8 and ::1.
+var ErrNotLoopback = errors.New("loadtest: only loopback targets")
+
+// Run sends the load.
+func Run(ctx context.Context, c Config) (Result, error) {
+	if c.Concurrency < 1 || c.Requests < 1 || c.MaxTime <= 0 || c.Request == nil {
+		return Result{}, errors.New("loadtest: Request, Requests, Concurrency and MaxTime are required")
+	}
+	if c.OK == nil {
+		c.OK = func(s int) bool { return s >= 200 && s < 300 }
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: c.Concurrency, MaxConnsPerHost: c.Concurrency}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(ctx, c.MaxTime)
+	defer cancel()
+	var next, failures atomic.Int64
+	lat := make([][]time.Duration, c.Concurrency)
+	errc := make(chan error, c.Concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < c.Concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= c.Requests {
+					return
+				}
+				req, err := c.Request(i)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if !loopback(req.URL) {
+					errc <- ErrNotLoopback
+					return
+				}
+				t0 := time.Now()
+				resp, err := hc.Do(req.WithContext(ctx))
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					failures.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if !c.OK(resp.StatusCode) {
+					failures.Add(1)
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return Result{}, err
+	}
+	elapsed := time.Since(start)
+	all := slices.Concat(lat...)
+	if len(all) == 0 {
+		return Result{}, errors.New("loadtest: no request completed")
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	return Result{Requests: int64(len(all)), Elapsed: elapsed, PerSec: float64(len(all)) / elapsed.Seconds(),
+		P50: pct(0.50), P99: pct(0.99), Failures: failures.Load()}, nil
+}
+
+func loopback(u *url.URL) bool {
+	h := u.Hostname()
+	return h == "localhost" || h == "::1" || strings.HasPrefix(h, "127.")
+}
