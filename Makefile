@@ -37,7 +37,7 @@ bench: ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per 
 	scripts/bench.sh
 
 lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged
-	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	cd shared && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) vet . ./proxywasm/... ./internal/...

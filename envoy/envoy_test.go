@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -207,7 +207,7 @@ func TestIstioWasmPlugin(t *testing.T) {
 // A broken bootstrap is caught: the checks above are not vacuous.
 func TestValidationCatchesMistakes(t *testing.T) {
 	for name, doc := range map[string]string{
-		"unknown field":   `{"static_resources":{"clusters":[{"name":"x","no_such_field":1}]}}`,
+		"unknown field":    `{"static_resources":{"clusters":[{"name":"x","no_such_field":1}]}}`,
 		"bad typed config": `{"static_resources":{"listeners":[{"name":"l","address":{"socket_address":{"address":"127.0.0.1","port_value":1}},"filter_chains":[{"filters":[{"name":"h","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager","stat_prefx":"x"}}]}]}]}}`,
 	} {
 		var b bootstrapv3.Bootstrap
