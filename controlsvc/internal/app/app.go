@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -166,6 +167,9 @@ func (a *App) Reload() (err error) {
 	return err
 }
 
+// reloadQuiet is how long the config file must be unchanged before a reload.
+const reloadQuiet = 100 * time.Millisecond
+
 // WatchConfig reloads when the config file changes, until ctx ends. It
 // watches the directory, so editors that replace the file are seen too.
 func (a *App) WatchConfig(ctx context.Context) error {
@@ -187,6 +191,10 @@ func (a *App) WatchConfig(ctx context.Context) error {
 	}
 	go func() {
 		defer w.Close()
+		// Editors and os.WriteFile truncate before they write, and one save
+		// is several events: wait until the file has been quiet for a
+		// moment, and never reload from an empty file (a save in progress).
+		var quiet <-chan time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -196,8 +204,15 @@ func (a *App) WatchConfig(ctx context.Context) error {
 					return
 				}
 				if filepath.Clean(ev.Name) == abs && ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename) {
-					_ = a.Reload()
+					quiet = time.After(reloadQuiet)
 				}
+			case <-quiet:
+				quiet = nil
+				if st, err := os.Stat(abs); err == nil && st.Size() == 0 {
+					a.log.Warn("config file is empty; waiting for the write to finish", "path", abs)
+					continue
+				}
+				_ = a.Reload()
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
