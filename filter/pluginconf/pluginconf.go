@@ -6,14 +6,13 @@ package pluginconf
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // Failure modes (as the control service's).
@@ -129,19 +128,14 @@ func Parse(data []byte) (*Config, error) {
 }
 
 func describe(err error) error {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &te):
-		return fmt.Errorf("%s: must be %s, not %s", te.Field, te.Type, te.Value)
-	case errors.As(err, &se):
-		return fmt.Errorf("plugin configuration: malformed JSON at byte %d", se.Offset)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("plugin configuration: malformed JSON (truncated)")
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("%s: unknown setting", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`))
+	field, reason := wire.DescribeJSONError(err)
+	if field == "body" {
+		return fmt.Errorf("plugin configuration: %s", reason)
 	}
-	return fmt.Errorf("plugin configuration: %v", err)
+	if reason == "is not a known field" {
+		reason = "unknown setting"
+	}
+	return fmt.Errorf("%s: %s", field, reason)
 }
 
 var (

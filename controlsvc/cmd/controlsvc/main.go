@@ -36,12 +36,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	unknown := config.UnknownEnv(os.Environ())
 	if *check {
+		for _, name := range unknown {
+			fmt.Fprintf(stdout, "warning: %s is not a Tollgate setting (misspelt?)\n", name)
+		}
 		fmt.Fprintf(stdout, "config OK: %d tiers, %d rules, default tier %q, failure mode %s\n",
 			len(cfg.Tiers), len(cfg.Rules), cfg.DefaultTier, cfg.FailureMode)
 		return nil
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	for _, name := range unknown {
+		log.Warn("environment variable is not a Tollgate setting (misspelt?)", "name", name)
+	}
 	a, err := app.New(cfg, *path, os.LookupEnv, log)
 	if err != nil {
 		return err

@@ -129,9 +129,9 @@ func Default() Config {
 	}
 }
 
-// Env lists every environment variable and the field it sets, for docs and
-// for -check-config.
+// Env lists every environment variable and the field it sets.
 var Env = []struct{ Name, Field string }{
+	{"TOLLGATE_CONFIG", "(the config file's path)"},
 	{"TOLLGATE_LISTEN", "listen"},
 	{"TOLLGATE_REDIS_URL", "redis_url"},
 	{"TOLLGATE_REDIS_TIMEOUT_MS", "redis_timeout_ms"},
@@ -148,6 +148,26 @@ var Env = []struct{ Name, Field string }{
 	{"TOLLGATE_LEASE_MAX", "lease.max"},
 	{"TOLLGATE_LEASE_TTL_MS", "lease.ttl_ms"},
 	{"TOLLGATE_PENALTIES_ENABLED", "penalties.enabled"},
+}
+
+// UnknownEnv returns the TOLLGATE_* variables of environ ("K=V" entries)
+// that no setting reads: most likely misspelt, and silently ignored otherwise.
+func UnknownEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TOLLGATE_") {
+			continue
+		}
+		known := false
+		for _, e := range Env {
+			known = known || e.Name == name
+		}
+		if !known {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Load builds the configuration: defaults, then the TOML file at path (none

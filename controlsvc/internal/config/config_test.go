@@ -181,3 +181,10 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestUnknownEnv(t *testing.T) {
+	got := UnknownEnv([]string{"TOLLGATE_LISTEN=x", "TOLLGATE_REDIS_ULR=redis://", "HOME=/root", "TOLLGATE_CONFIG=/etc/t.toml"})
+	if len(got) != 1 || got[0] != "TOLLGATE_REDIS_ULR" {
+		t.Fatalf("got %v", got)
+	}
+}

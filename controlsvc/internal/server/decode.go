@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -47,42 +46,11 @@ func decodeJSON(body []byte, dst any, strict bool) error {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(dst); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te):
-			field := te.Field
-			if field == "" {
-				field = "body"
-			}
-			return apierr.Invalid(field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type.Kind().String()), te.Value))
-		case errors.As(err, &se):
-			return apierr.Invalid("body", fmt.Sprintf("malformed JSON at byte %d", se.Offset))
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return apierr.Invalid(field, "is not a known field")
-		default:
-			return apierr.Invalid("body", "malformed JSON")
-		}
+		field, reason := wire.DescribeJSONError(err)
+		return apierr.Invalid(field, reason)
 	}
 	if dec.More() {
 		return apierr.Invalid("body", "has data after the JSON object")
 	}
 	return nil
-}
-
-func jsonKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"), strings.HasPrefix(goKind, "float"):
-		return "a number"
-	case goKind == "string":
-		return "a string"
-	case goKind == "bool":
-		return "true or false"
-	case goKind == "slice":
-		return "an array"
-	case goKind == "struct", goKind == "map", goKind == "ptr":
-		return "an object"
-	}
-	return goKind
 }
