@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/wasmhost"
-	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -109,32 +107,3 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	}
 }
 
-// BenchmarkNativeLogic runs the filter's per-request logic natively (client
-// address, lease-cache take, callout body, decision parse), for the ratio
-// to the Wasm paths above; the host-call traffic has no native counterpart.
-func BenchmarkNativeLogic(b *testing.B) {
-	store := memStore{m: map[string][]byte{}}
-	cache := leasecache.New(store, "tollgate.lease", 1024)
-	b.ReportAllocs()
-	for b.Loop() {
-		addr, _, _ := identity.ClientIP(identity.ClientIPInput{ForwardedFor: "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "10.0.0.1:5000"})
-		id := identity.KindIP.Prefix() + addr.String()
-		owner := leasecache.Bucket(id, "", "", "", "GET", "/api/v1/items")
-		cache.Take(owner, epoch.UnixMilli())
-		body, _ := json.Marshal(wire.CheckRequest{UserID: id, Endpoint: "/api/v1/items", Method: "GET", Lease: 10})
-		var d wire.CheckResponse
-		_ = json.Unmarshal(benchAnswer.Body, &d)
-		_ = body
-	}
-}
-
-type memStore struct{ m map[string][]byte }
-
-func (s memStore) Get(k string) ([]byte, uint32, error) {
-	v, ok := s.m[k]
-	if !ok {
-		return nil, 0, leasecache.ErrNotFound
-	}
-	return v, 1, nil
-}
-func (s memStore) Set(k string, v []byte, _ uint32) error { s.m[k] = v; return nil }

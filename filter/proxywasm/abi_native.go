@@ -2,35 +2,233 @@
 
 package proxywasm
 
-// Outside Wasm there is no host: these stand-ins let the plugin build and its
-// pure logic run natively (go vet, unit tests). Every call reports
-// Unimplemented; behaviour tests drive the compiled module under wazero.
+import (
+	"unsafe"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
+)
+
+// NativeHost is the host outside Wasm: the same calls as the ABI, with Go
+// values instead of guest memory. proxytest provides one, so that the plugin
+// runs natively in unit tests and benchmarks. Statuses are ABI statuses.
+type NativeHost interface {
+	Log(level uint32, msg string)
+	GetBuffer(bufferType, start, maxSize uint32) ([]byte, uint32)
+	GetHeaderMapPairs(mapType uint32) ([][2]string, uint32)
+	GetHeaderMapValue(mapType uint32, key string) (string, uint32)
+	AddHeaderMapValue(mapType uint32, key, value string) uint32
+	ReplaceHeaderMapValue(mapType uint32, key, value string) uint32
+	RemoveHeaderMapValue(mapType uint32, key string) uint32
+	GetProperty(path string) ([]byte, uint32)
+	SendLocalResponse(status uint32, headers [][2]string, body []byte) uint32
+	HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, uint32)
+	ContinueStream(streamType uint32) uint32
+	SetEffectiveContext(contextID uint32) uint32
+	GetSharedData(key string) ([]byte, uint32, uint32)
+	SetSharedData(key string, value []byte, cas uint32) uint32
+	SetTickPeriod(millis uint32) uint32
+	DefineMetric(kind uint32, name string) (uint32, uint32)
+	IncrementMetric(id uint32, offset int64) uint32
+	RecordMetric(id uint32, value uint64) uint32
+}
+
+var native NativeHost
+
+// SetNativeHost installs the host outside Wasm and forgets every context, as
+// a fresh VM would.
+func SetNativeHost(h NativeHost) {
+	native = h
+	plugins, streams, activeID = map[uint32]*pluginState{}, map[uint32]*httpState{}, 0
+}
 
 const statusUnimplemented = 12
 
-func proxyLog(uint32, *byte, uint32) uint32                               { return statusUnimplemented }
-func proxyGetBufferBytes(uint32, uint32, uint32, *uint32, *uint32) uint32 { return statusUnimplemented }
-func proxyGetHeaderMapValue(uint32, *byte, uint32, *uint32, *uint32) uint32 {
-	return statusUnimplemented
+func str(p *byte, n uint32) string {
+	if p == nil || n == 0 {
+		return ""
+	}
+	return unsafe.String(p, n)
 }
-func proxyGetHeaderMapPairs(uint32, *uint32, *uint32) uint32             { return statusUnimplemented }
-func proxyAddHeaderMapValue(uint32, *byte, uint32, *byte, uint32) uint32 { return statusUnimplemented }
-func proxyReplaceHeaderMapValue(uint32, *byte, uint32, *byte, uint32) uint32 {
-	return statusUnimplemented
+
+func raw(p *byte, n uint32) []byte {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice(p, n)
 }
-func proxyRemoveHeaderMapValue(uint32, *byte, uint32) uint32  { return statusUnimplemented }
-func proxyGetProperty(*byte, uint32, *uint32, *uint32) uint32 { return statusUnimplemented }
-func proxySendLocalResponse(uint32, *byte, uint32, *byte, uint32, *byte, uint32, int32) uint32 {
-	return statusUnimplemented
+
+// give hands data to the binding the way a host does: through
+// proxy_on_memory_allocate and the size out-parameter.
+func give(data []byte, st uint32, size *uint32) uint32 {
+	if st != statusOK {
+		return st
+	}
+	allocate(uint32(len(data)))
+	copy(allocBuf, data)
+	*size = uint32(len(data))
+	return statusOK
 }
-func proxyHttpCall(*byte, uint32, *byte, uint32, *byte, uint32, *byte, uint32, uint32, *uint32) uint32 {
-	return statusUnimplemented
+
+func decodeMap(p *byte, n uint32) [][2]string {
+	m, _ := headermap.Decode(raw(p, n))
+	return m
 }
-func proxyContinueStream(uint32) uint32                                  { return statusUnimplemented }
-func proxySetEffectiveContext(uint32) uint32                             { return statusUnimplemented }
-func proxyGetSharedData(*byte, uint32, *uint32, *uint32, *uint32) uint32 { return statusUnimplemented }
-func proxySetSharedData(*byte, uint32, *byte, uint32, uint32) uint32     { return statusUnimplemented }
-func proxySetTickPeriodMilliseconds(uint32) uint32                       { return statusUnimplemented }
-func proxyDefineMetric(uint32, *byte, uint32, *uint32) uint32            { return statusUnimplemented }
-func proxyIncrementMetric(uint32, int64) uint32                          { return statusUnimplemented }
-func proxyRecordMetric(uint32, uint64) uint32                            { return statusUnimplemented }
+
+func proxyLog(level uint32, msg *byte, size uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	native.Log(level, str(msg, size))
+	return statusOK
+}
+
+func proxyGetBufferBytes(bt, start, maxSize uint32, _ *uint32, retSize *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	b, st := native.GetBuffer(bt, start, maxSize)
+	return give(b, st, retSize)
+}
+
+func proxyGetHeaderMapValue(mt uint32, key *byte, keySize uint32, _ *uint32, retSize *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	v, st := native.GetHeaderMapValue(mt, str(key, keySize))
+	return give([]byte(v), st, retSize)
+}
+
+func proxyGetHeaderMapPairs(mt uint32, _ *uint32, retSize *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	m, st := native.GetHeaderMapPairs(mt)
+	return give(headermap.Encode(m), st, retSize)
+}
+
+func proxyAddHeaderMapValue(mt uint32, key *byte, ks uint32, value *byte, vs uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.AddHeaderMapValue(mt, str(key, ks), str(value, vs))
+}
+
+func proxyReplaceHeaderMapValue(mt uint32, key *byte, ks uint32, value *byte, vs uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.ReplaceHeaderMapValue(mt, str(key, ks), str(value, vs))
+}
+
+func proxyRemoveHeaderMapValue(mt uint32, key *byte, ks uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.RemoveHeaderMapValue(mt, str(key, ks))
+}
+
+func proxyGetProperty(path *byte, ps uint32, _ *uint32, retSize *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	v, st := native.GetProperty(str(path, ps))
+	return give(v, st, retSize)
+}
+
+func proxySendLocalResponse(status uint32, _ *byte, _ uint32, body *byte, bs uint32, headers *byte, hs uint32, _ int32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.SendLocalResponse(status, decodeMap(headers, hs), append([]byte(nil), raw(body, bs)...))
+}
+
+func proxyHttpCall(up *byte, us uint32, h *byte, hs uint32, b *byte, bs uint32, _ *byte, _ uint32, timeout uint32, token *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	t, st := native.HttpCall(str(up, us), decodeMap(h, hs), append([]byte(nil), raw(b, bs)...), timeout)
+	*token = t
+	return st
+}
+
+func proxyContinueStream(st uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.ContinueStream(st)
+}
+
+func proxySetEffectiveContext(id uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.SetEffectiveContext(id)
+}
+
+func proxyGetSharedData(key *byte, ks uint32, _ *uint32, retSize *uint32, cas *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	v, c, st := native.GetSharedData(str(key, ks))
+	*cas = c
+	return give(v, st, retSize)
+}
+
+func proxySetSharedData(key *byte, ks uint32, value *byte, vs uint32, cas uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.SetSharedData(str(key, ks), append([]byte(nil), raw(value, vs)...), cas)
+}
+
+func proxySetTickPeriodMilliseconds(period uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.SetTickPeriod(period)
+}
+
+func proxyDefineMetric(kind uint32, name *byte, ns uint32, id *uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	i, st := native.DefineMetric(kind, str(name, ns))
+	*id = i
+	return st
+}
+
+func proxyIncrementMetric(id uint32, offset int64) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.IncrementMetric(id, offset)
+}
+
+func proxyRecordMetric(id uint32, value uint64) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	return native.RecordMetric(id, value)
+}
+
+// Native entry points: what a host calls, for tests and benchmarks outside
+// Wasm. They are the callbacks exports_wasip1.go exports to a real host.
+var Native = nativeEntry{}
+
+type nativeEntry struct{}
+
+func (nativeEntry) VMStart(rootID, size uint32) bool   { return onVMStart(rootID, size) }
+func (nativeEntry) Configure(rootID, size uint32) bool { return onConfigure(rootID, size) }
+func (nativeEntry) ContextCreate(id, parentID uint32)  { onContextCreate(id, parentID) }
+func (nativeEntry) RequestHeaders(id, n uint32, end bool) uint32 {
+	return onRequestHeaders(id, n, end)
+}
+func (nativeEntry) ResponseHeaders(id, n uint32, end bool) uint32 {
+	return onResponseHeaders(id, n, end)
+}
+func (nativeEntry) HttpCallResponse(rootID, token, nh, bs, nt uint32) {
+	onHttpCallResponse(rootID, token, nh, bs, nt)
+}
+func (nativeEntry) Tick(rootID uint32)  { onTick(rootID) }
+func (nativeEntry) Done(id uint32) bool { return onDone(id) }
+func (nativeEntry) Delete(id uint32)    { onDelete(id) }

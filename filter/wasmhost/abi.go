@@ -133,7 +133,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if err != nil {
 			return stBadArgument
 		}
-		*hm = lowerKeys(pairs)
+		*hm = LowerKeys(pairs)
 		return stOK
 	})
 	mapEdit := func(name string, n int, f func(hm *Headers, key, value string)) {
@@ -153,9 +153,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			return stOK
 		})
 	}
-	mapEdit("proxy_add_header_map_value", 5, func(hm *Headers, k, v string) { hm.add(k, v) })
-	mapEdit("proxy_replace_header_map_value", 5, func(hm *Headers, k, v string) { hm.replace(k, v) })
-	mapEdit("proxy_remove_header_map_value", 3, func(hm *Headers, k, _ string) { hm.remove(k) })
+	mapEdit("proxy_add_header_map_value", 5, func(hm *Headers, k, v string) { hm.Add(k, v) })
+	mapEdit("proxy_replace_header_map_value", 5, func(hm *Headers, k, v string) { hm.Replace(k, v) })
+	mapEdit("proxy_remove_header_map_value", 3, func(hm *Headers, k, _ string) { hm.Remove(k) })
 
 	def("proxy_get_property", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		path, ok := read(m, s[0], s[1])
@@ -183,7 +183,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if err != nil {
 			return stBadArgument
 		}
-		st.Local = &LocalResponse{Status: int(uint32(s[0])), Headers: lowerKeys(pairs), Body: append([]byte(nil), body...)}
+		st.Local = &LocalResponse{Status: int(uint32(s[0])), Headers: LowerKeys(pairs), Body: append([]byte(nil), body...)}
 		return stOK
 	})
 	def("proxy_http_call", p(10), r, func(vm *VM, m api.Module, s []uint64) uint32 {
@@ -336,7 +336,7 @@ func calloutHeaders(raw []byte) (Headers, bool) {
 	if err != nil {
 		return nil, false
 	}
-	hm := lowerKeys(pairs)
+	hm := LowerKeys(pairs)
 	for _, required := range []string{":method", ":path", ":authority"} {
 		if hm.Value(required) == "" {
 			return nil, false

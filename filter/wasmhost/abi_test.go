@@ -24,12 +24,12 @@ func TestCalloutHeadersNeedPseudoHeaders(t *testing.T) {
 
 func TestHeaders(t *testing.T) {
 	h := Headers{{"a", "1"}, {"B", "2"}, {"a", "3"}}
-	h.replace("A", "x")
+	h.Replace("A", "x")
 	if got := h.Values("a"); len(got) != 1 || got[0] != "x" {
 		t.Fatalf("replace: %v", h)
 	}
-	h.add("C", "y")
-	h.remove("b")
+	h.Add("C", "y")
+	h.Remove("b")
 	if h.Value("c") != "y" || h.Value("b") != "" || len(h) != 2 {
 		t.Fatalf("add/remove: %v", h)
 	}

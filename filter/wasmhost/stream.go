@@ -43,7 +43,8 @@ func (h Headers) Values(key string) []string {
 	return out
 }
 
-func (h *Headers) remove(key string) {
+// Remove deletes every value of key.
+func (h *Headers) Remove(key string) {
 	out := (*h)[:0]
 	for _, kv := range *h {
 		if !strings.EqualFold(kv[0], key) {
@@ -53,9 +54,11 @@ func (h *Headers) remove(key string) {
 	*h = out
 }
 
-func (h *Headers) add(key, value string) { *h = append(*h, [2]string{strings.ToLower(key), value}) }
+// Add appends a value (key lower-cased, as Envoy stores it).
+func (h *Headers) Add(key, value string) { *h = append(*h, [2]string{strings.ToLower(key), value}) }
 
-func (h *Headers) replace(key, value string) {
+// Replace sets key to one value, keeping the first one's position.
+func (h *Headers) Replace(key, value string) {
 	for i, kv := range *h {
 		if strings.EqualFold(kv[0], key) {
 			(*h)[i][1] = value
@@ -63,7 +66,7 @@ func (h *Headers) replace(key, value string) {
 			return
 		}
 	}
-	h.add(key, value)
+	h.Add(key, value)
 }
 
 func (h *Headers) removeAfter(i int, key string) {
@@ -105,7 +108,7 @@ type Stream struct {
 func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]string) (*Stream, error) {
 	id := vm.nextID
 	vm.nextID++
-	s := &Stream{vm: vm, ID: id, RequestHeaders: lowerKeys(req), Properties: props}
+	s := &Stream{vm: vm, ID: id, RequestHeaders: LowerKeys(req), Properties: props}
 	if s.Properties == nil {
 		s.Properties = map[string]string{}
 	}
@@ -117,7 +120,8 @@ func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]strin
 	return s, nil
 }
 
-func lowerKeys(h Headers) Headers {
+// LowerKeys copies h with lower-case keys.
+func LowerKeys(h Headers) Headers {
 	out := make(Headers, len(h))
 	for i, kv := range h {
 		out[i] = [2]string{strings.ToLower(kv[0]), kv[1]}
@@ -139,7 +143,7 @@ func (s *Stream) OnRequestHeaders(ctx context.Context, endOfStream bool) (Action
 
 // OnResponseHeaders runs proxy_on_response_headers with the upstream's headers.
 func (s *Stream) OnResponseHeaders(ctx context.Context, headers Headers, endOfStream bool) (Action, error) {
-	s.ResponseHeaders = lowerKeys(headers)
+	s.ResponseHeaders = LowerKeys(headers)
 	s.vm.effective = s.ID
 	r, err := s.vm.call(ctx, s.vm.fn.responseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), b2u(endOfStream))
 	return Action(r), err

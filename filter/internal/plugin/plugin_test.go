@@ -1,0 +1,116 @@
+package plugin_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/plugin"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/proxytest"
+	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// The plugin's logic natively, against proxytest; the same behaviours run
+// against the compiled module in filtertest.
+
+func newHost(t testing.TB, config string) *proxytest.Host {
+	t.Helper()
+	h, err := proxytest.New(plugin.VM{}, []byte(config), "controlsvc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+var request = wasmhost.Headers{{":method", "GET"}, {":path", "/api/v1/items"}, {":authority", "api"}, {":scheme", "http"},
+	{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}, {"x-tollgate-identity", "forged"}}
+
+var props = map[string]string{"source.address": "10.0.0.1:5000"}
+
+func answer(allowed bool, granted int64) wasmhost.CalloutResponse {
+	status := "200"
+	if !allowed {
+		status = "429"
+	}
+	d := wire.CheckResponse{Allowed: allowed, Limit: 100, Remaining: 50, ResetAt: time.Now().Unix() + 60, WindowSeconds: 60,
+		RuleID: "tier_free", Lease: wire.Lease{Granted: granted, TTLMillis: 60_000}, Identity: "ip:203.0.113.5", Tier: "free"}
+	if !allowed {
+		d.Remaining, d.RetryAfter = 0, 30
+	}
+	b, _ := json.Marshal(d)
+	return wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", status}}, Body: b}
+}
+
+func TestNativeAllowAndDeny(t *testing.T) {
+	h := newHost(t, `{"trusted_proxy_depth":1,"lease":{"request":0}}`)
+	s := h.NewStream(request, props)
+	if a := s.OnRequestHeaders(true); a != wasmhost.Pause {
+		t.Fatalf("action %v; logs %v", a, h.Logs)
+	}
+	cs := h.PendingCallouts()
+	var body wire.CheckRequest
+	if len(cs) != 1 || json.Unmarshal(cs[0].Body, &body) != nil || body.UserID != "ip:203.0.113.5" {
+		t.Fatalf("callouts %v", cs)
+	}
+	h.Respond(cs[0].Token, answer(true, 0))
+	if !s.Resumed || s.RequestHeaders.Value("x-tollgate-identity") != "ip:203.0.113.5" {
+		t.Fatalf("allowed: %+v", s)
+	}
+	s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+	if s.ResponseHeaders.Value("x-ratelimit-limit") != "100" {
+		t.Fatalf("response headers %v", s.ResponseHeaders)
+	}
+	s.Done()
+
+	s = h.NewStream(request, props)
+	s.OnRequestHeaders(true)
+	h.Respond(h.PendingCallouts()[0].Token, answer(false, 0))
+	if s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "30" {
+		t.Fatalf("denied: %+v", s.Local)
+	}
+	if h.Counter("tollgate_denied_total") != 1 || h.Counter("tollgate_allowed_total") != 1 {
+		t.Fatal("counters")
+	}
+}
+
+func TestNativeBadConfig(t *testing.T) {
+	if _, err := proxytest.New(plugin.VM{}, []byte(`{"failure_mode":"maybe"}`), "controlsvc"); err == nil {
+		t.Fatal("bad config accepted")
+	}
+}
+
+// BenchmarkNativeRequestCallout is filtertest's BenchmarkRequestCallout with
+// the plugin compiled natively: the ratio shows what Wasm costs.
+func BenchmarkNativeRequestCallout(b *testing.B) {
+	h := newHost(b, `{"trusted_proxy_depth":1,"lease":{"request":0}}`)
+	resp := answer(true, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		s := h.NewStream(request, props)
+		s.OnRequestHeaders(true)
+		for _, c := range h.PendingCallouts() {
+			h.Respond(c.Token, resp)
+		}
+		s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+		s.Done()
+	}
+}
+
+// BenchmarkNativeLeaseHit is the fast path natively.
+func BenchmarkNativeLeaseHit(b *testing.B) {
+	h := newHost(b, `{"trusted_proxy_depth":1,"lease":{"request":10}}`)
+	s := h.NewStream(request, props)
+	s.OnRequestHeaders(true)
+	h.Respond(h.PendingCallouts()[0].Token, answer(true, 1<<40))
+	s.Done()
+	b.ReportAllocs()
+	for b.Loop() {
+		s := h.NewStream(request, props)
+		if s.OnRequestHeaders(true) != wasmhost.Continue {
+			b.Fatal("lease miss")
+		}
+		s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+		s.Done()
+	}
+}
