@@ -106,4 +106,3 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 		s.Done(ctx)
 	}
 }
-
