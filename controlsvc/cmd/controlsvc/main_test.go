@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/shared/redistest"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -28,5 +35,62 @@ func TestCheckConfig(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-nope"}, &out, &errOut); err == nil {
 		t.Fatal("unknown flag accepted")
+	}
+}
+
+// SIGHUP reloads without any change to the file, so only the signal can
+// have caused the reload this test sees.
+func TestSIGHUPReloads(t *testing.T) {
+	r := redistest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	t.Setenv("TOLLGATE_LISTEN", addr)
+	t.Setenv("TOLLGATE_REDIS_URL", "redis://"+r.Addr+"/0")
+	path := filepath.Join(t.TempDir(), "tollgate.toml")
+	os.WriteFile(path, []byte("[[tiers]]\nname = \"free\"\nlimit = 10\nwindow_seconds = 60\n"), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() { done <- run(ctx, []string{"-config", path}, io.Discard, &logs) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	metric := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, `tollgate_config_reloads_total{result="success"}`) {
+				return line
+			}
+		}
+		return "none"
+	}
+	// Wait for the server to answer (no readiness signal crosses run's
+	// boundary but the port), bounded.
+	for i := 0; i < 200 && metric() == ""; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := metric(); got != "none" {
+		t.Fatalf("before SIGHUP: %q", got)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && metric() == "none"; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := metric(); got != `tollgate_config_reloads_total{result="success"} 1` {
+		t.Fatalf("after SIGHUP: %q", got)
 	}
 }
