@@ -110,8 +110,12 @@ func ParseAddr(s string) (netip.Addr, error) {
 	if len(s) > 64 {
 		return netip.Addr{}, fmt.Errorf("%w: address is %d bytes", ErrInvalid, len(s))
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), nil
+	// Only "[v6]:port" and "v4:port" carry a port; trying ParseAddrPort on a
+	// plain address would build an error on every request.
+	if strings.HasPrefix(s, "[") && strings.Contains(s, "]:") || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone(""), nil
+		}
 	}
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	a, err := netip.ParseAddr(s)

@@ -56,33 +56,35 @@ func (h *httpContext) now() time.Time { return time.Now() }
 // OnHttpRequestHeaders decides the request.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	p := h.p
-	hdrs, err := proxywasm.GetHttpRequestHeaders()
+	var path, method, auth, xff, realIP string
+	var forged []string
+	err := proxywasm.VisitHttpRequestHeaders(func(k, v []byte) {
+		switch {
+		case hasPrefixFold(k, headerPrefix):
+			forged = append(forged, string(k))
+		case equalFold(k, ":path"):
+			path = string(v)
+		case equalFold(k, ":method"):
+			method = string(v)
+		case equalFold(k, "authorization"):
+			auth = string(v)
+		case equalFold(k, "x-forwarded-for"):
+			if xff != "" {
+				xff += ","
+			}
+			xff += string(v)
+		case equalFold(k, "x-real-ip"):
+			realIP = string(v)
+		case equalFold(k, p.cfg.APIKeyHeader):
+			h.apiKey = string(v)
+		}
+	})
 	if err != nil {
 		proxywasm.LogError("tollgate: read request headers: " + err.Error())
 		return h.failure("read request headers")
 	}
-	var path, method, auth, xff, realIP string
-	for _, kv := range hdrs {
-		k := strings.ToLower(kv[0])
-		switch {
-		case strings.HasPrefix(k, headerPrefix):
-			_ = proxywasm.RemoveHttpRequestHeader(kv[0])
-		case k == ":path":
-			path = kv[1]
-		case k == ":method":
-			method = kv[1]
-		case k == "authorization":
-			auth = kv[1]
-		case k == "x-forwarded-for":
-			if xff != "" {
-				xff += ","
-			}
-			xff += kv[1]
-		case k == "x-real-ip":
-			realIP = kv[1]
-		case k == p.cfg.APIKeyHeader:
-			h.apiKey = kv[1]
-		}
+	for _, k := range forged {
+		_ = proxywasm.RemoveHttpRequestHeader(k)
 	}
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -371,4 +373,26 @@ func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied 
 			[2]string{"ratelimit", name + ";r=" + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(t, 10)})
 	}
 	return dst
+}
+
+// equalFold compares a header name to a lower-case literal without
+// allocating (Envoy hands keys lower-case; others may not).
+func equalFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(b []byte, lower string) bool {
+	return len(b) >= len(lower) && equalFold(b[:len(lower)], lower)
 }

@@ -60,3 +60,35 @@ func Decode(b []byte) ([][2]string, error) {
 	}
 	return pairs, nil
 }
+
+// Walk calls f for every entry of a serialised map without allocating; the
+// slices alias b, so f must copy what it keeps. It stops early when f returns
+// false.
+func Walk(b []byte, f func(key, value []byte) bool) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) < 4 {
+		return ErrMalformed
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n > (len(b)-4)/10 {
+		return ErrMalformed
+	}
+	p := 4 + 8*n
+	for i := 0; i < n; i++ {
+		kl := int(binary.LittleEndian.Uint32(b[4+8*i:]))
+		vl := int(binary.LittleEndian.Uint32(b[8+8*i:]))
+		if kl < 0 || vl < 0 || p+kl+1+vl+1 > len(b) || p+kl+1+vl+1 < p {
+			return ErrMalformed
+		}
+		k := b[p : p+kl]
+		p += kl + 1
+		v := b[p : p+vl]
+		p += vl + 1
+		if !f(k, v) {
+			return nil
+		}
+	}
+	return nil
+}

@@ -16,11 +16,30 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+func TestWalkAgreesWithDecode(t *testing.T) {
+	in := [][2]string{{":path", "/x"}, {"a", ""}, {"b", "2"}}
+	var got [][2]string
+	if err := Walk(Encode(in), func(k, v []byte) bool { got = append(got, [2]string{string(k), string(v)}); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, got) {
+		t.Fatalf("walk %v", got)
+	}
+	n := 0
+	Walk(Encode(in), func(k, v []byte) bool { n++; return n < 2 })
+	if n != 2 {
+		t.Fatalf("walk did not stop: %d", n)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(Encode([][2]string{{"a", "b"}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		pairs, err := Decode(b)
+		if werr := Walk(b, func(k, v []byte) bool { return true }); (werr == nil) != (err == nil) {
+			t.Fatalf("Walk and Decode disagree on %q: %v vs %v", b, werr, err)
+		}
 		if err != nil {
 			return
 		}
