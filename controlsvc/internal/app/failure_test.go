@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +105,55 @@ func TestTopologies(t *testing.T) {
 				t.Fatalf("health: %d %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// A Sentinel failover: the master dies, Sentinel promotes the replica, and
+// the service answers by its failure mode meanwhile and exactly again after.
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	sentinel := redistest.StartSentinel(t, master, "tollgate")
+	// Replication has no event to await from outside; poll its state, bounded.
+	for i := 0; ; i++ {
+		info, _ := redistest.Do(replica.Addr, "INFO", "replication")
+		if strings.Contains(fmt.Sprint(info), "master_link_status:up") {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("replica never synced: %v", info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := startServiceOn(t, nil, "redis-sentinel://"+sentinel.Addr+"/0?master=tollgate", "", map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50"})
+	req := map[string]any{"user_id": "failover", "endpoint": "/x"}
+	if r := s.check(req); r.status != 200 || r.json(t)["degraded"] != nil {
+		t.Fatalf("before: %d %s", r.status, r.body)
+	}
+	master.Stop()
+	// Sentinel needs down-after (1s) plus an election; ask until decisions
+	// come from the promoted replica, bounded in count.
+	degraded := 0
+	var r *response
+	for i := 0; i < 1500; i++ {
+		r = s.check(req)
+		if r.status != 200 {
+			t.Fatalf("fail_open answered %d during the failover", r.status)
+		}
+		if r.json(t)["degraded"] == nil {
+			break
+		}
+		degraded++
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r.json(t)["degraded"] != nil || r.header.Get("X-RateLimit-Limit") != "100" {
+		t.Fatalf("no normal decision after the failover: %s", r.body)
+	}
+	if degraded == 0 {
+		t.Fatal("the outage was never seen: the test proved nothing")
+	}
+	role, _ := redistest.Do(replica.Addr, "ROLE")
+	if l, _ := role.([]any); len(l) == 0 || l[0] != "master" {
+		t.Fatalf("replica role %v; want it promoted", role)
 	}
 }
