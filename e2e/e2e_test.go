@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/tollgate-rl/tollgate/filter/gateway"
 	"github.com/tollgate-rl/tollgate/shared/redistest"
 )
@@ -29,6 +31,8 @@ import (
 var (
 	controlBin string
 	wasmBytes  []byte
+	// compiled once for every gateway of the run
+	compCache = wazero.NewCompilationCache()
 )
 
 const adminToken = "e2e-admin-token"
@@ -198,7 +202,7 @@ func startGateway(t *testing.T, ctl *control, up *upstream, pluginConfig string)
 	ctlURL, _ := url.Parse("http://" + ctl.addr)
 	g, err := gateway.New(context.Background(), gateway.Config{
 		Wasm: wasmBytes, PluginConfig: []byte(pluginConfig), Upstream: upURL,
-		Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2,
+		Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2, CompilationCache: compCache,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestCalloutTimeout(t *testing.T) {
 			upURL, _ := url.Parse(up.URL)
 			ctlURL, _ := url.Parse(hung.URL)
 			g, err := gateway.New(context.Background(), gateway.Config{
-				Wasm: wasmBytes, Upstream: upURL, Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 1,
+				Wasm: wasmBytes, Upstream: upURL, Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 1, CompilationCache: compCache,
 				PluginConfig: []byte(`{"control_cluster":"controlsvc","failure_mode":"` + tt.mode + `","timeout_ms":100,"lease":{"request":0}}`),
 			})
 			if err != nil {

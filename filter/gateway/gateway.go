@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/tollgate-rl/tollgate/filter/wasmhost"
 )
 
@@ -40,6 +42,9 @@ type Config struct {
 	// NoFilter forwards every request untouched (for benchmarks).
 	NoFilter bool
 	Log      *slog.Logger
+	// CompilationCache, when set, is shared by gateways of one process
+	// (tests): the module compiles once.
+	CompilationCache wazero.CompilationCache
 }
 
 // Gateway is an http.Handler.
@@ -88,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		names = append(names, n)
 	}
 	host, err := wasmhost.New(ctx, cfg.Wasm, wasmhost.Options{
-		PluginConfig: cfg.PluginConfig, Clusters: names,
+		PluginConfig: cfg.PluginConfig, Clusters: names, CompilationCache: cfg.CompilationCache,
 		Log: func(level wasmhost.LogLevel, msg string) {
 			g.log.Log(context.Background(), slogLevel(level), msg, "source", "filter")
 		},

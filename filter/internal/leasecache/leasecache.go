@@ -95,10 +95,13 @@ func (c *Cache) Take(owner uint64, nowMs int64) (e Entry, out Outcome, leftover 
 			return Entry{}, Miss, 0
 		}
 		switch {
+		case e.Tokens > 0 && nowMs < e.ExpiresMs:
+			// Paid-for tokens are spent even while a denial is cached: a
+			// concurrent callout may have been denied after this lease was
+			// granted.
+			e.Tokens--
 		case e.DeniedUntilMs > nowMs:
 			return e, Denied, 0
-		case e.Tokens > 0 && nowMs < e.ExpiresMs:
-			e.Tokens--
 		case e.Tokens > 0:
 			leftover, e.Tokens = e.Tokens, 0 // expired: hand back once
 		default:
@@ -118,10 +121,35 @@ func (c *Cache) Take(owner uint64, nowMs int64) (e Entry, out Outcome, leftover 
 	return Entry{}, Miss, 0
 }
 
-// Put stores a fresh decision for e.Owner, replacing whatever the slot held
-// (tokens of another bucket are lost: under-admission only).
-func (c *Cache) Put(e Entry) error {
-	return c.store.Set(c.key(e.Owner), encode(e), 0)
+// Put stores a fresh decision for e.Owner. A live lease of the same bucket
+// is kept and the new tokens are added to it (concurrent callouts of one
+// caller each bring a lease; overwriting would throw paid-for tokens away),
+// spendable until the earlier of the two expiries. A slot of another bucket is
+// taken over: its tokens are lost, which only under-admits.
+func (c *Cache) Put(e Entry, nowMs int64) error {
+	k := c.key(e.Owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		if err != nil {
+			return c.store.Set(k, encode(e), 0)
+		}
+		old, ok := decode(data)
+		next := e
+		if ok && old.Owner == e.Owner && old.Tokens > 0 && nowMs < old.ExpiresMs {
+			next.Tokens = old.Tokens + e.Tokens
+			next.ExpiresMs = old.ExpiresMs
+			if e.Tokens > 0 {
+				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
+			}
+		}
+		switch err := c.store.Set(k, encode(next), cas); {
+		case err == nil:
+			return nil
+		case !errors.Is(err, ErrCasMismatch):
+			return err
+		}
+	}
+	return ErrCasMismatch
 }
 
 const fixedLen = 8 * 10

@@ -247,8 +247,18 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	}
 	if !d.Allowed {
 		if p.cfg.Lease.Request > 0 {
+			// A concurrent callout of this caller may have brought a lease
+			// while this one was refused: those tokens are paid for.
+			if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
+				p.m.localHits.Increment(1)
+				p.m.allowed.Increment(1)
+				le.Remaining += le.Tokens
+				h.allow(&le, decisionAllowed)
+				h.resume()
+				return
+			}
 			e.DeniedUntilMs = now.UnixMilli() + max(d.RetryAfter, 1)*1000
-			_ = p.cache.Put(e)
+			_ = p.cache.Put(e, now.UnixMilli())
 		}
 		h.deny(&e)
 		return
@@ -256,7 +266,7 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	if p.cfg.Lease.Request > 0 && d.Lease.Granted > 0 {
 		lease := e
 		lease.Tokens, lease.ExpiresMs = d.Lease.Granted, now.UnixMilli()+d.Lease.TTLMillis
-		_ = p.cache.Put(lease)
+		_ = p.cache.Put(lease, now.UnixMilli())
 		e.Remaining += d.Lease.Granted
 	}
 	decision := decisionAllowed
