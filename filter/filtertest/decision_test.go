@@ -151,3 +151,29 @@ func TestLeaseIsPerBucket(t *testing.T) {
 		e.vms[0].Fail(context.Background(), c.Token)
 	}
 }
+
+// Two VMs' callouts for one caller are in flight; one comes back with a
+// lease, the other refused: the refused request is served from the lease it
+// can now see, and the cached denial does not waste the rest.
+func TestRefusedCalloutUsesConcurrentLease(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 2)
+	_, act0 := e.start(req{vm: 0})
+	s1, act1 := e.start(req{vm: 1})
+	if act0 != wasmhost.Pause || act1 != wasmhost.Pause {
+		t.Fatal("both requests must call out")
+	}
+	e.answer(0, "200", decision(true, 0, 2, 0))
+	e.answer(1, "429", decision(false, 0, 0, 30))
+	if s1.Local != nil || !s1.Resumed {
+		t.Fatalf("refused callout with a live lease: local %+v", s1.Local)
+	}
+	s, act := e.start(req{vm: 1})
+	if act != wasmhost.Continue || s.Local != nil {
+		t.Fatal("the lease's last token was not spent")
+	}
+	s, _ = e.start(req{vm: 0})
+	if s.Local == nil || s.Local.Status != 429 {
+		t.Fatal("the cached denial was not honoured after the lease ran out")
+	}
+	e.noCallout(0)
+}
