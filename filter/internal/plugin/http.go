@@ -247,8 +247,11 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	}
 	if !d.Allowed {
 		if p.cfg.Lease.Request > 0 {
-			// A concurrent callout of this caller may have brought a lease
-			// while this one was refused: those tokens are paid for.
+			// Cache the denial (a live lease in the slot is kept), then
+			// spend from that lease if a concurrent callout of this caller
+			// brought one: those tokens are paid for.
+			e.DeniedUntilMs = now.UnixMilli() + max(d.RetryAfter, 1)*1000
+			_ = p.cache.Put(e, now.UnixMilli())
 			if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
 				p.m.localHits.Increment(1)
 				p.m.allowed.Increment(1)
@@ -257,8 +260,6 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 				h.resume()
 				return
 			}
-			e.DeniedUntilMs = now.UnixMilli() + max(d.RetryAfter, 1)*1000
-			_ = p.cache.Put(e, now.UnixMilli())
 		}
 		h.deny(&e)
 		return
