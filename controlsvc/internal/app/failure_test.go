@@ -39,6 +39,15 @@ func TestRedisDown(t *testing.T) {
 					}
 				}
 			}
+			// A malformed key needs no Redis: still 400. A well-formed one
+			// cannot be looked up: the failure mode answers.
+			keyed := map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": "tg_" + strings.Repeat("k", 43)}
+			if r := s.check(map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": "bogus"}); r.status != 400 {
+				t.Fatalf("malformed key while down: %d %s", r.status, r.body)
+			}
+			if r := s.check(keyed); (mode == "fail_open") != (r.status == 200) {
+				t.Fatalf("keyed check while down (%s): %d %s", mode, r.status, r.body)
+			}
 			h := s.do("GET", "/health", nil)
 			if h.status != 503 || h.json(t)["components"].(map[string]any)["redis"] != "unhealthy" {
 				t.Fatalf("health while down: %d %s", h.status, h.body)

@@ -217,15 +217,26 @@ func validEndpoint(ep string) (string, *apierr.Error) {
 // resolveKey checks an API key and makes it the caller's identity (unless a
 // verified JWT subject came first) and tier (unless the JWT gave one).
 func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, reqTier string) error {
-	rec, err := s.keys.Lookup(ctx, raw)
-	switch {
-	case errors.Is(err, apikeys.ErrFormat):
+	if !apikeys.ValidFormat(raw) {
 		return &apierr.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidAPIKey,
 			Message: "The provided API key format is invalid. Expected format: tg_<43 characters>"}
-	case errors.Is(err, apikeys.ErrNotFound):
-		return &apierr.Error{Status: http.StatusUnauthorized, Code: wire.CodeInvalidAPIKey, Message: "The provided API key is not recognised"}
-	case err != nil:
+	}
+	var rec apikeys.Record
+	found := true
+	err := s.guarded(ctx, "api_key", func() error {
+		var err error
+		rec, err = s.keys.Lookup(ctx, raw)
+		if errors.Is(err, apikeys.ErrNotFound) {
+			found = false // an answer about the key, not a failure of Redis
+			return nil
+		}
+		return err
+	})
+	if err != nil {
 		return err // Redis: the failure mode decides
+	}
+	if !found {
+		return &apierr.Error{Status: http.StatusUnauthorized, Code: wire.CodeInvalidAPIKey, Message: "The provided API key is not recognised"}
 	}
 	if rec.Status == apikeys.StatusRevoked {
 		return &apierr.Error{Status: http.StatusForbidden, Code: wire.CodeAPIKeyRevoked,
@@ -297,7 +308,6 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.Check
 			if errors.As(err, &ae) {
 				return wire.CheckResponse{}, ae
 			}
-			s.m.RedisErrors.WithLabelValues("api_key").Inc()
 			return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
 		}
 	}
@@ -352,14 +362,26 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.Check
 }
 
 // limit runs one counter through the circuit breaker.
-func (s *Service) limit(ctx context.Context, lr limiter.Request) (limiter.Result, error) {
+func (s *Service) limit(ctx context.Context, lr limiter.Request) (res limiter.Result, err error) {
+	err = s.guarded(ctx, "check", func() error {
+		res, err = s.lim.Do(ctx, lr)
+		return err
+	})
+	return res, err
+}
+
+// guarded runs one Redis call of the decision path through the circuit
+// breaker: while it is open the call is not made and ErrBreakerOpen is
+// returned, so a dead Redis costs a check nothing.
+func (s *Service) guarded(ctx context.Context, op string, call func() error) error {
 	if !s.breaker.Allow(s.now()) {
-		return limiter.Result{}, ErrBreakerOpen
+		return ErrBreakerOpen
 	}
-	res, err := s.lim.Do(ctx, lr)
-	// A caller that went away says nothing about Redis.
-	if err != nil && ctx.Err() != nil {
-		return res, err
+	err := call()
+	// A caller that went away says nothing about Redis; nor does a request
+	// the limiter refused.
+	if err != nil && (ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest)) {
+		return err
 	}
 	if s.breaker.Record(err == nil, s.now()) {
 		if err != nil {
@@ -368,10 +390,10 @@ func (s *Service) limit(ctx context.Context, lr limiter.Request) (limiter.Result
 			s.log.Info("redis answering again; circuit breaker closed")
 		}
 	}
-	if err != nil && !errors.Is(err, limiter.ErrBadRequest) {
-		s.m.RedisErrors.WithLabelValues("check").Inc()
+	if err != nil {
+		s.m.RedisErrors.WithLabelValues(op).Inc()
 	}
-	return res, err
+	return err
 }
 
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
