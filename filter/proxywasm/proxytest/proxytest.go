@@ -1,10 +1,5 @@
 //go:build !wasip1
 
-// Package proxytest runs a plugin natively against a Go host with the same
-// semantics as wasmhost (header maps, callouts, local replies that pass the
-// response path, shared data with CAS), for unit tests and for benchmarks of
-// the plugin's own logic without Wasm. The binding keeps its contexts in
-// package state, so one Host runs at a time.
 package proxytest
 
 import (
