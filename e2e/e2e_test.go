@@ -169,8 +169,12 @@ type upstream struct {
 func newUpstream(t *testing.T) *upstream {
 	u := &upstream{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h := r.Header.Clone()
+		h.Set("X-Test-Body", string(body))
+		h.Set("X-Test-Method", r.Method)
 		u.mu.Lock()
-		u.seen = append(u.seen, r.Header.Clone())
+		u.seen = append(u.seen, h)
 		u.mu.Unlock()
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "hello from upstream")
@@ -268,6 +272,20 @@ func TestEndToEnd(t *testing.T) {
 		seen := up.last(t)
 		if seen.Get("X-Tollgate-Identity") != "ip:203.0.113.10" || seen.Get("X-Tollgate-Tier") != "free" || seen.Get("X-Tollgate-Decision") != "allowed" {
 			t.Fatalf("upstream saw %v", seen)
+		}
+	})
+
+	t.Run("a request body reaches upstream after the callout", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, gw+"/api/v1/orders", strings.NewReader(`{"item":42}`))
+		req.Header.Set("X-Forwarded-For", "203.0.113.15")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		seen := up.last(t)
+		if resp.StatusCode != 200 || seen.Get("X-Test-Method") != "POST" || seen.Get("X-Test-Body") != `{"item":42}` {
+			t.Fatalf("%d; upstream saw %s %q", resp.StatusCode, seen.Get("X-Test-Method"), seen.Get("X-Test-Body"))
 		}
 	})
 
