@@ -2,6 +2,7 @@ package filtertest
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,21 +132,13 @@ func TestKeyErrorsPassThrough(t *testing.T) {
 		e := newEnv(t, baseConfig, 1)
 		s, _ := e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_whatever"}}})
 		e.answer(0, tt.status, tt.body)
-		if s.Resumed || s.Local == nil || s.Local.Status != atoi(tt.status) || string(s.Local.Body) != tt.body {
+		if want, _ := strconv.Atoi(tt.status); s.Resumed || s.Local == nil || s.Local.Status != want || string(s.Local.Body) != tt.body {
 			t.Fatalf("%s: local %+v", tt.status, s.Local)
 		}
 		if e.host.Counter("tollgate_callout_failures_total") != 0 {
 			t.Fatal("a judged answer counted as a failure")
 		}
 	}
-}
-
-func atoi(s string) int {
-	n := 0
-	for _, c := range s {
-		n = n*10 + int(c-'0')
-	}
-	return n
 }
 
 // A bad plugin configuration fails the start, with a critical log naming the
