@@ -102,6 +102,10 @@ func TestCircuitBreaker(t *testing.T) {
 		}
 		e.noCallout(0)
 	}
+	// Skipped callouts are degraded answers, not failed callouts.
+	if f, d := e.host.Counter("tollgate_callout_failures_total"), e.host.Counter("tollgate_degraded_total"); f != 3 || d != 6 {
+		t.Fatalf("callout failures %d, degraded %d; want 3 and 6", f, d)
+	}
 	e.clock.Advance(5100 * time.Millisecond)
 	e.start(req{})
 	e.answer(0, "503", "still down") // the probe fails: open again

@@ -138,6 +138,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMS, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)
+		p.m.calloutFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
 		return h.failure("dispatch: " + err.Error())
 	}
@@ -309,6 +310,7 @@ func (h *httpContext) deny(e *leasecache.Entry) {
 // calloutFailed records a failed callout and applies the failure mode.
 func (h *httpContext) calloutFailed(now time.Time, reason string) {
 	h.p.breaker.Record(false, now)
+	h.p.m.calloutFailures.Increment(1)
 	h.failure(reason)
 }
 
@@ -316,7 +318,7 @@ func (h *httpContext) calloutFailed(now time.Time, reason string) {
 // the per-VM fallback limiter, marked degraded; fail_closed answers 503.
 func (h *httpContext) failure(reason string) types.Action {
 	p := h.p
-	p.m.calloutFailures.Increment(1)
+	proxywasm.LogDebug("tollgate: no decision (" + reason + "); " + p.cfg.FailureMode)
 	if p.cfg.FailureMode == pluginconf.FailClosed {
 		h.sendError(503, wire.CodeServiceUnavailable, "rate limiter unavailable", nil)
 		return types.ActionPause
