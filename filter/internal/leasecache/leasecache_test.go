@@ -1,6 +1,7 @@
 package leasecache
 
 import (
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,5 +162,16 @@ func TestTokensBeatCachedDenial(t *testing.T) {
 	}
 	if _, out, _ := c.Take(a, 2000); out != Denied {
 		t.Fatalf("denial not honoured once the tokens are gone: %v", out)
+	}
+}
+
+func TestBucketIsFNV1a(t *testing.T) {
+	h := fnv.New64a()
+	h.Write([]byte("user:a\x00GET\x00"))
+	if got, want := Bucket("user:a", "GET"), h.Sum64()|1; got != want {
+		t.Fatalf("Bucket = %x, want FNV-1a %x", got, want)
+	}
+	if Bucket("ab", "c") == Bucket("a", "bc") {
+		t.Fatal("parts are not separated")
 	}
 }

@@ -358,7 +358,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if h.verdict == nil || h.localReply {
 		return types.ActionContinue
 	}
-	for _, kv := range h.limitHeaders(nil, h.verdict, false) {
+	var buf [5][2]string
+	for _, kv := range h.limitHeaders(buf[:0], h.verdict, false) {
 		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 	}
 	return types.ActionContinue
