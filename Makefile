@@ -54,7 +54,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
 	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn" \
 	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
-	          "FuzzDecode ./filter/proxywasm/headermap"; do \
+	          "FuzzDecode ./filter/proxywasm/headermap" "FuzzDecodeCheckResponse ./shared/wire"; do \
 	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
 	done
 

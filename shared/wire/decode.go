@@ -1,0 +1,410 @@
+package wire
+
+import (
+	"errors"
+	"math"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ErrSyntax is returned by DecodeCheckResponse for bytes it does not accept.
+var ErrSyntax = errors.New("wire: malformed decision body")
+
+// DecodeCheckResponse parses a decision body without reflection. The filter
+// decodes one per callout inside Wasm, where encoding/json was over a third of
+// the callout path. It accepts what encoding/json accepts for this type (keys
+// matched without case, unknown fields skipped, null leaving a field as it
+// is), except that it refuses strings with invalid UTF-8 instead of repairing
+// them; its fuzz test holds it to encoding/json's results.
+func DecodeCheckResponse(b []byte, d *CheckResponse) error {
+	p := parser{b: b}
+	p.ws()
+	if err := p.object(func(key []byte) error { return p.checkField(key, d) }); err != nil {
+		return err
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return ErrSyntax
+	}
+	return nil
+}
+
+type parser struct {
+	b []byte
+	i int
+}
+
+func (p *parser) checkField(key []byte, d *CheckResponse) error {
+	if !ascii(key) {
+		// encoding/json folds some non-ASCII letters into ASCII names (the
+		// Kelvin sign, long s); refusing such keys keeps the two in step.
+		return ErrSyntax
+	}
+	switch {
+	case keyIs(key, "allowed"):
+		return p.boolean(&d.Allowed)
+	case keyIs(key, "limit"):
+		return p.integer(&d.Limit)
+	case keyIs(key, "remaining"):
+		return p.integer(&d.Remaining)
+	case keyIs(key, "reset_at"):
+		return p.integer(&d.ResetAt)
+	case keyIs(key, "retry_after"):
+		return p.integer(&d.RetryAfter)
+	case keyIs(key, "window_seconds"):
+		return p.integer(&d.WindowSeconds)
+	case keyIs(key, "strategy"):
+		return p.str(&d.Strategy)
+	case keyIs(key, "rule_id"):
+		return p.str(&d.RuleID)
+	case keyIs(key, "identity"):
+		return p.str(&d.Identity)
+	case keyIs(key, "tier"):
+		return p.str(&d.Tier)
+	case keyIs(key, "degraded"):
+		return p.boolean(&d.Degraded)
+	case keyIs(key, "log_only"):
+		return p.boolean(&d.LogOnly)
+	case keyIs(key, "lease"):
+		if p.null() {
+			return nil
+		}
+		return p.object(func(k []byte) error {
+			if !ascii(k) {
+				return ErrSyntax
+			}
+			switch {
+			case keyIs(k, "granted"):
+				return p.integer(&d.Lease.Granted)
+			case keyIs(k, "ttl_ms"):
+				return p.integer(&d.Lease.TTLMillis)
+			}
+			return p.skip(0)
+		})
+	}
+	return p.skip(0)
+}
+
+func ascii(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// keyIs matches a JSON key to a field name without ASCII case, as
+// encoding/json does (the names here are ASCII).
+func keyIs(key []byte, name string) bool {
+	if len(key) != len(name) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
+
+func (p *parser) next(c byte) bool {
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *parser) literal(lit string) bool {
+	p.ws()
+	if len(p.b)-p.i >= len(lit) && string(p.b[p.i:p.i+len(lit)]) == lit {
+		p.i += len(lit)
+		return true
+	}
+	return false
+}
+
+func (p *parser) null() bool { return p.literal("null") }
+
+// object parses {"key": value, ...}, calling field with each key; field must
+// consume the value.
+func (p *parser) object(field func(key []byte) error) error {
+	if !p.next('{') {
+		return ErrSyntax
+	}
+	if p.next('}') {
+		return nil
+	}
+	var key []byte
+	for {
+		p.ws()
+		if err := p.rawString(&key); err != nil {
+			return err
+		}
+		if !p.next(':') {
+			return ErrSyntax
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+		if p.next('}') {
+			return nil
+		}
+		if !p.next(',') {
+			return ErrSyntax
+		}
+	}
+}
+
+func (p *parser) boolean(dst *bool) error {
+	switch {
+	case p.literal("true"):
+		*dst = true
+	case p.literal("false"):
+		*dst = false
+	case p.null():
+	default:
+		return ErrSyntax
+	}
+	return nil
+}
+
+// integer reads a JSON number that fits an int64; a fraction or exponent is
+// refused, as encoding/json refuses it for an integer field.
+func (p *parser) integer(dst *int64) error {
+	if p.null() {
+		return nil
+	}
+	start := p.i
+	if p.i < len(p.b) && p.b[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	if p.i == digits || (p.b[digits] == '0' && p.i-digits > 1) {
+		return ErrSyntax
+	}
+	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		return ErrSyntax
+	}
+	// Accumulate in place (ParseInt would need a string: an allocation per
+	// field), refusing anything outside int64.
+	var n uint64
+	for _, c := range p.b[digits:p.i] {
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return ErrSyntax
+		}
+		n = n*10 + d
+	}
+	neg := p.i > start && p.b[start] == '-'
+	switch {
+	case !neg && n > math.MaxInt64, neg && n > 1<<63:
+		return ErrSyntax
+	case neg:
+		*dst = int64(-n) // two's complement: -(1<<63) stays MinInt64
+	default:
+		*dst = int64(n)
+	}
+	return nil
+}
+
+func (p *parser) str(dst *string) error {
+	if p.null() {
+		return nil
+	}
+	var raw []byte
+	if err := p.rawString(&raw); err != nil {
+		return err
+	}
+	*dst = string(raw)
+	return nil
+}
+
+// rawString reads a JSON string into *dst (reusing its storage), unescaped.
+func (p *parser) rawString(dst *[]byte) error {
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return ErrSyntax
+	}
+	p.i++
+	out := (*dst)[:0]
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			if !utf8.Valid(out) {
+				return ErrSyntax
+			}
+			*dst = out
+			return nil
+		case c < 0x20:
+			return ErrSyntax
+		case c == '\\':
+			if p.i+1 >= len(p.b) {
+				return ErrSyntax
+			}
+			e := p.b[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := p.hex4()
+				if !ok {
+					return ErrSyntax
+				}
+				if utf16.IsSurrogate(r) {
+					// A high surrogate pairs with a following \u low one;
+					// alone, it becomes U+FFFD (as encoding/json does).
+					r2 := rune(-1)
+					if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
+						save := p.i
+						p.i += 2
+						var ok2 bool
+						if r2, ok2 = p.hex4(); !ok2 {
+							return ErrSyntax
+						}
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							out = utf8.AppendRune(out, dec)
+							continue
+						}
+						p.i = save
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return ErrSyntax
+			}
+		default:
+			out = append(out, c)
+			p.i++
+		}
+	}
+	return ErrSyntax
+}
+
+func (p *parser) hex4() (rune, bool) {
+	if len(p.b)-p.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.b[p.i : p.i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.i += 4
+	return r, true
+}
+
+// skip consumes any JSON value (nesting bounded, so hostile depth costs no
+// stack).
+func (p *parser) skip(depth int) error {
+	if depth > 64 {
+		return ErrSyntax
+	}
+	p.ws()
+	if p.i >= len(p.b) {
+		return ErrSyntax
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object(func([]byte) error { return p.skip(depth + 1) })
+	case c == '[':
+		p.i++
+		if p.next(']') {
+			return nil
+		}
+		for {
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			if p.next(']') {
+				return nil
+			}
+			if !p.next(',') {
+				return ErrSyntax
+			}
+		}
+	case c == '"':
+		var s []byte
+		return p.rawString(&s)
+	case p.literal("true"), p.literal("false"), p.null():
+		return nil
+	case c == '-' || ('0' <= c && c <= '9'):
+		return p.number()
+	}
+	return ErrSyntax
+}
+
+// number consumes a JSON number of any form (for skipped fields).
+func (p *parser) number() error {
+	if p.b[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+		p.i++
+	}
+	if p.i == digits || (p.b[digits] == '0' && p.i-digits > 1) {
+		return ErrSyntax
+	}
+	if p.i < len(p.b) && p.b[p.i] == '.' {
+		p.i++
+		d := p.i
+		for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+			p.i++
+		}
+		if p.i == d {
+			return ErrSyntax
+		}
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
+			p.i++
+		}
+		d := p.i
+		for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+			p.i++
+		}
+		if p.i == d {
+			return ErrSyntax
+		}
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package wire
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+)
+
+var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, RetryAfter: 0,
+	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMillis: 1000},
+	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true}
+
+func TestDecodeCheckResponseRoundTrip(t *testing.T) {
+	for _, d := range []CheckResponse{sampleDecision, {}, {Limit: math.MaxInt64, Remaining: math.MinInt64, RuleID: "\x01\n\t</>&"}} {
+		b, _ := json.Marshal(d)
+		var got CheckResponse
+		if err := DecodeCheckResponse(b, &got); err != nil || !reflect.DeepEqual(got, d) {
+			t.Fatalf("%s:\n got %+v, %v\nwant %+v", b, got, err, d)
+		}
+	}
+	// The 429 body carries the seed 003 envelope beside the decision: skipped.
+	denied := `{"allowed":false,"limit":5,"retry_after":12,"error":{"code":"RATE_LIMIT_EXCEEDED","details":{"limit":5,"reset_at":"x","n":[1,2.5e3,null,true]}}}`
+	var d CheckResponse
+	if err := DecodeCheckResponse([]byte(denied), &d); err != nil || d.Allowed || d.Limit != 5 || d.RetryAfter != 12 {
+		t.Fatalf("denied body: %+v, %v", d, err)
+	}
+}
+
+func TestDecodeCheckResponseRefuses(t *testing.T) {
+	for _, b := range []string{``, `null`, `{`, `{"limit":1.5}`, `{"limit":"5"}`, `{"limit":01}`, `{"allowed":tru}`,
+		`{"tier":"a` + "\x01" + `"}`, `{"tier":"\x"}`, `{} x`, `{"a":[1,}`, `{"limit":99999999999999999999}`, "{\"K\u212aey\":1}"} {
+		var d CheckResponse
+		if err := DecodeCheckResponse([]byte(b), &d); err == nil {
+			t.Errorf("%q accepted: %+v", b, d)
+		}
+	}
+}
+
+// FuzzDecodeCheckResponse holds the decoder to encoding/json: whatever it
+// accepts, encoding/json accepts too, with the same result.
+func FuzzDecodeCheckResponse(f *testing.F) {
+	b, _ := json.Marshal(sampleDecision)
+	f.Add(b)
+	f.Add([]byte(`{"ALLOWED":true,"lease":null,"x":{"y":[{}]},"tier":"\ud83d\ude00 \ud800"}`))
+	f.Add([]byte(`{"limit":-0,"rule_id":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var mine CheckResponse
+		if err := DecodeCheckResponse(b, &mine); err != nil {
+			return
+		}
+		var theirs CheckResponse
+		if err := json.Unmarshal(b, &theirs); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("%q:\n mine %+v\njson %+v", b, mine, theirs)
+		}
+	})
+}
+
+func BenchmarkDecodeCheckResponse(b *testing.B) {
+	body, _ := json.Marshal(sampleDecision)
+	b.Run("wire", func(b *testing.B) {
+		for b.Loop() {
+			var d CheckResponse
+			if err := DecodeCheckResponse(body, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			var d CheckResponse
+			if err := json.Unmarshal(body, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
