@@ -38,6 +38,9 @@ func TestAllowedHeadersBothWays(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("response headers\n got %v\nwant %v", got, want)
 	}
+	if n := len(e.host.Histogram("tollgate_callout_latency_ms")); n != 1 {
+		t.Fatalf("%d callout latency samples, want 1", n)
+	}
 }
 
 func TestXRateLimitCanBeTurnedOff(t *testing.T) {

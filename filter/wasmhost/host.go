@@ -113,17 +113,6 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 // Close releases the runtime and every VM.
 func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
 
-// SharedData returns a copy of one shared-data entry, for tests.
-func (h *Host) SharedData(key string) ([]byte, uint32, bool) {
-	h.shared.mu.Lock()
-	defer h.shared.mu.Unlock()
-	e, ok := h.shared.m[key]
-	if !ok {
-		return nil, 0, false
-	}
-	return append([]byte(nil), e.value...), e.cas, true
-}
-
 // Counter returns a counter's (or gauge's) value by name.
 func (h *Host) Counter(name string) int64 {
 	h.metrics.mu.Lock()
@@ -142,22 +131,6 @@ func (h *Host) Histogram(name string) []uint64 {
 		return append([]uint64(nil), h.metrics.list[id].values...)
 	}
 	return nil
-}
-
-// Metrics lists every metric name and value (histograms: their count).
-func (h *Host) Metrics() map[string]int64 {
-	h.metrics.mu.Lock()
-	defer h.metrics.mu.Unlock()
-	out := map[string]int64{}
-	for name, id := range h.metrics.byName {
-		m := h.metrics.list[id]
-		if m.kind == metricHistogram {
-			out[name] = int64(len(m.values))
-		} else {
-			out[name] = m.value
-		}
-	}
-	return out
 }
 
 // VM is one instance of the module, as one Envoy worker holds. A VM is not

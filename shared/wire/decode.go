@@ -41,31 +41,31 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 		return ErrSyntax
 	}
 	switch {
-	case keyIs(key, "allowed"):
+	case EqualFoldASCII(key, "allowed"):
 		return p.boolean(&d.Allowed)
-	case keyIs(key, "limit"):
+	case EqualFoldASCII(key, "limit"):
 		return p.integer(&d.Limit)
-	case keyIs(key, "remaining"):
+	case EqualFoldASCII(key, "remaining"):
 		return p.integer(&d.Remaining)
-	case keyIs(key, "reset_at"):
+	case EqualFoldASCII(key, "reset_at"):
 		return p.integer(&d.ResetAt)
-	case keyIs(key, "retry_after"):
+	case EqualFoldASCII(key, "retry_after"):
 		return p.integer(&d.RetryAfter)
-	case keyIs(key, "window_seconds"):
+	case EqualFoldASCII(key, "window_seconds"):
 		return p.integer(&d.WindowSeconds)
-	case keyIs(key, "strategy"):
+	case EqualFoldASCII(key, "strategy"):
 		return p.str(&d.Strategy)
-	case keyIs(key, "rule_id"):
+	case EqualFoldASCII(key, "rule_id"):
 		return p.str(&d.RuleID)
-	case keyIs(key, "identity"):
+	case EqualFoldASCII(key, "identity"):
 		return p.str(&d.Identity)
-	case keyIs(key, "tier"):
+	case EqualFoldASCII(key, "tier"):
 		return p.str(&d.Tier)
-	case keyIs(key, "degraded"):
+	case EqualFoldASCII(key, "degraded"):
 		return p.boolean(&d.Degraded)
-	case keyIs(key, "log_only"):
+	case EqualFoldASCII(key, "log_only"):
 		return p.boolean(&d.LogOnly)
-	case keyIs(key, "lease"):
+	case EqualFoldASCII(key, "lease"):
 		if p.null() {
 			return nil
 		}
@@ -74,9 +74,9 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 				return ErrSyntax
 			}
 			switch {
-			case keyIs(k, "granted"):
+			case EqualFoldASCII(k, "granted"):
 				return p.integer(&d.Lease.Granted)
-			case keyIs(k, "ttl_ms"):
+			case EqualFoldASCII(k, "ttl_ms"):
 				return p.integer(&d.Lease.TTLMillis)
 			}
 			return p.skip(0)
@@ -94,18 +94,19 @@ func ascii(b []byte) bool {
 	return true
 }
 
-// keyIs matches a JSON key to a field name without ASCII case, as
-// encoding/json does (the names here are ASCII).
-func keyIs(key []byte, name string) bool {
-	if len(key) != len(name) {
+// EqualFoldASCII reports whether b equals the lower-case ASCII name without
+// ASCII case: JSON keys here, header names in the filter. It allocates
+// nothing.
+func EqualFoldASCII(b []byte, lower string) bool {
+	if len(b) != len(lower) {
 		return false
 	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
-		if c != name[i] {
+		if c != lower[i] {
 			return false
 		}
 	}
@@ -187,15 +188,9 @@ func (p *parser) integer(dst *int64) error {
 	if p.null() {
 		return nil
 	}
-	start := p.i
-	if p.i < len(p.b) && p.b[p.i] == '-' {
-		p.i++
-	}
-	digits := p.i
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		p.i++
-	}
-	if p.i == digits || (p.b[digits] == '0' && p.i-digits > 1) {
+	start := p.i // p.null() has skipped the white space
+	digits, ok := p.intPart()
+	if !ok {
 		return ErrSyntax
 	}
 	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
@@ -371,16 +366,22 @@ func (p *parser) skip(depth int) error {
 	return ErrSyntax
 }
 
-// number consumes a JSON number of any form (for skipped fields).
-func (p *parser) number() error {
-	if p.b[p.i] == '-' {
+// intPart consumes an optional minus and the integer digits of a JSON number
+// (no leading zeros); it returns where the digits start.
+func (p *parser) intPart() (digits int, ok bool) {
+	if p.i < len(p.b) && p.b[p.i] == '-' {
 		p.i++
 	}
-	digits := p.i
+	digits = p.i
 	for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
 		p.i++
 	}
-	if p.i == digits || (p.b[digits] == '0' && p.i-digits > 1) {
+	return digits, p.i > digits && (p.b[digits] != '0' || p.i-digits == 1)
+}
+
+// number consumes a JSON number of any form (for skipped fields).
+func (p *parser) number() error {
+	if _, ok := p.intPart(); !ok {
 		return ErrSyntax
 	}
 	if p.i < len(p.b) && p.b[p.i] == '.' {

@@ -466,15 +466,6 @@ func ParseIPOrPrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-// Redacted returns a copy that is safe to log.
-func (c Config) Redacted() Config {
-	if c.AdminToken != "" {
-		c.AdminToken = "[redacted]"
-	}
-	c.RedisURL = RedactURL(c.RedisURL)
-	return c
-}
-
 // RedactURL hides a password in a Redis URL.
 func RedactURL(u string) string {
 	scheme, rest, ok := strings.Cut(u, "://")

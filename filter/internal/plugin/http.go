@@ -62,20 +62,20 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		switch {
 		case hasPrefixFold(k, headerPrefix):
 			forged = append(forged, string(k))
-		case equalFold(k, ":path"):
+		case wire.EqualFoldASCII(k, ":path"):
 			path = string(v)
-		case equalFold(k, ":method"):
+		case wire.EqualFoldASCII(k, ":method"):
 			method = string(v)
-		case equalFold(k, "authorization"):
+		case wire.EqualFoldASCII(k, "authorization"):
 			auth = string(v)
-		case equalFold(k, "x-forwarded-for"):
+		case wire.EqualFoldASCII(k, "x-forwarded-for"):
 			if xff != "" {
 				xff += ","
 			}
 			xff += string(v)
-		case equalFold(k, "x-real-ip"):
+		case wire.EqualFoldASCII(k, "x-real-ip"):
 			realIP = string(v)
-		case equalFold(k, p.cfg.APIKeyHeader):
+		case wire.EqualFoldASCII(k, p.cfg.APIKeyHeader):
 			h.apiKey = string(v)
 		}
 	})
@@ -389,24 +389,6 @@ func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied 
 	return dst
 }
 
-// equalFold compares a header name to a lower-case literal without
-// allocating (Envoy hands keys lower-case; others may not).
-func equalFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func hasPrefixFold(b []byte, lower string) bool {
-	return len(b) >= len(lower) && equalFold(b[:len(lower)], lower)
+	return len(b) >= len(lower) && wire.EqualFoldASCII(b[:len(lower)], lower)
 }
