@@ -32,7 +32,7 @@ const maxCASRetries = 8
 
 // Entry is one bucket's cached state.
 type Entry struct {
-	Owner uint64
+	Owner Owner
 	// Tokens left of the lease, spendable until ExpiresMs.
 	Tokens    int64
 	ExpiresMs int64
@@ -66,6 +66,12 @@ func New(store Store, prefix string, n uint32) *Cache {
 	}
 	return &Cache{store: store, keys: keys}
 }
+
+// Owner identifies a bucket.
+type Owner = uint64
+
+// Bucket is the owner id of a bucket's description (see the package Bucket).
+func (c *Cache) Bucket(parts ...string) Owner { return Bucket(parts...) }
 
 // Bucket hashes a bucket's description to its owner id (FNV-1a over the
 // parts, each followed by a NUL; inline, so the hot path allocates nothing).

@@ -42,7 +42,7 @@ type httpContext struct {
 
 	// caller
 	id, tier, tenant, apiKey string
-	bucket                   uint64
+	bucket                   leasecache.Owner
 
 	// verdict for the response headers
 	verdict    *leasecache.Entry
@@ -103,7 +103,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		sum := sha256.Sum256([]byte(h.apiKey))
 		keyPart = hex.EncodeToString(sum[:12])
 	}
-	h.bucket = leasecache.Bucket(h.id, keyPart, h.tier, h.tenant, method, path)
+	h.bucket = p.cache.Bucket(h.id, keyPart, h.tier, h.tenant, method, path)
 
 	now := h.now()
 	var returned int64
