@@ -1,0 +1,202 @@
+// Package paths turns a request path into the one spelling Tollgate counts.
+// The filter and the control service both call Normalize before rules match
+// or keys are built, so "/api/v1/items", "/api/v1/%69tems", "/api//v1/items/"
+// and "/api/v1/items;a" are one resource and one counter: a client cannot
+// get a fresh counter by spelling a path differently.
+//
+// The rules, in order:
+//  1. the query ("?...") and fragment ("#...") are dropped;
+//  2. percent-escapes of characters that may stand for themselves in a path
+//     (A-Z a-z 0-9 - . _ ~ ! $ & ' ( ) * + , = : @) are decoded; an escaped
+//     "/" or "\" (%2F, %5C) and a raw "\" become "/", as many servers read
+//     them; every other escape is kept with upper-case hex, and every other
+//     raw byte is escaped, so "é" and "%C3%A9" are one path;
+//  3. each segment loses its ";" parameters ("/items;jsessionid=1" is
+//     "/items", and "..;" is ".."), as servlet containers read them;
+//  4. empty segments (repeated slashes) and "." segments are dropped, ".."
+//     removes the segment before it (never above the root);
+//  5. a trailing slash is dropped ("/items/" is "/items"); "/" stays "/".
+//
+// Case is significant. A path that is not origin-form ("/..."), holds a
+// control character or a space, has a malformed escape, or is longer than
+// MaxLen is an error: the caller refuses the request rather than guess.
+package paths
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaxLen bounds the path (without its query) that is accepted.
+const MaxLen = 8192
+
+// ErrInvalid is wrapped by every error of Normalize.
+var ErrInvalid = errors.New("invalid path")
+
+// Normalize returns the canonical form of a request path. A path that is
+// already canonical is returned as it is, without allocating.
+func Normalize(p string) (string, error) {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if p == "" || p[0] != '/' {
+		return "", fmt.Errorf("%w: %q does not start with /", ErrInvalid, clip(p))
+	}
+	if len(p) > MaxLen {
+		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(p), MaxLen)
+	}
+	if canonical(p) {
+		return p, nil
+	}
+	return rebuild(p)
+}
+
+// canonical reports whether p needs no change: only plain characters, no
+// empty, "." or ".." segment, no trailing slash. Most real paths are; this
+// keeps the filter's hot path free of allocations.
+func canonical(p string) bool {
+	segStart := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) {
+			if c := p[i]; c != '/' {
+				if !plain(c) {
+					return false
+				}
+				continue
+			}
+		}
+		switch p[segStart:i] {
+		case "", ".", "..":
+			return len(p) == 1 // "/" alone is canonical
+		}
+		segStart = i + 1
+	}
+	return true
+}
+
+// rebuild decodes, splits and joins p. It runs only on paths that are not
+// canonical already.
+func rebuild(p string) (string, error) {
+	decoded := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(p) || unhex(p[i+1]) < 0 || unhex(p[i+2]) < 0 {
+				return "", fmt.Errorf("%w: malformed escape at byte %d", ErrInvalid, i)
+			}
+			v := byte(unhex(p[i+1])<<4 | unhex(p[i+2]))
+			i += 2
+			switch {
+			case v == '/' || v == '\\':
+				decoded = append(decoded, '/')
+			case plain(v):
+				decoded = append(decoded, v)
+			default:
+				decoded = appendEscape(decoded, v)
+			}
+		case c == '\\':
+			decoded = append(decoded, '/')
+		case c <= ' ' || c == 0x7f:
+			return "", fmt.Errorf("%w: control character or space at byte %d", ErrInvalid, i)
+		case c == '/' || c == ';' || plain(c):
+			decoded = append(decoded, c)
+		default:
+			// Outside ASCII, or a character that must be escaped ('"', '<',
+			// '{'...): one spelling, the escaped one.
+			decoded = appendEscape(decoded, c)
+		}
+	}
+
+	// Segments as offsets into decoded; ".." pops, "" and "." drop.
+	var stackBuf [32][2]int
+	segs := stackBuf[:0]
+	for start := 1; start <= len(decoded); {
+		end := start
+		for end < len(decoded) && decoded[end] != '/' {
+			end++
+		}
+		seg := decoded[start:end]
+		if i := indexByte(seg, ';'); i >= 0 {
+			seg = seg[:i]
+		}
+		switch string(seg) { // no allocation: the compiler compares in place
+		case "", ".":
+		case "..":
+			if len(segs) > 0 {
+				segs = segs[:len(segs)-1]
+			}
+		default:
+			segs = append(segs, [2]int{start, start + len(seg)})
+		}
+		start = end + 1
+	}
+	if len(segs) == 0 {
+		return "/", nil
+	}
+	var b strings.Builder
+	b.Grow(len(decoded))
+	for _, s := range segs {
+		b.WriteByte('/')
+		b.Write(decoded[s[0]:s[1]])
+	}
+	if b.Len() > MaxLen {
+		// Escaping grew it past the bound: refuse it as if it came so long.
+		return "", fmt.Errorf("%w: %d bytes once escaped, at most %d", ErrInvalid, b.Len(), MaxLen)
+	}
+	return b.String(), nil
+}
+
+// plain is a byte that stands for itself in a canonical path: RFC 3986
+// pchar without "%" (escapes may need decoding) and without ";" (parameters
+// are dropped).
+func plain(c byte) bool {
+	if unreserved(c) {
+		return true
+	}
+	switch c {
+	case '!', '$', '&', '\'', '(', ')', '*', '+', ',', '=', ':', '@':
+		return true
+	}
+	return false
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func appendEscape(b []byte, c byte) []byte {
+	const hex = "0123456789ABCDEF"
+	return append(b, '%', hex[c>>4], hex[c&15])
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// clip shortens a path quoted in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,117 @@
+package paths
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestNormalize(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/", "/"},
+		{"/api/v1/items", "/api/v1/items"},
+		{"/api/v1/items?x=1&y=/../z", "/api/v1/items"},
+		{"/api/v1/items#frag", "/api/v1/items"},
+		{"/api/v1/%69tems", "/api/v1/items"},
+		{"/api/v1/%69%74%65%6D%73", "/api/v1/items"},
+		{"/api/v1/%69%74%65%6d%73", "/api/v1/items"},
+		{"/api/v1/items/", "/api/v1/items"},
+		{"/api/v1/items//", "/api/v1/items"},
+		{"//api///v1//items", "/api/v1/items"},
+		{"/api/v1/items;a", "/api/v1/items"},
+		{"/api/v1/items;jsessionid=1;x", "/api/v1/items"},
+		{"/api;v=2/v1/items", "/api/v1/items"},
+		{"/api/v1/./items", "/api/v1/items"},
+		{"/api/v1/x/../items", "/api/v1/items"},
+		{"/api/v1/x/..;/items", "/api/v1/items"},
+		{"/api/v1/x/%2e%2e/items", "/api/v1/items"},
+		{"/api/v1/x/.%2E/items", "/api/v1/items"},
+		{"/../../api/v1/items", "/api/v1/items"},
+		{"/api/v1/..", "/api"},
+		{"/..", "/"},
+		{"/.", "/"},
+		{"//", "/"},
+		{"/;x", "/"},
+		{"/api%2Fv1%2fitems", "/api/v1/items"},
+		{"/api%5Cv1\\items", "/api/v1/items"},
+		{"/api/v1/auth/%6cogin", "/api/v1/auth/login"},
+		{"/a%21b", "/a!b"},
+		{"/a%3Bb", "/a%3Bb"},
+		{"/a%3bb", "/a%3Bb"},
+		{"/a%25b", "/a%25b"},
+		{"/a%252Fb", "/a%252Fb"}, // decoded once, not twice
+		{"/a%3fb", "/a%3Fb"},
+		{"/caf\u00e9", "/caf%C3%A9"},
+		{"/caf%c3%a9", "/caf%C3%A9"},
+		{"/a\"b", "/a%22b"},
+		{"/a{b}", "/a%7Bb%7D"},
+		{"/Items", "/Items"}, // case is significant
+		{"/...", "/..."},     // three dots are a name
+		{"/.well-known/x", "/.well-known/x"},
+	} {
+		got, err := Normalize(tc.in)
+		if err != nil {
+			t.Errorf("Normalize(%q): %v", tc.in, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestNormalizeRefuses(t *testing.T) {
+	for _, in := range []string{
+		"", "api/v1", "*", "http://host/api", "?x=1",
+		"/a%", "/a%2", "/a%zz", "/a%%41",
+		"/a b", "/a\tb", "/a\r\nX-Evil: 1", "/a\x00b", "/a\x7fb",
+		"/" + strings.Repeat("a", MaxLen),
+		"/" + strings.Repeat("\xf3", MaxLen/3+1), // too long once escaped
+	} {
+		if got, err := Normalize(in); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Normalize(%q) = %q, %v; want ErrInvalid", clip(in), got, err)
+		}
+	}
+}
+
+func TestNormalizeCanonicalDoesNotAllocate(t *testing.T) {
+	in := "/api/v1/items/123?page=2"
+	if n := testing.AllocsPerRun(100, func() { _, _ = Normalize(in) }); n != 0 {
+		t.Fatalf("%v allocations for a canonical path", n)
+	}
+}
+
+// FuzzNormalize checks the properties every output must have: it is
+// canonical (a fixed point), starts with "/", and holds no empty, "." or ".."
+// segment, no ";", no raw byte that needs escaping, and no trailing slash.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{"/", "/api/v1/items", "/a/../b", "/a;b/c", "/%2e%2E/x", "//x//", "/caf\u00e9", "/a%2Fb", "/x?y#z", "/a%"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out, err := Normalize(in)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		again, err := Normalize(out)
+		if err != nil || again != out {
+			t.Fatalf("Normalize(%q) = %q, then %q, %v: not a fixed point", clip(in), clip(out), clip(again), err)
+		}
+		if out[0] != '/' || (len(out) > 1 && strings.HasSuffix(out, "/")) {
+			t.Fatalf("Normalize(%q) = %q: bad slashes", clip(in), clip(out))
+		}
+		for _, seg := range strings.Split(out[1:], "/") {
+			if len(out) > 1 && (seg == "" || seg == "." || seg == "..") {
+				t.Fatalf("Normalize(%q) = %q: segment %q", clip(in), clip(out), clip(seg))
+			}
+		}
+		for i := 0; i < len(out); i++ {
+			if c := out[i]; c != '/' && c != '%' && !plain(c) {
+				t.Fatalf("Normalize(%q) = %q: raw byte %q", clip(in), clip(out), c)
+			}
+		}
+	})
+}
