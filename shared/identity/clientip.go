@@ -10,6 +10,9 @@ import (
 // header of commas must not cost more than a short one.
 const MaxForwardedFor = 4096
 
+// MaxTrustedHops bounds XFFTrustedHops.
+const MaxTrustedHops = 16
+
 // ClientIPSource says where the client address came from.
 type ClientIPSource string
 
@@ -21,26 +24,36 @@ const (
 
 // ClientIPInput is what a proxy knows about a request's origin.
 type ClientIPInput struct {
-	// ForwardedFor is the X-Forwarded-For value; several headers joined by ",".
+	// SourceAddress is the client address the proxy itself resolved
+	// ("ip:port" or "ip"). In Envoy it is the source.address attribute, which
+	// the HTTP connection manager has already derived from the peer and, per
+	// its use_remote_address / xff_num_trusted_hops, from X-Forwarded-For.
+	// It is the default, and the fallback of every other source.
+	SourceAddress string
+	// ForwardedFor is the X-Forwarded-For value as the proxy forwards it
+	// (several header lines joined by ","), ending with the entry the proxy
+	// appended for its own peer (Envoy's use_remote_address: true).
 	ForwardedFor string
-	// TrustedProxyDepth is how many rightmost X-Forwarded-For entries our own
-	// proxies appended. 0 means X-Forwarded-For is not trusted at all.
-	TrustedProxyDepth int
-	// RealIP is the X-Real-IP value, used only when TrustRealIP is set.
+	// XFFTrustedHops is how many trusted proxies stand between the client
+	// and this proxy, each appending the address it saw: the client is then
+	// the entry XFFTrustedHops+1 from the right. 0 (the default) never reads
+	// X-Forwarded-For: every entry in it may have been written by the client.
+	XFFTrustedHops int
+	// RealIP is the X-Real-IP value, used only when TrustRealIP is set (a
+	// proxy in front overwrites it on every request).
 	RealIP      string
 	TrustRealIP bool
-	// SourceAddress is the peer address of the connection ("ip:port" or "ip").
-	SourceAddress string
 }
 
-// ClientIP resolves the client address: the X-Forwarded-For entry just left of
-// the TrustedProxyDepth rightmost ones (the entries our proxies appended; with
-// fewer entries than that, the leftmost), then a trusted X-Real-IP, then the
-// connection's source address. An unparsable candidate falls through to the
-// next source instead of becoming an identity.
+// ClientIP resolves the client address: with XFFTrustedHops > 0 the
+// X-Forwarded-For entry just left of the trusted ones, then a trusted
+// X-Real-IP, then the source address. A candidate that is missing (fewer
+// entries than the trusted hops append: the request did not come through
+// them) or unparsable falls through to the next source; it never becomes an
+// identity, and no entry a client wrote left of the trusted ones is read.
 func ClientIP(in ClientIPInput) (netip.Addr, ClientIPSource, error) {
-	if in.TrustedProxyDepth > 0 && in.ForwardedFor != "" {
-		if a, ok := pickForwarded(in.ForwardedFor, in.TrustedProxyDepth); ok {
+	if in.XFFTrustedHops > 0 && in.ForwardedFor != "" {
+		if a, ok := pickForwarded(in.ForwardedFor, in.XFFTrustedHops); ok {
 			return a, SourceForwardedFor, nil
 		}
 	}
@@ -56,27 +69,32 @@ func ClientIP(in ClientIPInput) (netip.Addr, ClientIPSource, error) {
 	return a, SourceConnection, nil
 }
 
-// pickForwarded walks the list from the right without splitting it into a
-// slice, so a hostile header costs no allocation per entry.
-func pickForwarded(xff string, depth int) (netip.Addr, bool) {
-	if len(xff) > MaxForwardedFor {
-		// Our proxies append on the right; keep the right end, which is the
-		// part we can trust, and drop the client-written head.
+// pickForwarded returns the entry hops+1 from the right, walking from the
+// right end without splitting the list, so a hostile header costs no
+// allocation per entry and only its trusted tail is read.
+func pickForwarded(xff string, hops int) (netip.Addr, bool) {
+	if hops > MaxTrustedHops {
+		return netip.Addr{}, false
+	}
+	truncated := len(xff) > MaxForwardedFor
+	if truncated {
+		// Proxies append on the right; the client-written head is what a
+		// long header is made of.
 		xff = xff[len(xff)-MaxForwardedFor:]
-		if i := strings.IndexByte(xff, ','); i >= 0 {
-			xff = xff[i+1:]
+	}
+	end := len(xff)
+	for i := 0; i < hops; i++ {
+		j := strings.LastIndexByte(xff[:end], ',')
+		if j < 0 {
+			return netip.Addr{}, false // fewer entries than trusted hops
 		}
+		end = j
 	}
-	n := strings.Count(xff, ",") + 1
-	idx := n - depth - 1 // 0-based from the left
-	if idx < 0 {
-		idx = 0
+	start := strings.LastIndexByte(xff[:end], ',') + 1
+	if start == 0 && truncated {
+		return netip.Addr{}, false // the cut may have gone through this entry
 	}
-	for i := 0; i < idx; i++ {
-		_, xff, _ = strings.Cut(xff, ",")
-	}
-	entry, _, _ := strings.Cut(xff, ",")
-	a, err := ParseAddr(entry)
+	a, err := ParseAddr(xff[start:end])
 	if err != nil {
 		return netip.Addr{}, false
 	}

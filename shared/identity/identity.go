@@ -65,6 +65,10 @@ func IP(addr string) (ID, error) {
 	return ID{Kind: KindIP, Value: a.String()}, nil
 }
 
+// UnknownIP is the caller with no usable address (a listener on a Unix
+// socket, a missing attribute): a bucket of its own, never a real address's.
+var UnknownIP = ID{Kind: KindIP, Value: "unknown"}
+
 // Parse reads a canonical identity. A string without a known prefix is a bare
 // user id (the seed API's user_id), so "alice" and "user:alice" are one caller.
 func Parse(s string) (ID, error) {
@@ -76,6 +80,9 @@ func Parse(s string) (ID, error) {
 		case KindKey:
 			return Key(rest)
 		case KindIP:
+			if rest == UnknownIP.Value {
+				return UnknownIP, nil
+			}
 			return IP(rest)
 		}
 	}

@@ -27,6 +27,8 @@ func TestParse(t *testing.T) {
 		{"", "", true},
 		{"user:", "", true},
 		{"ip:not-an-ip", "", true},
+		{"ip:unknown", "ip:unknown", false},
+		{"ip:0.0.0.0", "ip:0.0.0.0", false}, // a real (if odd) address, not the unknown bucket
 		{"user:a\r\nX-Evil: 1", "", true},
 		{"user:a\x00b", "", true},
 		{"user:\xff\xfe", "", true},
@@ -56,18 +58,21 @@ func TestClientIP(t *testing.T) {
 		want string
 		src  ClientIPSource
 	}{
-		{"no xff uses source", ClientIPInput{SourceAddress: "198.51.100.9:5000", TrustedProxyDepth: 1}, "198.51.100.9", SourceConnection},
-		{"depth 1 takes entry left of ours", ClientIPInput{ForwardedFor: "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "10.0.0.2"}, "203.0.113.5", SourceForwardedFor},
-		{"spoofed head ignored at depth 1", ClientIPInput{ForwardedFor: "1.1.1.1, 203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1}, "203.0.113.5", SourceForwardedFor},
-		{"depth 2", ClientIPInput{ForwardedFor: "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2", TrustedProxyDepth: 2}, "203.0.113.5", SourceForwardedFor},
-		{"fewer entries than depth takes leftmost", ClientIPInput{ForwardedFor: "203.0.113.5", TrustedProxyDepth: 2}, "203.0.113.5", SourceForwardedFor},
-		{"depth 0 never trusts xff", ClientIPInput{ForwardedFor: "1.1.1.1", SourceAddress: "198.51.100.9"}, "198.51.100.9", SourceConnection},
-		{"garbage entry falls through", ClientIPInput{ForwardedFor: "evil, 10.0.0.1", TrustedProxyDepth: 1, SourceAddress: "198.51.100.9:1"}, "198.51.100.9", SourceConnection},
-		{"ipv6 canonical", ClientIPInput{ForwardedFor: "2001:DB8::0:1, 10.0.0.1", TrustedProxyDepth: 1}, "2001:db8::1", SourceForwardedFor},
+		{"source address by default", ClientIPInput{SourceAddress: "198.51.100.9:5000"}, "198.51.100.9", SourceConnection},
+		{"xff ignored without trusted hops", ClientIPInput{ForwardedFor: "1.1.1.1, 198.51.100.9", SourceAddress: "198.51.100.9:5000"}, "198.51.100.9", SourceConnection},
+		{"one hop: entry left of the peer's", ClientIPInput{ForwardedFor: "203.0.113.5, 10.0.0.1", XFFTrustedHops: 1, SourceAddress: "10.0.0.1:1"}, "203.0.113.5", SourceForwardedFor},
+		{"one hop: client-written head ignored", ClientIPInput{ForwardedFor: "1.1.1.1, 203.0.113.5, 10.0.0.1", XFFTrustedHops: 1}, "203.0.113.5", SourceForwardedFor},
+		{"two hops", ClientIPInput{ForwardedFor: "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2", XFFTrustedHops: 2}, "203.0.113.5", SourceForwardedFor},
+		{"fewer entries than hops: source", ClientIPInput{ForwardedFor: "203.0.113.5", XFFTrustedHops: 1, SourceAddress: "198.51.100.9"}, "198.51.100.9", SourceConnection},
+		{"garbage entry falls through", ClientIPInput{ForwardedFor: "evil, 10.0.0.1", XFFTrustedHops: 1, SourceAddress: "198.51.100.9:1"}, "198.51.100.9", SourceConnection},
+		{"empty entry falls through", ClientIPInput{ForwardedFor: ", 10.0.0.1", XFFTrustedHops: 1, SourceAddress: "198.51.100.9:1"}, "198.51.100.9", SourceConnection},
+		{"ipv6 canonical", ClientIPInput{ForwardedFor: "2001:DB8::0:1, 10.0.0.1", XFFTrustedHops: 1}, "2001:db8::1", SourceForwardedFor},
 		{"mapped ipv4 unmapped", ClientIPInput{SourceAddress: "[::ffff:192.0.2.1]:80"}, "192.0.2.1", SourceConnection},
 		{"trusted real ip", ClientIPInput{RealIP: "203.0.113.8", TrustRealIP: true, SourceAddress: "10.0.0.2"}, "203.0.113.8", SourceRealIP},
 		{"untrusted real ip ignored", ClientIPInput{RealIP: "203.0.113.8", SourceAddress: "10.0.0.2"}, "10.0.0.2", SourceConnection},
-		{"10 kB of commas keeps the right end", ClientIPInput{ForwardedFor: strings.Repeat(",", 10_000) + "203.0.113.5, 10.0.0.1", TrustedProxyDepth: 1}, "203.0.113.5", SourceForwardedFor},
+		{"10 kB of commas keeps the right end", ClientIPInput{ForwardedFor: strings.Repeat(",", 10_000) + "203.0.113.5, 10.0.0.1", XFFTrustedHops: 1}, "203.0.113.5", SourceForwardedFor},
+		{"an entry cut by the length bound is not read", ClientIPInput{ForwardedFor: "203.0.113.5" + strings.Repeat(" ", MaxForwardedFor-len(", 10.0.0.1")-3) + ", 10.0.0.1", XFFTrustedHops: 1, SourceAddress: "198.51.100.9"}, "198.51.100.9", SourceConnection},
+		{"hops beyond the bound never read xff", ClientIPInput{ForwardedFor: "203.0.113.5" + strings.Repeat(", 10.0.0.1", 20), XFFTrustedHops: MaxTrustedHops + 1, SourceAddress: "198.51.100.9"}, "198.51.100.9", SourceConnection},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,9 +102,9 @@ func ExampleParse() {
 
 func ExampleClientIP() {
 	addr, src, _ := ClientIP(ClientIPInput{
-		ForwardedFor:      "6.6.6.6, 203.0.113.5, 10.0.0.1",
-		TrustedProxyDepth: 1,
-		SourceAddress:     "10.0.0.1:4711",
+		ForwardedFor:   "6.6.6.6, 203.0.113.5, 10.0.0.1",
+		XFFTrustedHops: 1,
+		SourceAddress:  "10.0.0.1:4711",
 	})
 	fmt.Println(addr, src)
 	// Output: 203.0.113.5 x-forwarded-for
@@ -129,10 +134,10 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("1.1.1.1, 203.0.113.5, 10.0.0.1", 1, "10.0.0.2:1")
 	f.Add(",,,", 2, "::1")
 	f.Fuzz(func(t *testing.T, xff string, depth int, src string) {
-		if depth < 0 || depth > 16 {
+		if depth < 0 || depth > MaxTrustedHops+1 {
 			return
 		}
-		a, _, err := ClientIP(ClientIPInput{ForwardedFor: xff, TrustedProxyDepth: depth, SourceAddress: src})
+		a, _, err := ClientIP(ClientIPInput{ForwardedFor: xff, XFFTrustedHops: depth, SourceAddress: src})
 		if err != nil {
 			return
 		}
