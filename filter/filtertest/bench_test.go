@@ -70,7 +70,7 @@ var benchAnswer = wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status",
 // request headers, callout answer, response headers, done.
 func BenchmarkRequestCallout(b *testing.B) {
 	ctx := context.Background()
-	_, vm := benchVM(b, `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":0}}`)
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":0}}`)
 	b.ReportAllocs()
 	for b.Loop() {
 		s, _ := vm.NewStream(ctx, benchReq, benchProps)
@@ -88,7 +88,7 @@ func BenchmarkRequestCallout(b *testing.B) {
 // lease cache, no callout.
 func BenchmarkRequestLeaseHit(b *testing.B) {
 	ctx := context.Background()
-	_, vm := benchVM(b, `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":10}}`)
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10}}`)
 	s, _ := vm.NewStream(ctx, benchReq, benchProps)
 	s.OnRequestHeaders(ctx, true)
 	d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,

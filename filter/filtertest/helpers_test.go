@@ -155,7 +155,7 @@ func mustJSON(t *testing.T, b []byte) map[string]any {
 	return m
 }
 
-const baseConfig = `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":0}}`
+const baseConfig = `{"control_cluster":"controlsvc","lease":{"request":0}}`
 
 func hasLog(vm *wasmhost.VM, sub string) bool {
 	for _, l := range vm.Logs() {

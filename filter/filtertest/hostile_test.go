@@ -1,8 +1,11 @@
 package filtertest
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmhost"
 )
@@ -32,5 +35,133 @@ func TestHostileHeaders(t *testing.T) {
 	}
 	if err := e.vms[0].Broken(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Each way a client might choose its identity, dodge a rule or make the
+// filter work hard, against the compiled module. A row either expects a
+// local answer (status and code, and no callout) or a callout that counts
+// the request as wantID against wantPath.
+func TestHostileRequests(t *testing.T) {
+	valid := "Bearer " + keys.Sign("HS256", claims(epoch.Add(time.Hour)))
+	many := wasmhost.Headers{}
+	for i := range 10_000 {
+		many = append(many, [2]string{"x-tollgate-f" + strconv.Itoa(i), "1"})
+	}
+	for _, tc := range []struct {
+		name     string
+		config   string
+		r        req
+		status   int    // a local answer, or 0 for a callout
+		wantID   string // the identity the callout counts
+		wantPath string
+	}{
+		{"two Authorization headers", jwtConfig(false), req{headers: wasmhost.Headers{{"authorization", valid}, {"authorization", "Basic YTpi"}}}, 400, "", ""},
+		{"two api keys", baseConfig, req{headers: wasmhost.Headers{{"x-api-key", "tg_a"}, {"X-API-Key", "tg_b"}}}, 400, "", ""},
+		{"api key and its underscore spelling", baseConfig, req{headers: wasmhost.Headers{{"x-api-key", "tg_a"}, {"x_api_key", "tg_b"}}}, 400, "", ""},
+		{"client-written xff is not an identity", baseConfig, req{headers: wasmhost.Headers{{"x-forwarded-for", "10.255.0.7"}}}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"victim's address in xff", baseConfig, req{headers: wasmhost.Headers{{"x-forwarded-for", "203.0.113.50, 198.51.100.7"}}}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"forged x-real-ip", baseConfig, req{headers: wasmhost.Headers{{"x-real-ip", "203.0.113.50"}}}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"escaped letter", baseConfig, req{path: "/api/v1/%69tems"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"trailing slash", baseConfig, req{path: "/api/v1/items/"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"matrix parameter", baseConfig, req{path: "/api/v1/items;a"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"dot segments and slashes", baseConfig, req{path: "//api/./v1/x/../items?q=1"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"escaped slash", baseConfig, req{path: "/api%2Fv1%2Fitems"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		{"login spelled with an escape", baseConfig, req{path: "/api/v1/auth/%6cogin"}, 0, "ip:198.51.100.7", "/api/v1/auth/login"},
+		{"malformed escape", baseConfig, req{path: "/api/v1/%zzitems"}, 400, "", ""},
+		{"not origin-form", baseConfig, req{path: "api/v1/items"}, 400, "", ""},
+		{"excluded path spelled another way is counted", `{"control_cluster":"controlsvc","lease":{"request":0},"excluded_paths":["/health"]}`,
+			req{path: "/api/..;/health"}, 0, "ip:198.51.100.7", "/health"},
+		{"10 000 forged headers", baseConfig, req{headers: many}, 0, "ip:198.51.100.7", "/api/v1/items"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.config, 1)
+			s, act := e.start(tc.r)
+			if tc.status != 0 {
+				if act != wasmhost.Pause || s.Local == nil || s.Local.Status != tc.status {
+					t.Fatalf("action %v, local %+v; want %d", act, s.Local, tc.status)
+				}
+				if code := mustJSON(t, s.Local.Body)["error"].(map[string]any)["code"]; code != "INVALID_INPUT" {
+					t.Fatalf("code %v", code)
+				}
+				e.noCallout(0)
+				return
+			}
+			_, body := e.callout(0)
+			if body.UserID != tc.wantID || body.Endpoint != tc.wantPath {
+				t.Fatalf("counted as %q on %q; want %q on %q", body.UserID, body.Endpoint, tc.wantID, tc.wantPath)
+			}
+			for _, kv := range s.RequestHeaders {
+				if headerIsOurs(kv[0]) {
+					t.Fatalf("client header %q reached upstream", kv[0])
+				}
+			}
+		})
+	}
+}
+
+func headerIsOurs(name string) bool {
+	return strings.HasPrefix(strings.ReplaceAll(strings.ToLower(name), "_", "-"), "x-tollgate-")
+}
+
+// Forged x-tollgate headers go in one host call, however many there are,
+// and the underscore spelling goes with them.
+func TestForgedHeadersStrippedInOnePass(t *testing.T) {
+	e := newEnv(t, baseConfig, 1)
+	forged := wasmhost.Headers{{"X_Tollgate_Identity", "user:admin"}, {"x_tollgate_decision", "exempt"}, {"user-agent", "ua"}}
+	for i := range 5_000 {
+		forged = append(forged, [2]string{"x-tollgate-f" + strconv.Itoa(i), "1"})
+	}
+	s, _ := e.start(req{headers: forged})
+	if n := e.vms[0].HostCalls("proxy_remove_header_map_value"); n != 0 {
+		t.Fatalf("%d header removals, want none (one replace of the map)", n)
+	}
+	if n := e.vms[0].HostCalls("proxy_set_header_map_pairs"); n != 1 {
+		t.Fatalf("%d map replacements, want 1", n)
+	}
+	e.answer(0, "200", decision(true, 5, 0, 0))
+	if s.RequestHeaders.Value("user-agent") != "ua" || s.RequestHeaders.Value(":path") != "/api/v1/items" {
+		t.Fatalf("legitimate headers lost: %.200v", s.RequestHeaders)
+	}
+	for _, kv := range s.RequestHeaders {
+		if headerIsOurs(kv[0]) && kv[0] != "x-tollgate-identity" && kv[0] != "x-tollgate-tier" && kv[0] != "x-tollgate-decision" {
+			t.Fatalf("forged %q reached upstream", kv[0])
+		}
+	}
+	if got := s.RequestHeaders.Values("x-tollgate-identity"); len(got) != 1 || got[0] != "user:alice" {
+		t.Fatalf("identity upstream %v", got)
+	}
+}
+
+// The filter sends its service credential, and bounds what it believes of
+// an answer: never a larger lease than it asked for, never an identity it
+// could not write safely.
+func TestCalloutCredentialAndImplausibleAnswers(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","decision_token":"s3cret-token","lease":{"request":3}}`, 1)
+	e.start(req{})
+	c, _ := e.callout(0)
+	if c.Headers.Value("authorization") != "Bearer s3cret-token" {
+		t.Fatalf("callout headers %v", c.Headers)
+	}
+	// A grant of 1000 when 3 were asked for is spent as 3.
+	e.answer(0, "200", decision(true, 50, 1000, 0))
+	for i := range 3 {
+		if _, act := e.start(req{}); act != wasmhost.Continue {
+			t.Fatalf("lease hit %d: %v", i, act)
+		}
+	}
+	if _, act := e.start(req{}); act != wasmhost.Pause {
+		t.Fatal("more than the 3 asked-for tokens were spent locally")
+	}
+	// An identity with CRLF is not written upstream: the answer counts as
+	// a failed callout (fail_open: degraded, with the filter's own identity).
+	bad := strings.Replace(decision(true, 5, 0, 0), `"user:alice"`, `"user:a\r\nx-evil: 1"`, 1)
+	c, _ = e.callout(0)
+	s := e.vms[0]
+	if err := s.Respond(context.Background(), c.Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(bad)}); err != nil {
+		t.Fatal(err)
+	}
+	if !hasLog(s, "implausible answer") {
+		t.Fatalf("logs %v", s.Logs())
 	}
 }

@@ -20,7 +20,7 @@ var keys = func() *jwttest.Keys {
 }()
 
 func jwtConfig(reject bool) string {
-	return fmt.Sprintf(`{"control_cluster":"controlsvc","trusted_proxy_depth":1,"lease":{"request":0},
+	return fmt.Sprintf(`{"control_cluster":"controlsvc","lease":{"request":0},
 		"jwt":{"jwks":%s,"issuer":"https://issuer.example","reject_invalid":%v,"tier_claim":"plan"}}`, keys.JWKS(), reject)
 }
 
@@ -51,17 +51,19 @@ func TestIdentitySources(t *testing.T) {
 		{"source address", baseConfig, nil, "203.0.113.9:1234", "ip:203.0.113.9", "", ""},
 		{"ipv6 source canonical", baseConfig, nil, "[2001:DB8:0:0::1]:443", "ip:2001:db8::1", "", ""},
 		{"mapped ipv4 unmapped", baseConfig, nil, "[::ffff:192.0.2.1]:80", "ip:192.0.2.1", "", ""},
-		{"xff depth 1", baseConfig, wasmhost.Headers{{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
-		{"spoofed xff depth 1", baseConfig, wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
-		{"spoofed xff depth 2", strings.Replace(baseConfig, `"trusted_proxy_depth":1`, `"trusted_proxy_depth":2`, 1),
-			wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2"}}, "", "ip:203.0.113.5", "", ""},
-		{"two xff headers joined", baseConfig, wasmhost.Headers{{"x-forwarded-for", "6.6.6.6"}, {"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
-		{"xff ipv6", baseConfig, wasmhost.Headers{{"x-forwarded-for", "2001:DB8::5, 10.0.0.1"}}, "", "ip:2001:db8::5", "", ""},
-		{"garbage xff falls back", baseConfig, wasmhost.Headers{{"x-forwarded-for", "}{evil\r\n, 10.0.0.1"}}, "", "ip:198.51.100.7", "", ""},
-		{"10 kB xff", baseConfig, wasmhost.Headers{{"x-forwarded-for", strings.Repeat("1.1.1.1,", 1300) + "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"xff ignored by default", baseConfig, wasmhost.Headers{{"x-forwarded-for", "203.0.113.5, 198.51.100.7"}}, "", "ip:198.51.100.7", "", ""},
+		{"xff one trusted hop", hops(1), wasmhost.Headers{{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"spoofed xff one hop", hops(1), wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"spoofed xff two hops", hops(2), wasmhost.Headers{{"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1, 10.0.0.2"}}, "", "ip:203.0.113.5", "", ""},
+		{"xff shorter than the hops: source", hops(2), wasmhost.Headers{{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:198.51.100.7", "", ""},
+		{"two xff headers joined", hops(1), wasmhost.Headers{{"x-forwarded-for", "6.6.6.6"}, {"x-forwarded-for", "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
+		{"xff ipv6", hops(1), wasmhost.Headers{{"x-forwarded-for", "2001:DB8::5, 10.0.0.1"}}, "", "ip:2001:db8::5", "", ""},
+		{"garbage xff falls back", hops(1), wasmhost.Headers{{"x-forwarded-for", "}{evil\r\n, 10.0.0.1"}}, "", "ip:198.51.100.7", "", ""},
+		{"10 kB xff", hops(1), wasmhost.Headers{{"x-forwarded-for", strings.Repeat("1.1.1.1,", 1300) + "203.0.113.5, 10.0.0.1"}}, "", "ip:203.0.113.5", "", ""},
 		{"x-real-ip untrusted", baseConfig, wasmhost.Headers{{"x-real-ip", "203.0.113.8"}}, "", "ip:198.51.100.7", "", ""},
-		{"x-real-ip trusted", strings.Replace(baseConfig, `"trusted_proxy_depth":1`, `"trusted_proxy_depth":0,"trust_x_real_ip":true`, 1),
+		{"x-real-ip trusted", strings.Replace(baseConfig, `"lease"`, `"trust_x_real_ip":true,"lease"`, 1),
 			wasmhost.Headers{{"x-real-ip", "203.0.113.8"}, {"x-forwarded-for", "1.1.1.1"}}, "", "ip:203.0.113.8", "", ""},
+		{"no usable source: a bucket of its own", baseConfig, nil, "@/run/envoy.sock", "ip:unknown", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +84,11 @@ func TestIdentitySources(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hops is the base configuration with X-Forwarded-For trusted through n proxies.
+func hops(n int) string {
+	return strings.Replace(baseConfig, `"lease"`, fmt.Sprintf(`"xff_trusted_hops":%d,"lease"`, n), 1)
 }
 
 // forge keeps header and payload and signs with another key.

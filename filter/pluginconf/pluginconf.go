@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -30,18 +31,30 @@ type Config struct {
 	// TimeoutMS bounds a callout.
 	TimeoutMS   uint32 `json:"timeout_ms"`
 	FailureMode string `json:"failure_mode"`
-	// TrustedProxyDepth is how many rightmost X-Forwarded-For entries our own
-	// proxies append; TrustXRealIP trusts X-Real-IP after that.
-	TrustedProxyDepth int     `json:"trusted_proxy_depth"`
-	TrustXRealIP      bool    `json:"trust_x_real_ip"`
-	APIKeyHeader      string  `json:"api_key_header"`
-	JWT               *JWT    `json:"jwt,omitempty"`
-	Headers           Headers `json:"headers"`
+	// DecisionToken is the service credential sent to the control service
+	// as "Authorization: Bearer ..." (its TOLLGATE_DECISION_TOKEN). Never logged.
+	DecisionToken string `json:"decision_token,omitempty"`
+	// XFFTrustedHops is how many trusted proxies stand in front of Envoy,
+	// each appending to X-Forwarded-For; Envoy appends the last entry itself
+	// (use_remote_address: true). 0, the default, never reads the header and
+	// takes source.address, which Envoy has already resolved: the trust
+	// setting then lives in Envoy alone, which is the recommended setup.
+	XFFTrustedHops int `json:"xff_trusted_hops"`
+	// TrustXRealIP trusts X-Real-IP (only behind a proxy that overwrites it).
+	TrustXRealIP bool    `json:"trust_x_real_ip"`
+	APIKeyHeader string  `json:"api_key_header"`
+	JWT          *JWT    `json:"jwt,omitempty"`
+	Headers      Headers `json:"headers"`
 	// ExcludedPaths (globs) pass without rate limiting.
 	ExcludedPaths []string `json:"excluded_paths"`
 	Lease         Lease    `json:"lease"`
 	Breaker       Breaker  `json:"breaker"`
 	Fallback      Fallback `json:"fallback"`
+
+	// LegacyTrustedProxyDepth is the old name of a setting whose meaning
+	// changed; it is refused with a pointer to xff_trusted_hops rather than
+	// silently read the new way.
+	LegacyTrustedProxyDepth *int `json:"trusted_proxy_depth,omitempty"`
 }
 
 // JWT configures token verification inside the filter.
@@ -163,8 +176,15 @@ func (c *Config) validate() error {
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		return bad("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
 	}
-	if c.TrustedProxyDepth < 0 || c.TrustedProxyDepth > 16 {
-		return bad("trusted_proxy_depth", "%d must be in 0..16", c.TrustedProxyDepth)
+	if c.LegacyTrustedProxyDepth != nil {
+		return bad("trusted_proxy_depth", "is no longer read: X-Forwarded-For is trusted only through xff_trusted_hops "+
+			"(the proxies in front of Envoy; 0 uses source.address), see the README's Security model")
+	}
+	if c.XFFTrustedHops < 0 || c.XFFTrustedHops > identity.MaxTrustedHops {
+		return bad("xff_trusted_hops", "%d must be in 0..%d", c.XFFTrustedHops, identity.MaxTrustedHops)
+	}
+	if t := c.DecisionToken; t != "" && (len(t) > 1024 || strings.ContainsAny(t, " \t\r\n,") || !isPrintableASCII(t)) {
+		return bad("decision_token", "must be printable ASCII without spaces or commas, at most 1024 bytes")
 	}
 	c.APIKeyHeader = strings.ToLower(c.APIKeyHeader)
 	if !headerRE.MatchString(c.APIKeyHeader) || strings.HasPrefix(c.APIKeyHeader, "x-tollgate-") {
@@ -230,4 +250,13 @@ func (c *Config) validate() error {
 		j.Keys = ks
 	}
 	return nil
+}
+
+func isPrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

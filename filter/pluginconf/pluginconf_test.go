@@ -11,7 +11,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.ControlCluster != "controlsvc" || c.ControlAuthority != "controlsvc" || c.FailureMode != FailOpen || c.TimeoutMS != 200 ||
-		c.APIKeyHeader != "x-api-key" || c.Lease.Request != 10 || !c.Headers.XRateLimitOn() || c.Headers.IETF {
+		c.APIKeyHeader != "x-api-key" || c.Lease.Request != 10 || !c.Headers.XRateLimitOn() || c.Headers.IETF ||
+		c.XFFTrustedHops != 0 || c.TrustXRealIP || c.DecisionToken != "" {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -20,7 +21,11 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	for cfg, want := range map[string]string{
 		`{"control_cluster":"bad cluster"}`:            "control_cluster:",
 		`{"control_authority":"a/b"}`:                  "control_authority:",
-		`{"trusted_proxy_depth":-1}`:                   "trusted_proxy_depth:",
+		`{"trusted_proxy_depth":1}`:                    "trusted_proxy_depth: is no longer read",
+		`{"xff_trusted_hops":-1}`:                      "xff_trusted_hops:",
+		`{"xff_trusted_hops":17}`:                      "xff_trusted_hops:",
+		`{"decision_token":"a b"}`:                     "decision_token:",
+		`{"decision_token":"a\r\nx: y"}`:               "decision_token:",
 		`{"api_key_header":"X Key"}`:                   "api_key_header:",
 		`{"api_key_header":"x-tollgate-key"}`:          "api_key_header:",
 		`{"lease":{"request":-1}}`:                     "lease.request:",

@@ -16,6 +16,7 @@ type NativeHost interface {
 	GetBuffer(bufferType, start, maxSize uint32) ([]byte, uint32)
 	GetHeaderMapPairs(mapType uint32) ([][2]string, uint32)
 	GetHeaderMapValue(mapType uint32, key string) (string, uint32)
+	SetHeaderMapPairs(mapType uint32, pairs [][2]string) uint32
 	AddHeaderMapValue(mapType uint32, key, value string) uint32
 	ReplaceHeaderMapValue(mapType uint32, key, value string) uint32
 	RemoveHeaderMapValue(mapType uint32, key string) uint32
@@ -104,6 +105,17 @@ func proxyGetHeaderMapPairs(mt uint32, _ *uint32, retSize *uint32) uint32 {
 	}
 	m, st := native.GetHeaderMapPairs(mt)
 	return give(headermap.Encode(m), st, retSize)
+}
+
+func proxySetHeaderMapPairs(mt uint32, pairs *byte, ps uint32) uint32 {
+	if native == nil {
+		return statusUnimplemented
+	}
+	m, err := headermap.Decode([]byte(str(pairs, ps)))
+	if err != nil {
+		return statusBadArgument
+	}
+	return native.SetHeaderMapPairs(mt, m)
 }
 
 func proxyAddHeaderMapValue(mt uint32, key *byte, ks uint32, value *byte, vs uint32) uint32 {

@@ -18,6 +18,9 @@ func proxyGetHeaderMapValue(mapType uint32, key *byte, keySize uint32, retData *
 //go:wasmimport env proxy_get_header_map_pairs
 func proxyGetHeaderMapPairs(mapType uint32, retData *uint32, retSize *uint32) uint32
 
+//go:wasmimport env proxy_set_header_map_pairs
+func proxySetHeaderMapPairs(mapType uint32, pairs *byte, pairsSize uint32) uint32
+
 //go:wasmimport env proxy_add_header_map_value
 func proxyAddHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
 

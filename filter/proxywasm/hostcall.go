@@ -203,6 +203,13 @@ func RemoveHttpRequestHeader(key string) error {
 	return statusErr(proxyRemoveHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key))))
 }
 
+// ReplaceHttpRequestHeaders replaces every request header with headers, in
+// one host call.
+func ReplaceHttpRequestHeaders(headers [][2]string) error {
+	h := headermap.Encode(headers)
+	return statusErr(proxySetHeaderMapPairs(mapRequestHeaders, bytesPtr(h), uint32(len(h))))
+}
+
 // ReplaceHttpRequestHeader sets a request header to one value.
 func ReplaceHttpRequestHeader(key, value string) error {
 	return statusErr(proxyReplaceHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))

@@ -43,6 +43,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 				stack[0] = stInternal
 				return
 			}
+			vm.calls[name]++
 			st := f(vm, m, stack)
 			if len(results) > 0 {
 				stack[0] = uint64(st)

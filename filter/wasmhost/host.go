@@ -150,6 +150,7 @@ type VM struct {
 	tick      time.Duration
 	logs      []LogLine
 	broken    error
+	calls     map[string]int // host function name -> calls
 
 	// OnCallout is called when the guest dispatches a callout (synchronously,
 	// inside the guest's call; start the request elsewhere and deliver the
@@ -182,7 +183,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithRandSource(rand.Reader).
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
-	vm := &VM{host: h, rootID: 1, nextID: 2, streams: map[uint32]*Stream{}, callouts: map[uint32]*Callout{}}
+	vm := &VM{host: h, rootID: 1, nextID: 2, streams: map[uint32]*Stream{}, callouts: map[uint32]*Callout{}, calls: map[string]int{}}
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
@@ -228,6 +229,11 @@ func (vm *VM) Close(ctx context.Context) error { return vm.mod.Close(ctx) }
 
 // MemorySize is the guest's linear memory in bytes.
 func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }
+
+// HostCalls is how many times the guest called a host function (by its
+// import name, "proxy_remove_header_map_value"): tests bound the work a hostile
+// request makes the filter do.
+func (vm *VM) HostCalls(name string) int { return vm.calls[name] }
 
 // Logs returns the guest's log lines so far.
 func (vm *VM) Logs() []LogLine { return append([]LogLine(nil), vm.logs...) }

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -56,18 +57,24 @@ func (h *httpContext) now() time.Time { return time.Now() }
 // OnHttpRequestHeaders decides the request.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	p := h.p
-	var path, method, auth, xff, realIP string
-	var forged []string
+	var rawPath, method, auth, xff, realIP string
+	var forged, auths, keys int
 	err := proxywasm.VisitHttpRequestHeaders(func(k, v []byte) {
 		switch {
-		case hasPrefixFold(k, headerPrefix):
-			forged = append(forged, string(k))
+		case headerHasPrefix(k, headerPrefix):
+			forged++
 		case wire.EqualFoldASCII(k, ":path"):
-			path = string(v)
+			rawPath = string(v)
 		case wire.EqualFoldASCII(k, ":method"):
 			method = string(v)
 		case wire.EqualFoldASCII(k, "authorization"):
+			auths++
 			auth = string(v)
+		case headerIs(k, p.cfg.APIKeyHeader):
+			// x_api_key counts too: an upstream that reads headers CGI-style
+			// sees both spellings as one.
+			keys++
+			h.apiKey = string(v)
 		case wire.EqualFoldASCII(k, "x-forwarded-for"):
 			if xff != "" {
 				xff += ","
@@ -75,24 +82,32 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 			xff += string(v)
 		case wire.EqualFoldASCII(k, "x-real-ip"):
 			realIP = string(v)
-		case wire.EqualFoldASCII(k, p.cfg.APIKeyHeader):
-			h.apiKey = string(v)
 		}
 	})
 	if err != nil {
 		proxywasm.LogError("tollgate: read request headers: " + err.Error())
 		return h.failure("read request headers")
 	}
-	for _, k := range forged {
-		_ = proxywasm.RemoveHttpRequestHeader(k)
-	}
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	for _, ex := range p.cfg.ExcludedPaths {
-		if rules.MatchGlob(ex, path) {
-			return types.ActionContinue
+	if forged > 0 {
+		if err := stripForged(); err != nil {
+			proxywasm.LogError("tollgate: strip client-supplied x-tollgate-* headers: " + err.Error())
+			return h.failure("strip headers")
 		}
+	}
+	// Two credentials of one kind are refused, never resolved by picking
+	// one: the upstream might read the other.
+	switch {
+	case auths > 1:
+		return h.refuse(400, "more than one Authorization header")
+	case keys > 1:
+		return h.refuse(400, "more than one "+p.cfg.APIKeyHeader+" header")
+	}
+	path, err := paths.Normalize(rawPath)
+	if err != nil {
+		return h.refuse(400, "the request path cannot be normalised")
+	}
+	if p.excluded(rawPath, path) {
+		return types.ActionContinue
 	}
 	if !h.resolveIdentity(auth, xff, realIP) {
 		return types.ActionPause // answered 401
@@ -135,6 +150,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", p.cfg.ControlAuthority},
 		{"content-type", "application/json"},
 	}
+	if p.cfg.DecisionToken != "" {
+		headers = append(headers, [2]string{"authorization", "Bearer " + p.cfg.DecisionToken})
+	}
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMS, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)
@@ -144,6 +162,44 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	h.paused = true
 	return types.ActionPause
+}
+
+// stripForged removes every client-supplied x-tollgate-* header (and its
+// x_tollgate_* spelling) in one host call, however many there are.
+func stripForged() error {
+	hs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return err
+	}
+	kept := hs[:0]
+	for _, kv := range hs {
+		if !headerHasPrefix([]byte(kv[0]), headerPrefix) {
+			kept = append(kept, kv)
+		}
+	}
+	return proxywasm.ReplaceHttpRequestHeaders(kept)
+}
+
+// excluded reports whether a request skips rate limiting: its normalised
+// path matches excluded_paths, and it was spelled that way. A path that only
+// normalises to an excluded one ("/api/..;/healthz") may mean something else
+// to the upstream, so it is counted.
+func (p *pluginContext) excluded(rawPath, path string) bool {
+	if len(p.cfg.ExcludedPaths) == 0 {
+		return false
+	}
+	if i := strings.IndexAny(rawPath, "?#"); i >= 0 {
+		rawPath = rawPath[:i]
+	}
+	if rawPath != path {
+		return false
+	}
+	for _, ex := range p.cfg.ExcludedPaths {
+		if rules.MatchGlob(ex, path) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveIdentity picks the caller: a verified JWT subject, else the client
@@ -175,19 +231,30 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		h.apiKey = h.apiKey[:256] // the service refuses it as malformed
 	}
 	var source string
-	if b, err := proxywasm.GetProperty([]string{"source", "address"}); err == nil {
+	if b, err := proxywasm.GetProperty(sourceAddress); err == nil {
 		source = string(b)
 	}
 	addr, _, err := identity.ClientIP(identity.ClientIPInput{
-		ForwardedFor: xff, TrustedProxyDepth: p.cfg.TrustedProxyDepth,
-		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP, SourceAddress: source,
+		SourceAddress: source, ForwardedFor: xff, XFFTrustedHops: p.cfg.XFFTrustedHops,
+		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP,
 	})
 	if err != nil {
-		h.id = "ip:0.0.0.0" // no usable address: one shared bucket
+		h.id = identity.UnknownIP.String()
 		return true
 	}
 	h.id = identity.KindIP.Prefix() + addr.String()
 	return true
+}
+
+// sourceAddress is the property Envoy resolves the client address into.
+var sourceAddress = []string{"source", "address"}
+
+// refuse answers a request the filter will not decide (ambiguous
+// credentials, a path it cannot normalise) with 400 INVALID_INPUT.
+func (h *httpContext) refuse(status uint32, msg string) types.Action {
+	h.p.m.rejected.Increment(1)
+	h.sendError(status, wire.CodeInvalidInput, msg, nil)
+	return types.ActionPause
 }
 
 // onCheckResponse handles the control service's answer (or its absence).
@@ -221,6 +288,10 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 			h.calloutFailed(now, "unparsable answer")
 			return
 		}
+		if !h.plausible(&d) {
+			h.calloutFailed(now, "implausible answer")
+			return
+		}
 		p.breaker.Record(true, now)
 		h.decided(&d, now)
 	case status >= 400 && status < 500 && status != 404 && status != 408:
@@ -233,6 +304,30 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	default:
 		h.calloutFailed(now, "status "+strconv.Itoa(status))
 	}
+}
+
+// maxLeaseTTLMillis bounds how long a granted lease is spent locally,
+// whatever the answer says.
+const maxLeaseTTLMillis = 60_000
+
+// plausible checks what the filter is about to cache and write into headers:
+// an identity and tier it would send upstream must be well-formed, and a
+// lease is never larger or longer than asked for.
+func (h *httpContext) plausible(d *wire.CheckResponse) bool {
+	if d.Identity != "" {
+		if _, err := identity.Parse(d.Identity); err != nil || !strings.Contains(d.Identity, ":") {
+			return false
+		}
+	}
+	if d.Tier != "" && !rules.ValidTierName(d.Tier) {
+		return false
+	}
+	if d.Lease.Granted < 0 || d.Lease.TTLMillis < 0 {
+		return false
+	}
+	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
+	d.Lease.TTLMillis = min(d.Lease.TTLMillis, maxLeaseTTLMillis)
+	return true
 }
 
 // decided applies a decision of the control service.
@@ -389,6 +484,27 @@ func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied 
 	return dst
 }
 
-func hasPrefixFold(b []byte, lower string) bool {
-	return len(b) >= len(lower) && wire.EqualFoldASCII(b[:len(lower)], lower)
+// headerIs compares a header name with a lower-case hyphenated one, ASCII
+// case-insensitively and reading "_" as "-": proxies and frameworks that map
+// headers CGI-style (HTTP_X_API_KEY) treat the two spellings as one header.
+func headerIs(name []byte, lower string) bool {
+	return len(name) == len(lower) && headerHasPrefix(name, lower)
+}
+
+func headerHasPrefix(name []byte, lower string) bool {
+	if len(name) < len(lower) {
+		return false
+	}
+	for i := 0; i < len(lower); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		} else if c == '_' {
+			c = '-'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -45,7 +45,7 @@ func answer(allowed bool, granted int64) wasmhost.CalloutResponse {
 }
 
 func TestNativeAllowAndDeny(t *testing.T) {
-	h := newHost(t, `{"trusted_proxy_depth":1,"lease":{"request":0}}`)
+	h := newHost(t, `{"xff_trusted_hops":1,"lease":{"request":0}}`)
 	s := h.NewStream(request, props)
 	if a := s.OnRequestHeaders(true); a != wasmhost.Pause {
 		t.Fatalf("action %v; logs %v", a, h.Logs)
@@ -85,7 +85,7 @@ func TestNativeBadConfig(t *testing.T) {
 // BenchmarkNativeRequestCallout is filtertest's BenchmarkRequestCallout with
 // the plugin compiled natively: the ratio shows what Wasm costs.
 func BenchmarkNativeRequestCallout(b *testing.B) {
-	h := newHost(b, `{"trusted_proxy_depth":1,"lease":{"request":0}}`)
+	h := newHost(b, `{"xff_trusted_hops":1,"lease":{"request":0}}`)
 	resp := answer(true, 0)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -101,7 +101,7 @@ func BenchmarkNativeRequestCallout(b *testing.B) {
 
 // BenchmarkNativeLeaseHit is the fast path natively.
 func BenchmarkNativeLeaseHit(b *testing.B) {
-	h := newHost(b, `{"trusted_proxy_depth":1,"lease":{"request":10}}`)
+	h := newHost(b, `{"xff_trusted_hops":1,"lease":{"request":10}}`)
 	s := h.NewStream(request, props)
 	s.OnRequestHeaders(true)
 	h.Respond(h.PendingCallouts()[0].Token, answer(true, 1<<40))

@@ -228,6 +228,9 @@ func (h *Host) edit(mt uint32, f func(*wasmhost.Headers)) uint32 {
 	return stOK
 }
 
+func (h *Host) SetHeaderMapPairs(mt uint32, pairs [][2]string) uint32 {
+	return h.edit(mt, func(m *wasmhost.Headers) { *m = wasmhost.LowerKeys(pairs) })
+}
 func (h *Host) AddHeaderMapValue(mt uint32, k, v string) uint32 {
 	return h.edit(mt, func(m *wasmhost.Headers) { m.Add(k, v) })
 }
