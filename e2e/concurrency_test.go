@@ -25,7 +25,7 @@ window_seconds = 3600
 algorithm = "fixed_window"
 `)
 	up := newUpstream(t)
-	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","trusted_proxy_depth":1,"timeout_ms":2000,"lease":{"request":10}}`)
+	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":2000,"lease":{"request":10}}`)
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var wg sync.WaitGroup

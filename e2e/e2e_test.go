@@ -35,7 +35,11 @@ var (
 	compCache = wazero.NewCompilationCache()
 )
 
-const adminToken = "e2e-admin-token"
+// Service credentials, as long as the service requires them to be.
+const (
+	adminToken    = "e2e-admin-token-4f1c9a7b2e6d8c0a5b3f"
+	decisionToken = "e2e-decision-token-9d2b7e4a1c6f3b8d0e5a"
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "tollgate-e2e")
@@ -97,6 +101,7 @@ func startControl(t *testing.T, redisAddr, config string) *control {
 	}
 	c := &control{t: t, addr: freeAddr(t), env: []string{
 		"TOLLGATE_REDIS_URL=redis://" + redisAddr + "/0", "TOLLGATE_ADMIN_TOKEN=" + adminToken, "TOLLGATE_CONFIG=" + path,
+		"TOLLGATE_DECISION_TOKEN=" + decisionToken,
 	}}
 	c.start()
 	t.Cleanup(c.kill)
@@ -199,19 +204,31 @@ func (u *upstream) count() int {
 	return len(u.seen)
 }
 
-// startGateway runs the gateway with the compiled filter in-process.
+// startGateway runs the gateway with the compiled filter in-process, behind
+// one trusted proxy: the tests play that proxy and say who the client is with
+// X-Forwarded-For, so that one loopback test client can be many callers.
 func startGateway(t *testing.T, ctl *control, up *upstream, pluginConfig string) string {
+	t.Helper()
+	return startGatewayHops(t, ctl, up, pluginConfig, 1)
+}
+
+// startGatewayHops runs the gateway with hops trusted proxies in front (0: the
+// gateway is the edge, as shipped).
+func startGatewayHops(t *testing.T, ctl *control, up *upstream, pluginConfig string, hops int) string {
 	t.Helper()
 	upURL, _ := url.Parse(up.URL)
 	ctlURL, _ := url.Parse("http://" + ctl.addr)
 	g, err := gateway.New(context.Background(), gateway.Config{
 		Wasm: wasmBytes, PluginConfig: []byte(pluginConfig), Upstream: upURL,
 		Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2, CompilationCache: compCache,
+		XFFTrustedHops: hops,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(g)
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config = g.HTTPServer()
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); g.Close(context.Background()) })
 	return srv.URL
 }
@@ -249,7 +266,7 @@ window_seconds = 60
 `
 
 func pluginConfig(mode string) string {
-	return `{"control_cluster":"controlsvc","failure_mode":"` + mode + `","trusted_proxy_depth":1,"timeout_ms":500,
+	return `{"control_cluster":"controlsvc","failure_mode":"` + mode + `","decision_token":"` + decisionToken + `","timeout_ms":500,
 		"lease":{"request":0},"breaker":{"failures":2,"cooldown_ms":100},"headers":{"ietf":true}}`
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -92,6 +93,7 @@ func TestBootstraps(t *testing.T) {
 					if !ok {
 						t.Fatalf("filter %s is not an http_connection_manager", f.GetName())
 					}
+					checkTrustBoundary(t, hcm)
 					for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
 						for _, r := range vh.GetRoutes() {
 							if c := r.GetRoute().GetCluster(); !clusters[c] {
@@ -118,10 +120,32 @@ func TestBootstraps(t *testing.T) {
 			if !clusters[plugin.ControlCluster] {
 				t.Fatalf("the plugin calls cluster %q, which the bootstrap does not define", plugin.ControlCluster)
 			}
+			if plugin.XFFTrustedHops != 0 || plugin.TrustXRealIP {
+				t.Fatal("the plugin reads client-written address headers; the shipped trust setting lives in Envoy")
+			}
 			if tt.jwt != (plugin.JWT != nil) {
 				t.Fatalf("jwt in plugin config: %v", plugin.JWT != nil)
 			}
 		})
+	}
+}
+
+// checkTrustBoundary: the shipped connection manager decides the client
+// address from the peer alone and normalises paths before any filter reads
+// them, so neither a forged X-Forwarded-For nor another spelling of a path
+// (or of a header name) gets past the limiter.
+func checkTrustBoundary(t *testing.T, hcm *hcmv3.HttpConnectionManager) {
+	t.Helper()
+	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetXffNumTrustedHops() != 0 {
+		t.Fatalf("use_remote_address %v, xff_num_trusted_hops %d: want true, 0", hcm.GetUseRemoteAddress().GetValue(), hcm.GetXffNumTrustedHops())
+	}
+	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() ||
+		hcm.GetPathWithEscapedSlashesAction() != hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT {
+		t.Fatalf("path normalisation off: normalize_path %v merge_slashes %v escaped slashes %v",
+			hcm.GetNormalizePath().GetValue(), hcm.GetMergeSlashes(), hcm.GetPathWithEscapedSlashesAction())
+	}
+	if hcm.GetCommonHttpProtocolOptions().GetHeadersWithUnderscoresAction() != corev3.HttpProtocolOptions_REJECT_REQUEST {
+		t.Fatal("headers with underscores are allowed")
 	}
 }
 

@@ -9,8 +9,13 @@ redis_port=${TOLLGATE_RUN_REDIS_PORT:-6390}
 control=${TOLLGATE_LISTEN:-127.0.0.1:8081}
 gateway=${TOLLGATE_RUN_GATEWAY:-127.0.0.1:8080}
 upstream=${TOLLGATE_RUN_UPSTREAM:-127.0.0.1:9000}
-token=${TOLLGATE_ADMIN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+random_token() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+token=${TOLLGATE_ADMIN_TOKEN:-$(random_token)}
+# The filter's service credential: the control service requires it on its
+# decision API, and the gateway's filter sends it.
+dtoken=${TOLLGATE_DECISION_TOKEN:-$(random_token)}
 mkdir -p "$run"
+sed "1s/{/{\"decision_token\": \"$dtoken\",/" filter/plugin-config.example.json >"$run/plugin-config.json"
 
 pids=()
 stopped=
@@ -36,11 +41,11 @@ await() { # name url pid log
 
 scripts/redis.sh start "$redis_port" "$run"
 TOLLGATE_LISTEN=$control TOLLGATE_REDIS_URL=redis://127.0.0.1:$redis_port/0 TOLLGATE_ADMIN_TOKEN=$token \
-  bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/controlsvc.log" 2>&1 &
+  TOLLGATE_DECISION_TOKEN=$dtoken bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/controlsvc.log" 2>&1 &
 pids+=($!); await controlsvc "http://$control/health" "${pids[-1]}" "$run/controlsvc.log"
 bin/demo-upstream -listen "$upstream" >"$run/upstream.log" 2>&1 &
 pids+=($!); await demo-upstream "http://$upstream/" "${pids[-1]}" "$run/upstream.log"
-bin/tollgate-gateway -wasm build/tollgate.wasm -plugin-config filter/plugin-config.example.json \
+bin/tollgate-gateway -wasm build/tollgate.wasm -plugin-config "$run/plugin-config.json" \
   -listen "$gateway" -upstream "http://$upstream" -cluster "controlsvc=http://$control" >"$run/gateway.log" 2>&1 &
 pids+=($!); await gateway "http://$gateway/healthz" "${pids[-1]}" "$run/gateway.log"
 
@@ -55,10 +60,12 @@ The demo's free tier allows 5 requests a minute per caller.
   curl -i http://$gateway/api/v1/items
 
   # the sixth request in a minute answers 429 with Retry-After and RATE_LIMIT_EXCEEDED
-  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code}\n' -H 'X-Forwarded-For: 203.0.113.9' http://$gateway/api/v1/orders; done
+  for i in 1 2 3 4 5 6; do curl -s -o /dev/null -w '%{http_code}\n' http://$gateway/api/v1/orders; done
 
-  # the counter's status, read without spending
-  curl -s http://$control/v1/rate-limit/status/ip:203.0.113.9/api/v1/orders
+  # the counter's status, read without spending (the decision API wants the
+  # filter's credential; you are 127.0.0.1 to the gateway, whatever
+  # X-Forwarded-For you send)
+  curl -s -H 'Authorization: Bearer $dtoken' http://$control/v1/rate-limit/status/ip:127.0.0.1/api/v1/orders
 
 Admin API token for this run: $token  (metrics: http://$control/metrics)
 Press Ctrl-C to stop.

@@ -26,6 +26,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
 // Config of a gateway.
@@ -41,7 +42,13 @@ type Config struct {
 	VMs int
 	// NoFilter forwards every request untouched (for benchmarks).
 	NoFilter bool
-	Log      *slog.Logger
+	// XFFTrustedHops is how many trusted proxies stand in front of the
+	// gateway, as Envoy's xff_num_trusted_hops with use_remote_address: the
+	// client address served as source.address is the X-Forwarded-For entry
+	// that many from the right (before the gateway appends its peer), or the
+	// peer itself when 0. Whatever it is, the peer is appended.
+	XFFTrustedHops int
+	Log            *slog.Logger
 	// CompilationCache, when set, is shared by gateways of one process
 	// (tests): the module compiles once.
 	CompilationCache wazero.CompilationCache
@@ -139,11 +146,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.proxy.ServeHTTP(w, r)
 		return
 	}
+	if n := len(r.Header); n > maxRequestHeaders {
+		writeError(w, http.StatusRequestHeaderFieldsTooLarge, "INVALID_INPUT", "too many request headers")
+		return
+	}
+	source := g.resolveClient(r)
 	wk := g.vms[g.next.Add(1)%uint64(len(g.vms))]
 	ctx := r.Context()
 	wk.mu.Lock()
 	s, err := wk.vm.NewStream(ctx, requestHeaders(r), map[string]string{
-		"source.address": r.RemoteAddr, "request.path": r.URL.RequestURI(), "request.method": r.Method,
+		"source.address": source, "request.path": r.URL.RequestURI(), "request.method": r.Method,
 		"request.host": r.Host, "request.scheme": scheme(r),
 	})
 	var act wasmhost.Action
@@ -174,6 +186,54 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out := r.Clone(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
 		out.Header = upstreamHeaders(s.RequestHeaders)
 		g.proxy.ServeHTTP(w, out)
+	}
+}
+
+// maxRequestHeaders is Envoy's default max_headers_count: a request with more
+// header fields is refused before any filter runs.
+const maxRequestHeaders = 100
+
+// resolveClient does what Envoy's connection manager does with
+// use_remote_address: true. It resolves the client address from the peer and,
+// with XFFTrustedHops, from X-Forwarded-For as received, then appends the
+// peer to X-Forwarded-For (to the last line, or as a new one) so the filter
+// and the upstream see the header Envoy would send. It returns the value of
+// source.address.
+func (g *Gateway) resolveClient(r *http.Request) string {
+	peer, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		peer = r.RemoteAddr
+	}
+	source := r.RemoteAddr
+	xff := r.Header["X-Forwarded-For"] // the header itself: the peer is appended in place
+	if g.cfg.XFFTrustedHops > 0 && len(xff) > 0 {
+		// Hops trusted proxies each appended one entry; the client's is
+		// the one left of them. The peer is the last of those proxies.
+		addr, src, err := identity.ClientIP(identity.ClientIPInput{
+			SourceAddress: r.RemoteAddr, ForwardedFor: strings.Join(xff, ",") + "," + peer, XFFTrustedHops: g.cfg.XFFTrustedHops,
+		})
+		if err == nil && src == identity.SourceForwardedFor {
+			source = addr.String()
+		}
+	}
+	if len(xff) == 0 {
+		r.Header.Set("X-Forwarded-For", peer)
+	} else {
+		xff[len(xff)-1] += ", " + peer
+	}
+	return source
+}
+
+// HTTPServer is the server a gateway runs in, with the bounds Envoy has by
+// default: request headers of at most 60 KiB, and no client may hold a
+// connection open by trickling headers or a body, or by idling.
+func (g *Gateway) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    60 << 10,
 	}
 }
 

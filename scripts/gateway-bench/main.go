@@ -54,7 +54,7 @@ func run() error {
 	var rates [2]float64
 	for i, noFilter := range []bool{false, true} {
 		g, err := gateway.New(ctx, gateway.Config{Wasm: wasm, PluginConfig: []byte(config), Upstream: up,
-			Clusters: map[string]*url.URL{"controlsvc": ctl}, VMs: 2, NoFilter: noFilter})
+			Clusters: map[string]*url.URL{"controlsvc": ctl}, VMs: 2, NoFilter: noFilter, XFFTrustedHops: 1})
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,8 @@ func run() error {
 			Request: func(i int64) (*http.Request, error) {
 				r, err := http.NewRequest(http.MethodGet, gw.String()+"/api/v1/items", nil)
 				if err == nil {
-					// A few hundred callers, so leases and counters both work.
+					// A few hundred callers behind one trusted proxy (the
+					// load generator), so leases and counters both work.
 					r.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.%d.%d", i%3, i%250+1))
 				}
 				return r, err

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
 func main() {
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	vms := fs.Int("vms", runtime.GOMAXPROCS(0), "filter VMs (Envoy: one per worker)")
 	noFilter := fs.Bool("no-filter", false, "forward without the filter (benchmark baseline)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	hops := fs.Int("xff-trusted-hops", 0, "trusted proxies in front of the gateway, each appending to X-Forwarded-For\n"+
+		"(as Envoy's xff_num_trusted_hops with use_remote_address: true); 0 trusts only the peer address")
 	cl := clusters{}
 	fs.Var(cl, "cluster", "NAME=URL of a cluster the filter may call (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -70,7 +73,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("-log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	cfg := gateway.Config{Upstream: up, Clusters: cl, VMs: *vms, NoFilter: *noFilter, Log: log}
+	if *hops < 0 || *hops > identity.MaxTrustedHops {
+		return fmt.Errorf("-xff-trusted-hops %d: must be in 0..%d", *hops, identity.MaxTrustedHops)
+	}
+	cfg := gateway.Config{Upstream: up, Clusters: cl, VMs: *vms, NoFilter: *noFilter, Log: log, XFFTrustedHops: *hops}
 	if !*noFilter {
 		if cfg.Wasm, err = os.ReadFile(*wasmPath); err != nil {
 			return fmt.Errorf("read -wasm: %w", err)
@@ -90,7 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 5 * time.Second}
+	srv := g.HTTPServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	names := make([]string, 0, len(cl))

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/shared/redistest"
+)
+
+const hostileControlConfig = `
+[exemptions]
+ips = ["10.255.0.0/16"]
+
+[[tiers]]
+name = "free"
+limit = 3
+window_seconds = 60
+`
+
+// An attacker at the edge (the gateway as shipped: no trusted proxy in
+// front) tries every way we know to choose an identity, dodge a counter or
+// make the limiter work. Every row asserts the status, who the request was
+// counted as, and that no other caller's counters moved.
+func TestHostileRequestsThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, hostileControlConfig)
+	up := newUpstream(t)
+	plugin := `{"control_cluster":"controlsvc","decision_token":"` + decisionToken + `","timeout_ms":2000,"lease":{"request":0},"excluded_paths":["/healthz"]}`
+	edge := startGatewayHops(t, ctl, up, plugin, 0)
+	// The victim is behind a trusted proxy of its own, so that it has an
+	// address other than loopback; its counters exist before the attack.
+	victimGW := startGatewayHops(t, ctl, up, plugin, 1)
+	if res := get(t, victimGW, "/api/v1/items", "X-Forwarded-For", "203.0.113.77"); res.status != 200 {
+		t.Fatalf("victim: %d %s", res.status, res.body)
+	}
+	if got := up.last(t).Get("X-Tollgate-Identity"); got != "ip:203.0.113.77" {
+		t.Fatalf("victim counted as %q", got)
+	}
+	const attacker = "ip:127.0.0.1"
+	// The attacker spends its own limit on the resource first, so that a
+	// fresh counter would show as a 200.
+	for i := 0; i < 3; i++ {
+		if res := get(t, edge, "/api/v1/items"); res.status != 200 {
+			t.Fatalf("attacker request %d: %d", i, res.status)
+		}
+	}
+	manyHeaders := []string{}
+	for i := 0; i < 120; i++ {
+		manyHeaders = append(manyHeaders, fmt.Sprintf("X-Filler-%d", i), "1")
+	}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		headers []string
+		status  int
+		// countedAs is the identity the upstream saw (for a 200).
+		countedAs string
+	}{
+		{"forged X-Forwarded-For is ignored", "/api/v1/orders", []string{"X-Forwarded-For", "198.51.100.1"}, 200, attacker},
+		{"victim's address in X-Forwarded-For", "/api/v1/orders", []string{"X-Forwarded-For", "203.0.113.77"}, 200, attacker},
+		{"exempt range in X-Forwarded-For", "/api/v1/orders", []string{"X-Forwarded-For", "10.255.0.7"}, 200, attacker},
+		{"forged X-Real-IP", "/api/v1/orders", []string{"X-Real-Ip", "203.0.113.77"}, 429, ""},
+		{"forged identity headers", "/api/v1/profile", []string{"X-Tollgate-Identity", "ip:203.0.113.77", "X_Tollgate_Decision", "exempt"}, 200, attacker},
+		{"two Authorization headers", "/api/v1/profile", []string{"Authorization", "Bearer a.b.c", "Authorization", "Basic YTpi"}, 400, ""},
+		{"two API keys", "/api/v1/profile", []string{"X-Api-Key", "tg_a", "X-Api-Key", "tg_b"}, 400, ""},
+		{"API key and its underscore spelling", "/api/v1/profile", []string{"X-Api-Key", "tg_a", "X_Api_Key", "tg_b"}, 400, ""},
+		{"braces in an API key", "/api/v1/profile", []string{"X-Api-Key", "{ip:203.0.113.77}"}, 400, ""},
+		{"10 kB X-Forwarded-For", "/api/v1/profile", []string{"X-Forwarded-For", strings.Repeat("9.9.9.9,", 1250)}, 200, attacker},
+		{"escaped letter after the limit", "/api/v1/%69tems", nil, 429, ""},
+		{"trailing slash after the limit", "/api/v1/items/", nil, 429, ""},
+		{"matrix parameter after the limit", "/api/v1/items;a", nil, 429, ""},
+		{"double slash and dot after the limit", "//api/./v1/items", nil, 429, ""},
+		{"escaped slash after the limit", "/api%2Fv1%2Fitems", nil, 429, ""},
+		{"excluded path reached by dot segments is counted", "/api/v1/items/..;/../../../healthz", nil, 200, attacker},
+		{"more headers than Envoy accepts", "/api/v1/profile", manyHeaders, 431, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := countersExcept(t, r.Addr, attacker)
+			seen := up.count()
+			res := get(t, edge, tc.path, tc.headers...)
+			if res.status != tc.status {
+				t.Fatalf("status %d, want %d: %s", res.status, tc.status, res.body)
+			}
+			if tc.countedAs != "" {
+				if up.count() != seen+1 || up.last(t).Get("X-Tollgate-Identity") != tc.countedAs || up.last(t).Get("X-Tollgate-Decision") != "allowed" {
+					t.Fatalf("upstream saw identity %q decision %q", up.last(t).Get("X-Tollgate-Identity"), up.last(t).Get("X-Tollgate-Decision"))
+				}
+			} else if up.count() != seen {
+				t.Fatal("a refused request reached the upstream")
+			}
+			if after := countersExcept(t, r.Addr, attacker); after != before {
+				t.Fatalf("other callers' counters moved:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+
+	// A path the normaliser refuses, sent raw (a Go client would not).
+	t.Run("malformed escape", func(t *testing.T) {
+		before := countersExcept(t, r.Addr, attacker)
+		if status := rawGet(t, edge, "/api/v1/%zzitems"); status != 400 {
+			t.Fatalf("status %d, want 400", status)
+		}
+		if after := countersExcept(t, r.Addr, attacker); after != before {
+			t.Fatal("other callers' counters moved")
+		}
+	})
+}
+
+// countersExcept lists every rate-limit key outside the given identity's
+// hash tag with its serialised value: equal snapshots mean nobody else's
+// counters moved.
+func countersExcept(t *testing.T, addr, identity string) string {
+	t.Helper()
+	reply, err := redistest.Do(addr, "KEYS", "rl:{*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, k := range reply.([]any) {
+		key := k.(string)
+		if strings.Contains(key, identity) {
+			continue
+		}
+		v, err := redistest.Do(addr, "DUMP", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, fmt.Sprintf("%s=%q", key, v))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, " ")
+}
+
+// rawGet sends a request line as written, which net/http's client refuses to
+// do for a malformed path, and returns the status.
+func rawGet(t *testing.T, base, path string) int {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n", path)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
