@@ -12,6 +12,12 @@ const (
 	CodeServiceUnavailable = "SERVICE_UNAVAILABLE"
 	CodeUnauthorized       = "UNAUTHORIZED"
 	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
+	// CodeForbidden: the caller may not say this (a field only the filter,
+	// holding the decision API's service credential, may send).
+	CodeForbidden = "FORBIDDEN"
+	// CodeIdempotencyKeyReused: a batch idempotency key came back with
+	// another request.
+	CodeIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
 
 	CodeInvalidAPIKey     = "INVALID_API_KEY"
 	CodeMissingAPIKey     = "MISSING_API_KEY"

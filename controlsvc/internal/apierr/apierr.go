@@ -47,6 +47,13 @@ func InvalidLimit(field, reason string) *Error {
 	return e
 }
 
+// Forbidden is a 403 FORBIDDEN: field needs the decision API's credential.
+func Forbidden(field string) *Error {
+	return &Error{Status: http.StatusForbidden, Code: wire.CodeForbidden,
+		Message: field + " may only be sent with the decision API's service credential",
+		Details: map[string]any{"field": field}}
+}
+
 // Unavailable is a 503 SERVICE_UNAVAILABLE caused by err.
 func Unavailable(message string, err error) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeServiceUnavailable, Message: message, Err: err}

@@ -21,7 +21,11 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/redistest"
 )
 
-const adminToken = "test-admin-token-0123456789"
+// Credentials of the service under test (as long as the service requires).
+const (
+	adminToken    = "test-admin-token-0123456789abcdefghij"
+	decisionToken = "test-decision-token-0123456789abcdefgh"
+)
 
 // service is a control service running in-process against a real Redis.
 type service struct {
@@ -71,6 +75,7 @@ func startServiceOn(t *testing.T, r *redistest.Server, redisURL, toml string, en
 		"TOLLGATE_LISTEN":           "127.0.0.1:0",
 		"TOLLGATE_REDIS_URL":        redisURL,
 		"TOLLGATE_ADMIN_TOKEN":      adminToken,
+		"TOLLGATE_DECISION_TOKEN":   decisionToken,
 		"TOLLGATE_REDIS_TIMEOUT_MS": "300",
 	}
 	for k, v := range env {
@@ -162,6 +167,9 @@ func (s *service) do(method, path string, body any, header ...string) *response 
 		s.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// The filter's credential unless the test says otherwise: most tests
+	// speak for the filter.
+	req.Header.Set("Authorization", "Bearer "+decisionToken)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

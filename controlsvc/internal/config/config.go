@@ -44,9 +44,16 @@ type Config struct {
 	RedisBreakerThreshold  int `toml:"redis_breaker_threshold"`
 	RedisBreakerCooldownMS int `toml:"redis_breaker_cooldown_ms"`
 	// AdminToken guards the admin API; empty disables it. Never logged.
-	AdminToken  string `toml:"admin_token"`
-	FailureMode string `toml:"failure_mode"`
-	LogLevel    string `toml:"log_level"`
+	AdminToken string `toml:"admin_token"`
+	// DecisionToken is the service credential of the decision API: one
+	// token, or two separated by a comma while rotating. The filter sends it
+	// as a bearer token. Required when Listen is not a loopback address;
+	// without it only the seed's plain check shape is served. Never logged.
+	DecisionToken string `toml:"decision_token"`
+	// MaxAdhocLimit bounds a limit a check or an override names itself.
+	MaxAdhocLimit int64  `toml:"max_adhoc_limit"`
+	FailureMode   string `toml:"failure_mode"`
+	LogLevel      string `toml:"log_level"`
 	// MaxBodyBytes bounds request bodies (413 beyond).
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// MaxBatch bounds the checks of one batch.
@@ -117,6 +124,7 @@ func Default() Config {
 		LogLevel:               "info",
 		MaxBodyBytes:           1 << 20,
 		MaxBatch:               100,
+		MaxAdhocLimit:          1_000_000,
 		DefaultTier:            "free",
 		DefaultAlgorithm:       rules.TokenBucket,
 		Lease:                  Lease{Fraction: 0.1, Max: 100, TTLMS: 1000},
@@ -139,6 +147,8 @@ var Env = []struct{ Name, Field string }{
 	{"TOLLGATE_REDIS_BREAKER_THRESHOLD", "redis_breaker_threshold"},
 	{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", "redis_breaker_cooldown_ms"},
 	{"TOLLGATE_ADMIN_TOKEN", "admin_token"},
+	{"TOLLGATE_DECISION_TOKEN", "decision_token"},
+	{"TOLLGATE_MAX_ADHOC_LIMIT", "max_adhoc_limit"},
 	{"TOLLGATE_FAILURE_MODE", "failure_mode"},
 	{"TOLLGATE_LOG_LEVEL", "log_level"},
 	{"TOLLGATE_MAX_BODY_BYTES", "max_body_bytes"},
@@ -248,6 +258,7 @@ func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
 	str("TOLLGATE_LISTEN", &cfg.Listen)
 	str("TOLLGATE_REDIS_URL", &cfg.RedisURL)
 	str("TOLLGATE_ADMIN_TOKEN", &cfg.AdminToken)
+	str("TOLLGATE_DECISION_TOKEN", &cfg.DecisionToken)
 	str("TOLLGATE_FAILURE_MODE", &cfg.FailureMode)
 	str("TOLLGATE_LOG_LEVEL", &cfg.LogLevel)
 	str("TOLLGATE_DEFAULT_TIER", &cfg.DefaultTier)
@@ -266,6 +277,7 @@ func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
 		{"TOLLGATE_REDIS_BREAKER_THRESHOLD", &threshold},
 		{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", &cooldown},
 		{"TOLLGATE_MAX_BODY_BYTES", &cfg.MaxBodyBytes},
+		{"TOLLGATE_MAX_ADHOC_LIMIT", &cfg.MaxAdhocLimit},
 		{"TOLLGATE_LEASE_MAX", &cfg.Lease.Max},
 		{"TOLLGATE_LEASE_TTL_MS", &cfg.Lease.TTLMS},
 	} {
@@ -319,6 +331,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RedisBreakerCooldownMS < 10 || c.RedisBreakerCooldownMS > 600_000 {
 		return bad("redis_breaker_cooldown_ms", "%d must be in 10..600000", c.RedisBreakerCooldownMS)
+	}
+	if err := c.validateTokens(); err != nil {
+		return err
+	}
+	if c.MaxAdhocLimit < 1 || c.MaxAdhocLimit > 1_000_000_000 {
+		return bad("max_adhoc_limit", "%d must be in 1..1000000000", c.MaxAdhocLimit)
 	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		return bad("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
@@ -407,6 +425,70 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("rules: %w", err)
 	}
 	return nil
+}
+
+// MinTokenLen is the shortest credential accepted: a token an attacker can
+// guess protects nothing, and 32 random characters are out of reach.
+const MinTokenLen = 32
+
+// DecisionTokens returns the accepted decision-API tokens (none, one, or two
+// while rotating).
+func (c *Config) DecisionTokens() []string {
+	if c.DecisionToken == "" {
+		return nil
+	}
+	return strings.Split(c.DecisionToken, ",")
+}
+
+func (c *Config) validateTokens() error {
+	bad := func(field, format string, args ...any) error {
+		return &rules.FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	if t := c.AdminToken; t != "" {
+		if err := checkToken(t); err != nil {
+			return bad("admin_token", "%v", err)
+		}
+	}
+	toks := c.DecisionTokens()
+	if len(toks) > 2 {
+		return bad("decision_token", "at most two tokens (the current one and the next), comma-separated")
+	}
+	for i, t := range toks {
+		if err := checkToken(t); err != nil {
+			return bad(fmt.Sprintf("decision_token[%d]", i), "%v", err)
+		}
+	}
+	if len(toks) == 0 && !loopback(c.Listen) {
+		return bad("decision_token", "is required when listen (%s) is not a loopback address: "+
+			"anyone who reaches the decision API could otherwise spend other callers' quota", c.Listen)
+	}
+	return nil
+}
+
+// checkToken never quotes the token: errors reach logs.
+func checkToken(t string) error {
+	if len(t) < MinTokenLen {
+		return fmt.Errorf("is %d bytes; at least %d (random) are needed", len(t), MinTokenLen)
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return fmt.Errorf("must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// loopback reports whether a listen address only accepts local connections.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 func (p *Penalties) validate() error {

@@ -90,7 +90,7 @@ func TestEnvOverridesFile(t *testing.T) {
 	cfg, err := Parse([]byte(sample), envOf(map[string]string{
 		"TOLLGATE_LISTEN":         "127.0.0.1:7000",
 		"TOLLGATE_FAILURE_MODE":   "fail_open",
-		"TOLLGATE_ADMIN_TOKEN":    "s3cret",
+		"TOLLGATE_ADMIN_TOKEN":    "s3cret-s3cret-s3cret-s3cret-s3cret",
 		"TOLLGATE_LEASE_MAX":      "7",
 		"TOLLGATE_REDIS_URL":      "redis://:pw@127.0.0.1:6390/2",
 		"TOLLGATE_LOG_LEVEL":      "debug",
@@ -134,6 +134,13 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"multiplier", "[penalties]\nmultipliers = [1, 0]", nil, "penalties.multipliers[1]:"},
 		{"env integer", "", map[string]string{"TOLLGATE_LEASE_MAX": "lots"}, "TOLLGATE_LEASE_MAX:"},
 		{"env mode", "", map[string]string{"TOLLGATE_FAILURE_MODE": "yolo"}, "failure_mode:"},
+		{"short admin token", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": "a"}, "admin_token: is 1 bytes"},
+		{"short decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": "short"}, "decision_token[0]:"},
+		{"short second decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("k", 32) + ",x"}, "decision_token[1]:"},
+		{"three decision tokens", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("k,", 2) + "k"}, "decision_token: at most two"},
+		{"token with a space", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": strings.Repeat("k", 32) + " x"}, "admin_token: must be printable"},
+		{"public listen without decision token", `listen = "0.0.0.0:8081"`, nil, "decision_token: is required"},
+		{"adhoc limit", "max_adhoc_limit = 0", nil, "max_adhoc_limit:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,6 +149,41 @@ func TestInvalidNamesTheField(t *testing.T) {
 				t.Fatalf("got %v; want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A token never appears in an error, which reaches logs.
+func TestTokenErrorsDoNotQuoteTheToken(t *testing.T) {
+	secret := "s3cret-but-too-short"
+	_, err := Parse(nil, envOf(map[string]string{"TOLLGATE_DECISION_TOKEN": secret}))
+	if err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestDecisionTokensAndLoopback(t *testing.T) {
+	k1, k2 := strings.Repeat("a", 32), strings.Repeat("b", 40)
+	for _, tc := range []struct {
+		listen, tokens string
+		ok             bool
+	}{
+		{"127.0.0.1:8081", "", true},
+		{"[::1]:8081", "", true},
+		{"localhost:8081", "", true},
+		{"0.0.0.0:8081", "", false},
+		{":8081", "", false},
+		{"10.0.0.5:8081", "", false},
+		{"0.0.0.0:8081", k1, true},
+		{"0.0.0.0:8081", k1 + "," + k2, true},
+	} {
+		cfg, err := Parse(nil, envOf(map[string]string{"TOLLGATE_LISTEN": tc.listen, "TOLLGATE_DECISION_TOKEN": tc.tokens}))
+		if (err == nil) != tc.ok {
+			t.Errorf("listen %s tokens %d bytes: %v", tc.listen, len(tc.tokens), err)
+			continue
+		}
+		if err == nil && strings.Join(cfg.DecisionTokens(), ",") != tc.tokens {
+			t.Errorf("tokens %v", cfg.DecisionTokens())
+		}
 	}
 }
 

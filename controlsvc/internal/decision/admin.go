@@ -26,9 +26,9 @@ const IdempotencyTTL = 5 * time.Minute
 const MaxIdempotencyKey = 256
 
 // Status reads the counters of a caller and endpoint without spending.
-func (s *Service) Status(ctx context.Context, req *wire.CheckRequest) (wire.StatusResponse, error) {
+func (s *Service) Status(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.StatusResponse, error) {
 	p := s.policy.Load()
-	c, aerr := p.validate(req)
+	c, aerr := p.validate(req, trust)
 	if aerr != nil {
 		return wire.StatusResponse{}, aerr
 	}
@@ -64,7 +64,7 @@ func (s *Service) Status(ctx context.Context, req *wire.CheckRequest) (wire.Stat
 // counter), with its penalty record.
 func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
 	p := s.policy.Load()
-	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint, Method: req.Method, Tier: req.Tier, Tenant: req.Tenant})
+	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint, Method: req.Method, Tier: req.Tier, Tenant: req.Tenant}, Trusted)
 	if aerr != nil {
 		return wire.ResetResponse{}, aerr
 	}
@@ -91,7 +91,7 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 // SetOverride stores a per-caller, per-endpoint quota.
 func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
 	p := s.policy.Load()
-	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint})
+	c, aerr := p.validate(&wire.CheckRequest{UserID: req.UserID, Endpoint: req.Endpoint}, Trusted)
 	if aerr != nil {
 		return wire.ConfigResponse{}, aerr
 	}
@@ -103,7 +103,7 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 		e.Code = wire.CodeInvalidStrategy
 		return wire.ConfigResponse{}, e
 	}
-	if _, aerr := adhocRule(RuleOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity, p.Config.DefaultAlgorithm); aerr != nil {
+	if _, aerr := p.adhocRule(RuleOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity); aerr != nil {
 		return wire.ConfigResponse{}, aerr
 	}
 	ov := Override{Limit: req.Limit, WindowSeconds: req.WindowSeconds, Algorithm: rules.Algorithm(req.Strategy), Burst: req.BurstCapacity, UpdatedAt: s.now().UTC().Truncate(time.Second)}
@@ -118,10 +118,12 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 }
 
 // Batch runs several checks. An invalid check gets its own error and does not
-// stop the others. With an idempotency key, the first answer is stored and
-// replayed for five minutes; a concurrent duplicate may be counted twice
-// (the claim and the answer are separate steps).
-func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
+// stop the others. With an idempotency key, the first answer is stored with a
+// digest of the checks it answered and replayed for five minutes to the same
+// checks; other checks under a used key are refused (409) and count nothing.
+// A concurrent duplicate may be counted twice (the claim and the answer are
+// separate steps).
+func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust Trust) (wire.BatchCheckResponse, error) {
 	p := s.policy.Load()
 	if len(req.Checks) == 0 {
 		return wire.BatchCheckResponse{}, apierr.Invalid("checks", "must not be empty")
@@ -129,20 +131,29 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.
 	if len(req.Checks) > p.Config.MaxBatch {
 		return wire.BatchCheckResponse{}, apierr.Invalid("checks", fmt.Sprintf("at most %d checks per batch", p.Config.MaxBatch))
 	}
-	var idemKey string
+	var idemKey, digest string
 	if req.IdempotencyKey != "" {
 		if len(req.IdempotencyKey) > MaxIdempotencyKey {
 			return wire.BatchCheckResponse{}, apierr.Invalid("idempotency_key", fmt.Sprintf("is longer than %d bytes", MaxIdempotencyKey))
 		}
 		sum := sha256.Sum256([]byte(req.IdempotencyKey))
 		idemKey = keys.Idempotency(hex.EncodeToString(sum[:]))
+		// The decoded checks, marshalled again, are one canonical form of
+		// the request: spacing and key order do not change it.
+		b, _ := json.Marshal(req.Checks)
+		d := sha256.Sum256(b)
+		digest = hex.EncodeToString(d[:])
 		stored, err := s.rdb.Get(ctx, idemKey).Bytes()
 		switch {
 		case err == nil:
-			var out wire.BatchCheckResponse
-			if json.Unmarshal(stored, &out) == nil {
-				out.Replayed = true
-				return out, nil
+			var st storedBatch
+			if json.Unmarshal(stored, &st) == nil {
+				if st.Digest != digest {
+					return wire.BatchCheckResponse{}, &apierr.Error{Status: http.StatusConflict, Code: wire.CodeIdempotencyKeyReused,
+						Message: "this idempotency_key was used for other checks; use a new key", Details: map[string]any{"field": "idempotency_key"}}
+				}
+				st.Answer.Replayed = true
+				return st.Answer, nil
 			}
 		case !errors.Is(err, redis.Nil):
 			s.m.RedisErrors.WithLabelValues("batch").Inc()
@@ -153,7 +164,7 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.
 	for i := range req.Checks {
 		chk := &req.Checks[i]
 		r := wire.BatchResult{UserID: chk.UserID, Endpoint: chk.Endpoint}
-		resp, err := s.Check(ctx, chk)
+		resp, err := s.Check(ctx, chk, trust)
 		if err != nil {
 			var ae *apierr.Error
 			if !errors.As(err, &ae) {
@@ -167,7 +178,7 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.
 		out.Results[i] = r
 	}
 	if idemKey != "" {
-		b, err := json.Marshal(out)
+		b, err := json.Marshal(storedBatch{Digest: digest, Answer: out})
 		if err == nil {
 			err = s.rdb.SetNX(ctx, idemKey, b, IdempotencyTTL).Err()
 		}
@@ -179,4 +190,11 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest) (wire.
 		}
 	}
 	return out, nil
+}
+
+// storedBatch is a batch answer kept for its idempotency key, with the
+// digest of the checks it answered.
+type storedBatch struct {
+	Digest string                  `json:"digest"`
+	Answer wire.BatchCheckResponse `json:"answer"`
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -103,8 +103,20 @@ type caller struct {
 
 var methodRE = regexp.MustCompile(`^[A-Z]{1,16}$`)
 
+// Trust is what a caller of the decision API proved.
+type Trust bool
+
+const (
+	// Untrusted callers (no service credential) may use the seed's plain
+	// check shape only.
+	Untrusted Trust = false
+	// Trusted callers hold the decision token (the filter) or the admin
+	// token: they may name tiers, tenants, costs, leases and key identities.
+	Trusted Trust = true
+)
+
 // validate checks everything the request says before anything touches Redis.
-func (p *Policy) validate(req *wire.CheckRequest) (*caller, *apierr.Error) {
+func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	c := &caller{method: req.Method}
 	if req.UserID == "" {
 		return nil, apierr.Invalid("user_id", "is required")
@@ -114,6 +126,25 @@ func (p *Policy) validate(req *wire.CheckRequest) (*caller, *apierr.Error) {
 		return nil, apierr.Invalid("user_id", strings.TrimPrefix(err.Error(), identity.ErrInvalid.Error()+": "))
 	}
 	c.id = id
+	if trust == Untrusted {
+		// What a caller without the credential could buy with these: another
+		// tier's quota, another tenant's, an API key's identity without the
+		// key, tokens credited to a shared bucket, a costly script run.
+		switch {
+		case req.Tier != "":
+			return nil, apierr.Forbidden("tier")
+		case req.Tenant != "":
+			return nil, apierr.Forbidden("tenant")
+		case req.Cost > 1:
+			return nil, apierr.Forbidden("cost")
+		case req.Lease != 0:
+			return nil, apierr.Forbidden("lease")
+		case req.Returned != 0:
+			return nil, apierr.Forbidden("returned")
+		case id.Kind == identity.KindKey:
+			return nil, apierr.Forbidden("user_id (an API-key identity; present the key as api_key)")
+		}
+	}
 	ep, aerr := validEndpoint(req.Endpoint)
 	if aerr != nil {
 		return nil, aerr
@@ -152,7 +183,7 @@ func (p *Policy) validate(req *wire.CheckRequest) (*caller, *apierr.Error) {
 		return nil, e
 	}
 	if req.Limit != nil || req.WindowSeconds != nil {
-		r, aerr := adhocRule(RuleRequest, req.Limit, req.WindowSeconds, req.Strategy, 0, p.Config.DefaultAlgorithm)
+		r, aerr := p.adhocRule(RuleRequest, req.Limit, req.WindowSeconds, req.Strategy, 0)
 		if aerr != nil {
 			return nil, aerr
 		}
@@ -165,13 +196,17 @@ func (p *Policy) validate(req *wire.CheckRequest) (*caller, *apierr.Error) {
 }
 
 // adhocRule builds the identity-scoped, per-endpoint rule of a limit given in
-// a request (check or override).
-func adhocRule(id string, limit, window *int64, strategy string, burst int64, defaultAlgo rules.Algorithm) (*rules.Rule, *apierr.Error) {
+// a request (check or override). The limit is bounded by max_adhoc_limit, so
+// no caller sizes a counter (or a sliding log) at will.
+func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, burst int64) (*rules.Rule, *apierr.Error) {
 	if limit == nil {
 		return nil, apierr.InvalidLimit("limit", "is required with window_seconds")
 	}
-	if *limit <= 0 {
-		return nil, apierr.InvalidLimit("limit", "must be > 0")
+	if *limit <= 0 || *limit > p.Config.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("limit", fmt.Sprintf("must be in 1..%d", p.Config.MaxAdhocLimit))
+	}
+	if burst > p.Config.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("burst_capacity", fmt.Sprintf("must be in 0..%d", p.Config.MaxAdhocLimit))
 	}
 	w := int64(60)
 	if window != nil {
@@ -185,33 +220,25 @@ func adhocRule(id string, limit, window *int64, strategy string, burst int64, de
 	}
 	algo := rules.Algorithm(strategy)
 	if algo == "" {
-		algo = defaultAlgo
+		algo = p.Config.DefaultAlgorithm
 	}
 	return &rules.Rule{ID: id, Scope: rules.ScopeIdentity, Algorithm: algo, Limit: *limit, WindowSeconds: w, Burst: burst, PerEndpoint: true}, nil
 }
 
+// validEndpoint normalises the endpoint (shared/paths, as the filter does):
+// one resource is one counter however it is spelled.
 func validEndpoint(ep string) (string, *apierr.Error) {
 	if ep == "" {
 		return "", apierr.Invalid("endpoint", "is required")
 	}
-	if i := strings.IndexByte(ep, '?'); i >= 0 {
-		ep = ep[:i] // counters are per path, never per query string
+	n, err := paths.Normalize(ep)
+	if err != nil {
+		return "", apierr.Invalid("endpoint", strings.TrimPrefix(err.Error(), paths.ErrInvalid.Error()+": "))
 	}
-	if !strings.HasPrefix(ep, "/") {
-		return "", apierr.Invalid("endpoint", "must start with '/'")
-	}
-	if len(ep) > MaxEndpointLen {
+	if len(n) > MaxEndpointLen {
 		return "", apierr.Invalid("endpoint", fmt.Sprintf("is longer than %d bytes", MaxEndpointLen))
 	}
-	if !utf8.ValidString(ep) {
-		return "", apierr.Invalid("endpoint", "is not valid UTF-8")
-	}
-	for i := 0; i < len(ep); i++ {
-		if ep[i] < 0x20 || ep[i] == 0x7f {
-			return "", apierr.Invalid("endpoint", "contains a control character")
-		}
-	}
-	return ep, nil
+	return n, nil
 }
 
 // resolveKey checks an API key and makes it the caller's identity (unless a
@@ -272,7 +299,7 @@ func (s *Service) selectRules(p *Policy, c *caller) []applied {
 		matched = []*rules.Rule{c.adhoc}
 	default:
 		if ov, ok := s.overrides.Get(c.id.String(), c.endpoint); ok {
-			r, _ := adhocRule(RuleOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst, p.Config.DefaultAlgorithm)
+			r, _ := p.adhocRule(RuleOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
 			if r != nil {
 				matched = []*rules.Rule{r}
 				break
@@ -294,11 +321,11 @@ func (s *Service) selectRules(p *Policy, c *caller) []applied {
 }
 
 // Check decides one request. Errors are *apierr.Error.
-func (s *Service) Check(ctx context.Context, req *wire.CheckRequest) (wire.CheckResponse, error) {
+func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.CheckResponse, error) {
 	start := time.Now()
 	defer func() { s.m.CheckDuration.Observe(time.Since(start).Seconds()) }()
 	p := s.policy.Load()
-	c, aerr := p.validate(req)
+	c, aerr := p.validate(req, trust)
 	if aerr != nil {
 		return wire.CheckResponse{}, aerr
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -56,9 +57,10 @@ func New(d Deps) *Server {
 	e.Use(middleware.RequestID())
 	e.Use(middleware.Recover())
 
-	e.POST(wire.PathCheck, s.check)
-	e.POST(wire.PathBatchCheck, s.batch)
-	e.GET(wire.PathStatus+"/:id/*", s.status)
+	decide := s.decisionCaller
+	e.POST(wire.PathCheck, decide(s.check))
+	e.POST(wire.PathBatchCheck, decide(s.batch))
+	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
 	e.GET("/health", s.health)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
@@ -82,7 +84,7 @@ func (s *Server) check(c echo.Context) error {
 	if err := s.decode(c, &req, false); err != nil {
 		return err
 	}
-	resp, err := s.svc.Check(c.Request().Context(), &req)
+	resp, err := s.svc.Check(c.Request().Context(), &req, trustOf(c))
 	if err != nil {
 		return err
 	}
@@ -116,7 +118,7 @@ func (s *Server) batch(c echo.Context) error {
 	if err := s.decode(c, &req, false); err != nil {
 		return err
 	}
-	resp, err := s.svc.Batch(c.Request().Context(), &req)
+	resp, err := s.svc.Batch(c.Request().Context(), &req, trustOf(c))
 	if err != nil {
 		return err
 	}
@@ -134,7 +136,7 @@ func (s *Server) status(c echo.Context) error {
 	}
 	q := c.QueryParams()
 	req := wire.CheckRequest{UserID: id, Endpoint: "/" + ep, Method: q.Get("method"), Tier: q.Get("tier"), Tenant: q.Get("tenant")}
-	resp, err := s.svc.Status(c.Request().Context(), &req)
+	resp, err := s.svc.Status(c.Request().Context(), &req, trustOf(c))
 	if err != nil {
 		return err
 	}
@@ -188,8 +190,7 @@ func (s *Server) health(c echo.Context) error {
 	return c.JSON(code, body)
 }
 
-// requireAdmin checks the admin credential in constant time. Hashing both
-// sides first makes the comparison independent of the token's length too.
+// requireAdmin checks the admin credential.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		want := s.svc.Policy().Config.AdminToken
@@ -197,16 +198,64 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
 		got := c.Request().Header.Get("X-Admin-Token")
-		if auth := c.Request().Header.Get("Authorization"); len(auth) > 7 && auth[:7] == "Bearer " {
-			got = auth[7:]
+		if b, ok := bearer(c); ok && got == "" {
+			got = b
 		}
-		gh, wh := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-		if got == "" || subtle.ConstantTimeCompare(gh[:], wh[:]) != 1 {
+		if !tokenMatches(got, want) {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
 			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "a valid admin token is required")
 		}
 		return next(c)
 	}
+}
+
+const trustKey = "tollgate.trust"
+
+// decisionCaller checks the decision API's service credential. With tokens
+// configured, a request without one of them is refused. Without tokens (the
+// service then listens on loopback only) every caller is untrusted and may
+// use the seed's plain check shape only.
+func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		tokens := s.svc.Policy().Config.DecisionTokens()
+		if len(tokens) == 0 {
+			c.Set(trustKey, decision.Untrusted)
+			return next(c)
+		}
+		got, _ := bearer(c)
+		ok := false
+		for _, t := range tokens {
+			// Every token is compared, so the time taken does not say which
+			// one (or whether the first) matched.
+			ok = tokenMatches(got, t) || ok
+		}
+		if !ok {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-decision"`)
+			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "the decision API needs its service credential (Authorization: Bearer)")
+		}
+		c.Set(trustKey, decision.Trusted)
+		return next(c)
+	}
+}
+
+func trustOf(c echo.Context) decision.Trust {
+	t, _ := c.Get(trustKey).(decision.Trust)
+	return t
+}
+
+func bearer(c echo.Context) (string, bool) {
+	auth := c.Request().Header.Get("Authorization")
+	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+		return auth[7:], true
+	}
+	return "", false
+}
+
+// tokenMatches compares in constant time. Hashing both sides first makes the
+// comparison independent of the token's length too.
+func tokenMatches(got, want string) bool {
+	gh, wh := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return got != "" && subtle.ConstantTimeCompare(gh[:], wh[:]) == 1
 }
 
 // handleError is the one place errors become HTTP answers.
