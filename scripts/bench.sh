@@ -24,6 +24,7 @@ echo "== Gateway with and without the filter (control service on the same Redis)
 make -s build
 cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 printf '[[tiers]]\nname = "free"\nlimit = 1000000\nwindow_seconds = 60\n' >"$run/bench.toml"
+export TOLLGATE_DECISION_TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 TOLLGATE_LISTEN=127.0.0.1:$cport TOLLGATE_REDIS_URL=redis://127.0.0.1:$port/0 TOLLGATE_LOG_LEVEL=error \
   bin/controlsvc -config "$run/bench.toml" >"$run/controlsvc.log" 2>&1 &
 cpid=$!

@@ -16,9 +16,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; scripts/redis.sh stop "$run"; rm -rf "$run"; }
 trap cleanup EXIT
 scripts/redis.sh start 6390 "$run"
-TOLLGATE_REDIS_URL=redis://127.0.0.1:6390/0 TOLLGATE_ADMIN_TOKEN=e2e bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/c.log" 2>&1 & pids+=($!)
+dtoken=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+sed "s/CHANGE-ME-to-the-control-service-TOLLGATE_DECISION_TOKEN/$dtoken/" envoy/envoy.yaml >"$run/envoy.yaml"
+TOLLGATE_REDIS_URL=redis://127.0.0.1:6390/0 TOLLGATE_ADMIN_TOKEN=e2e-admin-token-for-envoy-e2e-0123456789 \
+  TOLLGATE_DECISION_TOKEN=$dtoken bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/c.log" 2>&1 & pids+=($!)
 bin/demo-upstream -listen 127.0.0.1:9000 >"$run/u.log" 2>&1 & pids+=($!)
-envoy -c envoy/envoy.yaml --log-level warn >"$run/envoy.log" 2>&1 & pids+=($!)
+envoy -c "$run/envoy.yaml" --log-level warn >"$run/envoy.log" 2>&1 & pids+=($!)
 for _ in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:10000/ && break; sleep 0.2; done
 
 fail=0

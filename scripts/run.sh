@@ -15,7 +15,7 @@ token=${TOLLGATE_ADMIN_TOKEN:-$(random_token)}
 # decision API, and the gateway's filter sends it.
 dtoken=${TOLLGATE_DECISION_TOKEN:-$(random_token)}
 mkdir -p "$run"
-sed "1s/{/{\"decision_token\": \"$dtoken\",/" filter/plugin-config.example.json >"$run/plugin-config.json"
+sed "s/CHANGE-ME-to-the-control-service-TOLLGATE_DECISION_TOKEN/$dtoken/" filter/plugin-config.example.json >"$run/plugin-config.json"
 
 pids=()
 stopped=

@@ -2,6 +2,7 @@ package filtertest
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,5 +169,54 @@ func TestBadConfigRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "invalid plugin configuration") {
 			t.Errorf("%s: got %v; want a refusal naming %q", cfg, err, want)
 		}
+	}
+}
+
+// The shipped configuration's placeholder token is no credential: a filter
+// still carrying it refuses to start instead of calling out with it.
+func TestExampleDecisionTokenRefused(t *testing.T) {
+	ctx := context.Background()
+	example, err := os.ReadFile("../plugin-config.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: example, Clusters: []string{"controlsvc"}, CompilationCache: compCache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	if _, err := h.NewVM(ctx); err == nil || !strings.Contains(err.Error(), "decision_token is still the example placeholder") {
+		t.Fatalf("got %v; want the placeholder refused", err)
+	}
+}
+
+// A control service that refuses the filter's own credential (a rotated or
+// missing decision_token) is a failed callout, answered by the failure mode,
+// never a 401 passed to the client as if the client had been judged.
+func TestRefusedCredentialIsACalloutFailure(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		status int // 0: allowed upstream as degraded
+	}{{"fail_open", 0}, {"fail_closed", 503}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			e := newEnv(t, `{"control_cluster":"controlsvc","failure_mode":"`+tc.mode+`","lease":{"request":0}}`, 1)
+			s, _ := e.start(req{})
+			e.answer(0, "401", `{"error":{"code":"UNAUTHORIZED","message":"the decision API needs its service credential"}}`)
+			switch {
+			case tc.status == 0 && (!s.Resumed || s.RequestHeaders.Value("x-tollgate-decision") != "degraded"):
+				t.Fatalf("fail_open: resumed %v, decision %q", s.Resumed, s.RequestHeaders.Value("x-tollgate-decision"))
+			case tc.status != 0 && (s.Local == nil || s.Local.Status != tc.status):
+				t.Fatalf("fail_closed: local %+v", s.Local)
+			}
+			if !hasLog(e.vms[0], "refused the filter's credential") {
+				t.Fatalf("no error log: %v", e.vms[0].Logs())
+			}
+			// An API-key error is about the client: passed through as sent.
+			s, _ = e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_x"}}})
+			e.answer(0, "401", `{"error":{"code":"INVALID_API_KEY","message":"unknown key"}}`)
+			if s.Local == nil || s.Local.Status != 401 || !strings.Contains(string(s.Local.Body), "INVALID_API_KEY") {
+				t.Fatalf("api key error: %+v", s.Local)
+			}
+		})
 	}
 }

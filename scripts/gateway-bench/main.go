@@ -34,6 +34,7 @@ func run() error {
 	concurrency := flag.Int("c", 32, "concurrent clients")
 	maxTime := flag.Duration("max-time", 30*time.Second, "stop each load after this long")
 	lease := flag.Int64("lease", 50, "tokens per lease (0: every request calls out)")
+	token := flag.String("decision-token", os.Getenv("TOLLGATE_DECISION_TOKEN"), "the control service's decision token")
 	flag.Parse()
 	ctx := context.Background()
 	wasm, err := os.ReadFile(*wasmPath)
@@ -49,7 +50,7 @@ func run() error {
 		return err
 	}
 	defer stopUp()
-	config := fmt.Sprintf(`{"control_cluster":"controlsvc","timeout_ms":1000,"lease":{"request":%d}}`, *lease)
+	config := fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"lease":{"request":%d}}`, *token, *lease)
 	fmt.Printf("Gateway benchmark: %d requests, %d clients, lease %d, loopback upstream\n", *requests, *concurrency, *lease)
 	var rates [2]float64
 	for i, noFilter := range []bool{false, true} {

@@ -149,3 +149,9 @@ type ConfigResponse struct {
 	ConfigRequest
 	UpdatedAt string `json:"updated_at"`
 }
+
+// ExampleDecisionToken is the placeholder decision token that the shipped
+// filter configurations carry. A filter configured with it refuses to start,
+// and a control service refuses it as its TOLLGATE_DECISION_TOKEN: a token
+// printed in a public example is no credential.
+const ExampleDecisionToken = "CHANGE-ME-to-the-control-service-TOLLGATE_DECISION_TOKEN"

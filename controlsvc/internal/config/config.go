@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // Failure modes: what a decision does when Redis cannot be asked.
@@ -456,6 +457,9 @@ func (c *Config) validateTokens() error {
 	for i, t := range toks {
 		if err := checkToken(t); err != nil {
 			return bad(fmt.Sprintf("decision_token[%d]", i), "%v", err)
+		}
+		if t == wire.ExampleDecisionToken {
+			return bad(fmt.Sprintf("decision_token[%d]", i), "is the example placeholder; generate one (head -c 32 /dev/urandom | base64)")
 		}
 	}
 	if len(toks) == 0 && !loopback(c.Listen) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -141,6 +142,7 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"token with a space", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": strings.Repeat("k", 32) + " x"}, "admin_token: must be printable"},
 		{"public listen without decision token", `listen = "0.0.0.0:8081"`, nil, "decision_token: is required"},
 		{"adhoc limit", "max_adhoc_limit = 0", nil, "max_adhoc_limit:"},
+		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -294,6 +295,12 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 		}
 		p.breaker.Record(true, now)
 		h.decided(&d, now)
+	case (status == 401 || status == 403) && refusedCredential(body):
+		// The service refused the filter itself (a missing or rotated
+		// decision_token, a field it needs the credential for): a
+		// misconfiguration, not an answer about the client.
+		proxywasm.LogError("tollgate: the control service refused the filter's credential (decision_token): status " + strconv.Itoa(status))
+		h.calloutFailed(now, "credential refused")
 	case status >= 400 && status < 500 && status != 404 && status != 408:
 		// The service judged the request (an API key error...): pass its
 		// answer to the client as it was sent.
@@ -304,6 +311,12 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	default:
 		h.calloutFailed(now, "status "+strconv.Itoa(status))
 	}
+}
+
+// refusedCredential reports whether an error envelope says the decision API
+// refused the caller's credential rather than judged the client's request.
+func refusedCredential(body []byte) bool {
+	return bytes.Contains(body, []byte(`"code":"`+wire.CodeUnauthorized+`"`)) || bytes.Contains(body, []byte(`"code":"`+wire.CodeForbidden+`"`))
 }
 
 // maxLeaseTTLMillis bounds how long a granted lease is spent locally,
