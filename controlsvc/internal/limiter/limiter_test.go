@@ -276,3 +276,28 @@ func TestScriptFlushFallsBackToEval(t *testing.T) {
 		t.Fatal("the script was not cached again")
 	}
 }
+
+// A sliding-log call writes one weighted entry whatever it spends, and the
+// log's running total counts the weights.
+func TestSlidingLogOneEntryPerCall(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.SlidingLog, "weights", 1000, 60)
+	r.Cost = 400
+	for i, want := range []bool{true, true, false} {
+		res, err := l.Do(ctx, r)
+		if err != nil || res.Allowed != want {
+			t.Fatalf("call %d: %+v %v; want allowed %v", i, res, err, want)
+		}
+		if want && res.Remaining != 1000-400*int64(i+1) {
+			t.Fatalf("call %d: remaining %d", i, res.Remaining)
+		}
+	}
+	entries := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Val()
+	if len(entries) != 2 {
+		t.Fatalf("entries %v; want one per admitted call", entries)
+	}
+	if total := rdb.ZScore(ctx, r.Key, "#total").Val(); total != -800 {
+		t.Fatalf("running total %v, want -800", total)
+	}
+}

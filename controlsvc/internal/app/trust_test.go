@@ -1,0 +1,239 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// countersExcept serialises every rate-limit key outside an identity's hash
+// tag: two equal snapshots mean no other caller's counters moved.
+func (s *service) countersExcept(identity string) string {
+	s.t.Helper()
+	ctx := context.Background()
+	var lines []string
+	for _, k := range s.rdb.Keys(ctx, "rl:{*").Val() {
+		if identity != "" && strings.Contains(k, identity) {
+			continue
+		}
+		v, err := s.rdb.Dump(ctx, k).Result()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		lines = append(lines, k+"="+strconv.Quote(v))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// An attacker who reaches the decision API directly: each row asserts the
+// status and code, and that the victim's counters did not move.
+func TestDecisionAPIHostile(t *testing.T) {
+	s := startService(t, "", nil)
+	if r := s.check(map[string]any{"user_id": "user:victim", "endpoint": "/api/v1/items", "lease": 5}); r.status != 200 {
+		t.Fatalf("victim: %d %s", r.status, r.body)
+	}
+	const attacker = "user:mallory"
+	noAuth := []string{"Authorization", ""}
+	batch := func(key string, ids ...string) string {
+		var checks []string
+		for _, id := range ids {
+			checks = append(checks, fmt.Sprintf(`{"user_id":%q,"endpoint":"/api/v1/items"}`, id))
+		}
+		return fmt.Sprintf(`{"idempotency_key":%q,"checks":[%s]}`, key, strings.Join(checks, ","))
+	}
+	// The attacker's own batch claims an idempotency key first.
+	if r := s.do(http.MethodPost, "/v1/rate-limit/batch-check", batch("k-1", attacker)); r.status != 200 {
+		t.Fatalf("first batch: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		name   string
+		path   string
+		body   string
+		header []string
+		status int
+		code   string
+	}{
+		{"no credential", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, noAuth, 401, "UNAUTHORIZED"},
+		{"wrong credential", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, []string{"Authorization", "Bearer " + strings.Repeat("x", 40)}, 401, "UNAUTHORIZED"},
+		{"admin token is not the decision token", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, []string{"Authorization", "Bearer " + adminToken}, 401, "UNAUTHORIZED"},
+		{"status without credential", "/v1/rate-limit/status/user:victim/api/v1/items", "", noAuth, 401, "UNAUTHORIZED"},
+		{"batch without credential", "/v1/rate-limit/batch-check", batch("", "user:victim"), noAuth, 401, "UNAUTHORIZED"},
+		{"idempotency key reused for the victim", "/v1/rate-limit/batch-check", batch("k-1", "user:victim"), nil, 409, "IDEMPOTENCY_KEY_REUSED"},
+		{"cost above the limit", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/v1/items","cost":101}`, nil, 400, "INVALID_INPUT"},
+		{"huge ad-hoc limit", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/v1/items","strategy":"sliding_log","limit":9223372036854775807,"cost":1000000}`, nil, 400, "INVALID_LIMIT"},
+		{"crlf identity", "/v1/rate-limit/check", `{"user_id":"user:victim\r\nx: 1","endpoint":"/api/v1/items"}`, nil, 400, "INVALID_INPUT"},
+		{"brace identity", "/v1/rate-limit/check", `{"user_id":"user:mallory}{identity:user:victim","endpoint":"/api/v1/items"}`, nil, 200, ""},
+		{"10 kB endpoint", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/` + strings.Repeat("a", 10_000) + `"}`, nil, 400, "INVALID_INPUT"},
+		{"malformed escape in endpoint", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/%zz"}`, nil, 400, "INVALID_INPUT"},
+		{"malformed json", "/v1/rate-limit/check", `{"user_id":`, nil, 400, "INVALID_INPUT"},
+		{"oversize body", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/x","pad":"` + strings.Repeat("a", 1<<20) + `"}`, nil, 413, "PAYLOAD_TOO_LARGE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.countersExcept(attacker)
+			r := s.do(http.MethodPost, tc.path, tc.body, tc.header...)
+			if strings.Contains(tc.path, "/status/") {
+				r = s.do(http.MethodGet, tc.path, nil, tc.header...)
+			}
+			if r.status != tc.status || (tc.code != "" && r.errorCode(t) != tc.code) {
+				t.Fatalf("%d %s; want %d %s", r.status, truncate(r.body), tc.status, tc.code)
+			}
+			if tc.status == 401 && r.header.Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+			if after := s.countersExcept(attacker); after != before {
+				t.Fatalf("other callers' counters moved:\n%s\n---\n%s", before, after)
+			}
+		})
+	}
+}
+
+// Without a decision token (a service on loopback only), callers get the
+// seed's plain check and nothing a filter alone may say.
+func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
+	s := startService(t, "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	plain := func(extra string) string {
+		return `{"user_id":"alice","endpoint":"/api/v1/items","method":"GET"` + extra + `}`
+	}
+	for _, tc := range []struct {
+		body   string
+		status int
+		field  string
+	}{
+		{plain(``), 200, ""},
+		{plain(`,"strategy":"fixed_window","limit":10,"window_seconds":60`), 200, ""},
+		{plain(`,"tier":"premium"`), 403, "tier"},
+		{plain(`,"tenant":"acme"`), 403, "tenant"},
+		{plain(`,"cost":50`), 403, "cost"},
+		{plain(`,"lease":10`), 403, "lease"},
+		{plain(`,"returned":10`), 403, "returned"},
+		{`{"user_id":"key:k_victim","endpoint":"/api/v1/items"}`, 403, "user_id (an API-key identity; present the key as api_key)"},
+	} {
+		before := s.countersExcept("user:alice")
+		r := s.do(http.MethodPost, "/v1/rate-limit/check", tc.body, "Authorization", "")
+		if r.status != tc.status {
+			t.Fatalf("%s: %d %s", tc.body, r.status, r.body)
+		}
+		if tc.status == 403 {
+			if r.errorCode(t) != "FORBIDDEN" || r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"] != tc.field {
+				t.Fatalf("%s: %s", tc.body, r.body)
+			}
+			if after := s.countersExcept(""); after != before && !strings.Contains(after, "user:alice") {
+				t.Fatalf("%s: a refused request moved counters", tc.body)
+			}
+		}
+	}
+}
+
+// Two tokens are accepted while rotating; any other is not.
+func TestDecisionTokenRotation(t *testing.T) {
+	next := "next-decision-token-abcdefghijklmnopqrstuvwxyz"
+	s := startService(t, "", map[string]string{"TOLLGATE_DECISION_TOKEN": decisionToken + "," + next})
+	for tok, want := range map[string]int{decisionToken: 200, next: 200, next + "x": 401, "": 401} {
+		r := s.do(http.MethodPost, "/v1/rate-limit/check", `{"user_id":"u","endpoint":"/x"}`, "Authorization", "Bearer "+tok)
+		if r.status != want {
+			t.Errorf("token %.8q...: %d, want %d", tok, r.status, want)
+		}
+	}
+}
+
+// A refund never credits a bucket with more than its outstanding leases:
+// giving back tokens nobody leased leaves a shared counter where it was.
+func TestRefundBoundedByLeases(t *testing.T) {
+	s := startService(t, "", nil)
+	r := s.check(map[string]any{"user_id": "u1", "endpoint": "/x", "strategy": "fixed_window", "limit": 100, "window_seconds": 60})
+	left := num(t, r.json(t), "remaining")
+	r = s.check(map[string]any{"user_id": "u1", "endpoint": "/x", "strategy": "fixed_window", "limit": 100, "window_seconds": 60, "returned": 1000, "cost": 0})
+	// The check itself costs one (cost 0 is read as 1); the 1000 returned
+	// tokens credit nothing.
+	if got := num(t, r.json(t), "remaining"); got != left-1 {
+		t.Fatalf("remaining %d after returning tokens never leased, want %d", got, left-1)
+	}
+}
+
+// Every spelling of one path is one counter.
+func TestEndpointSpellingsShareACounter(t *testing.T) {
+	s := startService(t, "", nil)
+	for _, ep := range []string{"/api/v1/items", "/api/v1/%69tems", "/api/v1//items", "/api/v1/items;a", "/api/v1/./items", "/api/v1/items/", "/api/v1/items?page=2"} {
+		if r := s.check(map[string]any{"user_id": "u", "endpoint": ep}); r.status != 200 {
+			t.Fatalf("%s: %d %s", ep, r.status, r.body)
+		}
+	}
+	ks := s.rdb.Keys(context.Background(), "rl:{*").Val()
+	if len(ks) != 1 || !strings.Contains(ks[0], ":/api/v1/items:") {
+		t.Fatalf("keys %v; want one counter for /api/v1/items", ks)
+	}
+	r := s.do(http.MethodGet, "/v1/rate-limit/status/u/api/v1/%2569tems", nil)
+	if r.status != 200 || num(t, r.json(t), "remaining") != 93 {
+		t.Fatalf("status through another spelling: %d %s", r.status, r.body)
+	}
+}
+
+// The worst check the API accepts stays cheap in Redis: measured by Redis
+// itself (SLOWLOG records every command when the threshold is 0), not by a
+// timer in the test.
+func TestWorstAcceptedCheckIsCheapInRedis(t *testing.T) {
+	s := startService(t, "[lease]\nmax = 1000000\nfraction = 1.0\n", nil)
+	ctx := context.Background()
+	if err := s.rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rdb.ConfigSet(ctx, "slowlog-max-len", "10000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	worst := map[string]any{"user_id": "u", "endpoint": "/x", "strategy": "sliding_log", "limit": 1_000_000, "window_seconds": 3600, "cost": 1_000_000}
+	// A log of many small entries, then aged past the window, so the next
+	// calls have the most to sweep.
+	for i := 0; i < 300; i++ {
+		if r := s.check(map[string]any{"user_id": "u", "endpoint": "/x", "strategy": "sliding_log", "limit": 1_000_000, "window_seconds": 3600}); r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	key := s.rdb.Keys(ctx, "rl:{*sliding_log*").Val()
+	if len(key) != 1 {
+		t.Fatalf("keys %v", key)
+	}
+	entries := s.rdb.ZRangeByScore(ctx, key[0], &redis.ZRangeBy{Min: "0", Max: "+inf"}).Val()
+	for _, m := range entries {
+		s.rdb.ZAdd(ctx, key[0], redis.Z{Score: 1, Member: m})
+	}
+	s.rdb.SlowLogReset(ctx)
+	for i := 0; i < 3; i++ {
+		if r := s.check(worst); r.status != 200 && r.status != 429 {
+			t.Fatalf("worst check: %d %s", r.status, r.body)
+		}
+		lease := map[string]any{"user_id": "u", "endpoint": "/x", "strategy": "sliding_log", "limit": 1_000_000, "window_seconds": 3600, "lease": 1_000_000}
+		if r := s.check(lease); r.status != 200 && r.status != 429 {
+			t.Fatalf("lease check: %d %s", r.status, r.body)
+		}
+	}
+	if n := s.rdb.ZCard(ctx, key[0]).Val(); n > 300 {
+		t.Fatalf("the log holds %d entries after calls worth millions of tokens", n)
+	}
+	logs, err := s.rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scripts int
+	var slowest int64
+	for _, l := range logs {
+		if len(l.Args) == 0 || !strings.EqualFold(l.Args[0], "evalsha") && !strings.EqualFold(l.Args[0], "eval") {
+			continue
+		}
+		scripts++
+		slowest = max(slowest, l.Duration.Microseconds())
+	}
+	if scripts < 6 {
+		t.Fatalf("SLOWLOG holds %d script calls, want at least 6", scripts)
+	}
+	t.Logf("slowest script call: %d µs of Redis time", slowest)
+	if slowest > 1000 {
+		t.Fatalf("a script call took %d µs of Redis time; the bound is well under a millisecond", slowest)
+	}
+}
