@@ -3,6 +3,8 @@ package rules
 import (
 	"errors"
 	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/paths"
 )
 
 // Path globs work segment by segment: "**" as a whole segment matches any
@@ -26,6 +28,13 @@ func ValidateGlob(p string) error {
 		if strings.Contains(seg, "**") && seg != "**" {
 			return errors.New("'**' must be a whole path segment, as in /api/**")
 		}
+	}
+	// Requests are matched in their normalised form (shared/paths): a
+	// pattern spelled otherwise ("/items/", "/a//b", "/%69tems") would never
+	// match. Wildcards stand in for plain characters while checking.
+	literal := strings.NewReplacer("*", "x", "?", "x").Replace(p)
+	if n, err := paths.Normalize(literal); err != nil || n != literal {
+		return errors.New("path pattern must be spelled as requests are normalised: no trailing slash, '//', '.' or '..' segments, ';' parameters or needless escapes")
 	}
 	return nil
 }

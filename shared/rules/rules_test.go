@@ -164,3 +164,16 @@ func BenchmarkMatchGlobHostile(b *testing.B) {
 		MatchGlob(pattern, path)
 	}
 }
+
+// Patterns are spelled as requests are normalised, or they would never match.
+func TestValidateGlobWantsCanonicalSpelling(t *testing.T) {
+	for p, ok := range map[string]bool{
+		"/api/v1/items": true, "/api/**": true, "/api/*/users": true, "/a?c": true, "/": true, "/.well-known/*": true,
+		"/api/v1/items/": false, "/api//items": false, "/api/./items": false, "/api/../x": false,
+		"/api;v=1/x": false, "/%69tems": false, "api": false,
+	} {
+		if err := ValidateGlob(p); (err == nil) != ok {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+}
