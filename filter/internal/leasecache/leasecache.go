@@ -7,9 +7,17 @@
 // each is taken out by exactly one successful CAS, so the cache can only
 // under-admit (tokens lost when a slot is overwritten or expires), never
 // over-admit.
+//
+// A bucket's slot and its owner id come from a keyed hash (SipHash-2-4-128)
+// whose key is random per Envoy process and shared by its VMs: no client can
+// compute a path that lands in another caller's slot, and the 128-bit owner
+// check does not confuse two buckets. A cached denial never evicts another
+// bucket's live lease, and an entry that does not fit its fields is not
+// cached (nothing is ever truncated into looking like another caller).
 package leasecache
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"strconv"
@@ -26,6 +34,13 @@ var (
 	ErrNotFound    = errors.New("leasecache: no such entry")
 	ErrCasMismatch = errors.New("leasecache: cas mismatch")
 )
+
+// ErrTooLarge: an entry's strings do not fit a slot; it is not cached.
+var ErrTooLarge = errors.New("leasecache: entry does not fit a slot")
+
+// maxField bounds each string of an entry. Identities are at most a kind
+// prefix and 255 bytes; rule ids and tiers are shorter.
+const maxField = 512
 
 // maxCASRetries bounds the retries of one operation under contention.
 const maxCASRetries = 8
@@ -52,47 +67,81 @@ const (
 	Denied                // a cached denial is still in force
 )
 
-// Cache is a view of the slots; it keeps no state of its own.
+// Cache is a view of the slots; it keeps no state of its own but the hash key.
 type Cache struct {
-	store Store
-	keys  []string
+	store  Store
+	keys   []string
+	keyKey string // the shared-data key holding the hash key
+	k0, k1 uint64
 }
 
-// New returns a cache over n slots named prefix.<i>.
-func New(store Store, prefix string, n uint32) *Cache {
+// Owner identifies a bucket: 128 bits of a keyed hash, never zero.
+type Owner [16]byte
+
+// New returns a cache over n slots named prefix.<i>, with the hash key shared
+// by every VM under prefix.key (created by the first VM that finds none).
+func New(store Store, prefix string, n uint32) (*Cache, error) {
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = prefix + "." + strconv.Itoa(i)
 	}
-	return &Cache{store: store, keys: keys}
-}
-
-// Owner identifies a bucket.
-type Owner = uint64
-
-// Bucket is the owner id of a bucket's description (see the package Bucket).
-func (c *Cache) Bucket(parts ...string) Owner { return Bucket(parts...) }
-
-// Bucket hashes a bucket's description to its owner id (FNV-1a over the
-// parts, each followed by a NUL; inline, so the hot path allocates nothing).
-func Bucket(parts ...string) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			h = (h ^ uint64(p[i])) * prime
-		}
-		h *= prime // the NUL separator: h ^ 0 == h
+	c := &Cache{store: store, keys: keys, keyKey: prefix + ".key"}
+	if err := c.loadKey(); err != nil {
+		return nil, err
 	}
-	return h | 1 // 0 marks an empty slot
+	return c, nil
 }
 
-func (c *Cache) key(owner uint64) string { return c.keys[owner%uint64(len(c.keys))] }
+// loadKey adopts the process's hash key, creating it if there is none.
+// Shared data has no insert-if-absent, so two VMs starting at once may both
+// write one: each then adopts what is stored, and Put checks again, so the
+// VMs agree from the first lease after such a race on.
+func (c *Cache) loadKey() error {
+	data, _, err := c.store.Get(c.keyKey)
+	if errors.Is(err, ErrNotFound) || (err == nil && len(data) != 16) {
+		var k [16]byte
+		if _, err := rand.Read(k[:]); err != nil {
+			return errors.New("leasecache: no randomness for the hash key: " + err.Error())
+		}
+		if err := c.store.Set(c.keyKey, k[:], 0); err != nil {
+			return errors.New("leasecache: store the hash key: " + err.Error())
+		}
+		data, _, err = c.store.Get(c.keyKey)
+	}
+	if err != nil || len(data) != 16 {
+		return errors.New("leasecache: read the hash key")
+	}
+	c.k0, c.k1 = binary.LittleEndian.Uint64(data[:8]), binary.LittleEndian.Uint64(data[8:])
+	return nil
+}
+
+// Bucket is the owner id of a bucket's description: the keyed hash of its
+// parts, each preceded by its length so that no two lists of parts collide.
+func (c *Cache) Bucket(parts ...string) Owner {
+	h := newSip(c.k0, c.k1)
+	for _, p := range parts {
+		n := uint32(len(p))
+		h.writeByte(byte(n))
+		h.writeByte(byte(n >> 8))
+		h.writeByte(byte(n >> 16))
+		h.writeByte(byte(n >> 24))
+		h.writeString(p)
+	}
+	h0, h1 := h.sum128()
+	var o Owner
+	binary.LittleEndian.PutUint64(o[:8], h0|1) // never zero: zero marks no owner
+	binary.LittleEndian.PutUint64(o[8:], h1)
+	return o
+}
+
+func (c *Cache) key(owner Owner) string {
+	return c.keys[binary.LittleEndian.Uint64(owner[:8])%uint64(len(c.keys))]
+}
 
 // Take spends one token of owner's lease. On a Miss, leftover is the count of
 // expired lease tokens taken out of the slot, to be handed back to the
 // control service with the next check.
-func (c *Cache) Take(owner uint64, nowMs int64) (e Entry, out Outcome, leftover int64) {
+func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover int64) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
@@ -133,9 +182,20 @@ func (c *Cache) Take(owner uint64, nowMs int64) (e Entry, out Outcome, leftover 
 // Put stores a fresh decision for e.Owner. A live lease of the same bucket
 // is kept and the new tokens are added to it (concurrent callouts of one
 // caller each bring a lease; overwriting would throw paid-for tokens away),
-// spendable until the earlier of the two expiries. A slot of another bucket is
-// taken over: its tokens are lost, which only under-admits.
+// spendable until the earlier of the two expiries. A slot of another bucket
+// is taken over by a lease (its tokens are lost, which only under-admits),
+// but never by a denial while it holds live tokens: denials are what a
+// client can cause at will. An entry whose strings do not fit is refused
+// with ErrTooLarge and nothing is cached.
 func (c *Cache) Put(e Entry, nowMs int64) error {
+	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField {
+		return ErrTooLarge
+	}
+	if e.Tokens > 0 && c.keyReplaced() {
+		// The entry was hashed with a key the other VMs no longer use:
+		// drop it (under-admission, once) and use theirs from now on.
+		return c.loadKey()
+	}
 	k := c.key(e.Owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
@@ -144,12 +204,16 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 		old, ok := decode(data)
 		next := e
-		if ok && old.Owner == e.Owner && old.Tokens > 0 && nowMs < old.ExpiresMs {
+		live := ok && old.Tokens > 0 && nowMs < old.ExpiresMs
+		switch {
+		case live && old.Owner == e.Owner:
 			next.Tokens = old.Tokens + e.Tokens
 			next.ExpiresMs = old.ExpiresMs
 			if e.Tokens > 0 {
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
 			}
+		case live && e.Tokens == 0:
+			return nil // a denial never evicts another bucket's live lease
 		}
 		switch err := c.store.Set(k, encode(next), cas); {
 		case err == nil:
@@ -161,40 +225,53 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
-const fixedLen = 8 * 10
+// keyReplaced reports whether the shared hash key is no longer this VM's
+// (checked when a lease is put, seldom: see loadKey).
+func (c *Cache) keyReplaced() bool {
+	data, _, err := c.store.Get(c.keyKey)
+	return err == nil && len(data) == 16 &&
+		(binary.LittleEndian.Uint64(data[:8]) != c.k0 || binary.LittleEndian.Uint64(data[8:]) != c.k1)
+}
+
+const fixedLen = 16 + 8*8
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, fixedLen+3+len(e.RuleID)+len(e.Identity)+len(e.Tier))
-	for i, v := range []uint64{e.Owner, uint64(e.Tokens), uint64(e.ExpiresMs), uint64(e.DeniedUntilMs),
-		uint64(e.Limit), uint64(e.Remaining), uint64(e.ResetAt), uint64(e.WindowSeconds), uint64(e.RetryAfter), 0} {
-		binary.LittleEndian.PutUint64(b[8*i:], v)
+	b := make([]byte, fixedLen, fixedLen+6+len(e.RuleID)+len(e.Identity)+len(e.Tier))
+	copy(b, e.Owner[:])
+	for i, v := range []uint64{uint64(e.Tokens), uint64(e.ExpiresMs), uint64(e.DeniedUntilMs),
+		uint64(e.Limit), uint64(e.Remaining), uint64(e.ResetAt), uint64(e.WindowSeconds), uint64(e.RetryAfter)} {
+		binary.LittleEndian.PutUint64(b[16+8*i:], v)
 	}
 	for _, s := range []string{e.RuleID, e.Identity, e.Tier} {
-		if len(s) > 255 {
-			s = s[:255]
-		}
-		b = append(b, byte(len(s)))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(s))) // Put bounds them to maxField
 		b = append(b, s...)
 	}
 	return b
 }
 
 func decode(b []byte) (Entry, bool) {
-	if len(b) < fixedLen+3 {
+	if len(b) < fixedLen+6 {
 		return Entry{}, false
 	}
-	u := func(i int) int64 { return int64(binary.LittleEndian.Uint64(b[8*i:])) }
-	e := Entry{Owner: uint64(u(0)), Tokens: u(1), ExpiresMs: u(2), DeniedUntilMs: u(3),
-		Limit: u(4), Remaining: u(5), ResetAt: u(6), WindowSeconds: u(7), RetryAfter: u(8)}
+	u := func(i int) int64 { return int64(binary.LittleEndian.Uint64(b[16+8*i:])) }
+	e := Entry{Tokens: u(0), ExpiresMs: u(1), DeniedUntilMs: u(2),
+		Limit: u(3), Remaining: u(4), ResetAt: u(5), WindowSeconds: u(6), RetryAfter: u(7)}
+	copy(e.Owner[:], b[:16])
 	rest := b[fixedLen:]
 	var strs [3]string
 	for i := range strs {
-		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+		if len(rest) < 2 {
 			return Entry{}, false
 		}
-		n := int(rest[0])
-		strs[i] = string(rest[1 : 1+n])
-		rest = rest[1+n:]
+		n := int(binary.LittleEndian.Uint16(rest))
+		if n > maxField || len(rest) < 2+n {
+			return Entry{}, false
+		}
+		strs[i] = string(rest[2 : 2+n])
+		rest = rest[2+n:]
+	}
+	if len(rest) != 0 {
+		return Entry{}, false
 	}
 	e.RuleID, e.Identity, e.Tier = strs[0], strs[1], strs[2]
 	return e, true

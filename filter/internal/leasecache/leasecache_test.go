@@ -1,7 +1,9 @@
 package leasecache
 
 import (
-	"hash/fnv"
+	"encoding/binary"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,9 +40,19 @@ func (s *memStore) Set(k string, v []byte, cas uint32) error {
 	return nil
 }
 
+// newCache is a cache over a fresh store.
+func newCache(t testing.TB, s Store, slots uint32) *Cache {
+	t.Helper()
+	c, err := New(s, "tg", slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestTakeLifecycle(t *testing.T) {
-	c := New(newMemStore(), "tg", 8)
-	a := Bucket("user:a", "GET", "/x")
+	c := newCache(t, newMemStore(), 8)
+	a := c.Bucket("user:a", "GET", "/x")
 	if _, out, _ := c.Take(a, 1000); out != Miss {
 		t.Fatal("empty cache must miss")
 	}
@@ -71,8 +83,8 @@ func TestTakeLifecycle(t *testing.T) {
 }
 
 func TestSlotOwnership(t *testing.T) {
-	c := New(newMemStore(), "tg", 1) // every bucket collides
-	a, b := Bucket("a"), Bucket("b")
+	c := newCache(t, newMemStore(), 1) // every bucket collides
+	a, b := c.Bucket("a"), c.Bucket("b")
 	c.Put(Entry{Owner: a, Tokens: 5, ExpiresMs: 1 << 40}, 0)
 	if _, out, _ := c.Take(b, 0); out != Miss {
 		t.Fatal("a bucket spent another bucket's tokens")
@@ -82,15 +94,20 @@ func TestSlotOwnership(t *testing.T) {
 // Many VMs spending one lease at once never spend more tokens than it held.
 func TestConcurrentTakesNeverOverspend(t *testing.T) {
 	s := newMemStore()
-	a := Bucket("hot")
-	New(s, "tg", 4).Put(Entry{Owner: a, Tokens: 100, ExpiresMs: 1 << 40}, 0)
+	first := newCache(t, s, 4)
+	a := first.Bucket("hot")
+	first.Put(Entry{Owner: a, Tokens: 100, ExpiresMs: 1 << 40}, 0)
 	var hits atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := New(s, "tg", 4)
+			c, err := New(s, "tg", 4)
+			if err != nil {
+				t.Error(err)
+				return
+			}
 			for i := 0; i < 50; i++ {
 				if _, out, _ := c.Take(a, 0); out == Hit {
 					hits.Add(1)
@@ -105,7 +122,8 @@ func TestConcurrentTakesNeverOverspend(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(encode(Entry{Owner: 3, RuleID: "r", Identity: "user:x"}))
+	f.Add(encode(Entry{Owner: Owner{3}, RuleID: "r", Identity: "user:x"}))
+	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e, ok := decode(b); ok {
 			if again, ok := decode(encode(e)); !ok || again != e {
@@ -118,8 +136,8 @@ func FuzzDecode(f *testing.F) {
 // Concurrent callouts of one bucket each bring a lease; none is thrown away,
 // and the merged tokens expire with the earlier lease.
 func TestPutMergesLiveLeases(t *testing.T) {
-	c := New(newMemStore(), "tg", 8)
-	a := Bucket("a")
+	c := newCache(t, newMemStore(), 8)
+	a := c.Bucket("a")
 	c.Put(Entry{Owner: a, Tokens: 3, ExpiresMs: 5000}, 1000)
 	c.Put(Entry{Owner: a, Tokens: 4, ExpiresMs: 9000, RuleID: "newer"}, 1000)
 	hits := 0
@@ -153,8 +171,8 @@ func TestPutMergesLiveLeases(t *testing.T) {
 
 // A denial cached by one callout does not waste tokens another brought.
 func TestTokensBeatCachedDenial(t *testing.T) {
-	c := New(newMemStore(), "tg", 8)
-	a := Bucket("a")
+	c := newCache(t, newMemStore(), 8)
+	a := c.Bucket("a")
 	c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: 5000}, 1000)
 	c.Put(Entry{Owner: a, DeniedUntilMs: 4000}, 1000)
 	if _, out, _ := c.Take(a, 2000); out != Hit {
@@ -165,13 +183,112 @@ func TestTokensBeatCachedDenial(t *testing.T) {
 	}
 }
 
-func TestBucketIsFNV1a(t *testing.T) {
-	h := fnv.New64a()
-	h.Write([]byte("user:a\x00GET\x00"))
-	if got, want := Bucket("user:a", "GET"), h.Sum64()|1; got != want {
-		t.Fatalf("Bucket = %x, want FNV-1a %x", got, want)
+// The owner of a bucket depends on the process's secret key: a client cannot
+// compute which path shares a victim's slot. Parts are length-delimited.
+func TestBucketIsKeyed(t *testing.T) {
+	s := newMemStore()
+	c1, c2 := newCache(t, s, 1024), newCache(t, s, 1024)
+	if c1.Bucket("user:a", "GET", "/x") != c2.Bucket("user:a", "GET", "/x") {
+		t.Fatal("two VMs of one process disagree on a bucket")
 	}
-	if Bucket("ab", "c") == Bucket("a", "bc") {
+	other := newCache(t, newMemStore(), 1024) // another process, another key
+	if c1.Bucket("user:a", "GET", "/x") == other.Bucket("user:a", "GET", "/x") {
+		t.Fatal("the owner does not depend on the key")
+	}
+	if c1.Bucket("ab", "c") == c1.Bucket("a", "bc") || c1.Bucket("a\x00", "b") == c1.Bucket("a", "\x00b") {
 		t.Fatal("parts are not separated")
+	}
+	// Slots spread (a weak check that the index is not constant).
+	seen := map[string]bool{}
+	for i := 0; i < 100; i++ {
+		seen[c1.key(c1.Bucket("user:a", strings.Repeat("x", i)))] = true
+	}
+	if len(seen) < 50 {
+		t.Fatalf("100 buckets in %d slots", len(seen))
+	}
+}
+
+// Two VMs that raced to create the key converge on the stored one at the
+// next lease.
+func TestKeyRaceConverges(t *testing.T) {
+	s := newMemStore()
+	c1 := newCache(t, s, 8)
+	s.Set("tg.key", make([]byte, 16), 0) // another VM's key replaced ours
+	c2 := newCache(t, s, 8)
+	if c1.Bucket("b") == c2.Bucket("b") {
+		t.Fatal("test setup: the keys should differ")
+	}
+	c1.Put(Entry{Owner: c1.Bucket("b"), Tokens: 3, ExpiresMs: 1 << 40}, 0)
+	if c1.Bucket("b") != c2.Bucket("b") {
+		t.Fatal("a lease put did not adopt the shared key")
+	}
+}
+
+// A crafted request that lands in a victim's slot (forced here with one
+// slot) cannot evict the victim's live lease with a denial.
+func TestDenialCannotEvictLiveLease(t *testing.T) {
+	c := newCache(t, newMemStore(), 1)
+	victim, attacker := c.Bucket("user:victim", "/x"), c.Bucket("user:mallory", "/y")
+	c.Put(Entry{Owner: victim, Tokens: 5, ExpiresMs: 10_000, Identity: "user:victim"}, 0)
+	for i := 0; i < 10; i++ {
+		c.Put(Entry{Owner: attacker, DeniedUntilMs: 60_000, Identity: "user:mallory"}, 1000)
+	}
+	for i := 0; i < 5; i++ {
+		if e, out, _ := c.Take(victim, 2000); out != Hit || e.Identity != "user:victim" {
+			t.Fatalf("victim's token %d: %v", i, out)
+		}
+	}
+	// Once the lease is spent, the slot is free for anyone's denial.
+	c.Put(Entry{Owner: attacker, DeniedUntilMs: 60_000}, 3000)
+	if _, out, _ := c.Take(attacker, 3000); out != Denied {
+		t.Fatalf("denial into a free slot: %v", out)
+	}
+}
+
+// Long identities are cached whole, and two that differ only past 255 bytes
+// are two entries; an entry too large for a slot is refused, not truncated.
+func TestLongIdentitiesAreNeverTruncated(t *testing.T) {
+	c := newCache(t, newMemStore(), 8)
+	long := "user:" + strings.Repeat("a", 255)
+	a := c.Bucket(long)
+	if err := c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: 1 << 40, Identity: long}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if e, out, _ := c.Take(a, 0); out != Hit || e.Identity != long {
+		t.Fatalf("%v, identity of %d bytes", out, len(e.Identity))
+	}
+	huge := Entry{Owner: c.Bucket("x"), Tokens: 1, ExpiresMs: 1 << 40, Identity: strings.Repeat("z", maxField+1)}
+	if err := c.Put(huge, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Put of an oversize entry: %v", err)
+	}
+	if _, out, _ := c.Take(huge.Owner, 0); out != Miss {
+		t.Fatal("an oversize entry was cached")
+	}
+}
+
+func TestSipHashVector(t *testing.T) {
+	// SipHash-2-4-128 of the empty message under key 00..0f (the authors'
+	// reference vector).
+	h := newSip(0x0706050403020100, 0x0f0e0d0c0b0a0908)
+	h0, h1 := h.sum128()
+	var out [16]byte
+	binary.LittleEndian.PutUint64(out[:8], h0)
+	binary.LittleEndian.PutUint64(out[8:], h1)
+	want := [16]byte{0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6, 0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02, 0x93}
+	if out != want {
+		t.Fatalf("%x, want %x", out, want)
+	}
+	// Fed in any chunking, the same bytes give the same hash.
+	msg := "the quick brown fox jumps over the lazy dog"
+	whole := newSip(1, 2)
+	whole.writeString(msg)
+	w0, w1 := whole.sum128()
+	for split := 0; split <= len(msg); split++ {
+		p := newSip(1, 2)
+		p.writeString(msg[:split])
+		p.writeString(msg[split:])
+		if a, b := p.sum128(); a != w0 || b != w1 {
+			t.Fatalf("split at %d changes the hash", split)
+		}
 	}
 }

@@ -60,7 +60,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
 			Leeway: time.Duration(j.LeewaySeconds) * time.Second, CacheSize: j.CacheSize})
 	}
-	p.cache = leasecache.New(sharedData{}, "tollgate.lease", cfg.Lease.Slots)
+	cache, err := leasecache.New(sharedData{}, "tollgate.lease", cfg.Lease.Slots)
+	if err != nil {
+		proxywasm.LogCritical("tollgate: lease cache: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	p.cache = cache
 	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMS)*time.Millisecond)
 	p.fallback = fallback.New(cfg.Fallback.Limit, cfg.Fallback.WindowSeconds, cfg.Fallback.MaxCallers)
 	p.m = metrics{
