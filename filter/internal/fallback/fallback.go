@@ -9,11 +9,17 @@ type Limiter struct {
 	windowMs   int64
 	maxCallers int
 	counts     map[string]*window
+	// head is the most recently seen caller, head.prev the least: a full
+	// limiter forgets the caller it has not seen for longest, never all of
+	// them (clearing everyone would hand every caller a fresh window).
+	head *window
 }
 
 type window struct {
-	start int64
-	n     int64
+	caller     string
+	start      int64
+	n          int64
+	prev, next *window
 }
 
 // New returns a limiter of limit requests per window per caller.
@@ -26,14 +32,18 @@ func New(limit, windowSeconds int64, maxCallers int) *Limiter {
 func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
 	start := nowMs - nowMs%l.windowMs
 	w, ok := l.counts[caller]
-	if !ok {
+	if ok {
+		l.unlink(w)
+	} else {
 		if len(l.counts) >= l.maxCallers {
-			// Bounded memory beats exact fallback counts: start over.
-			clear(l.counts)
+			oldest := l.head.prev
+			l.unlink(oldest)
+			delete(l.counts, oldest.caller)
 		}
-		w = &window{start: start}
+		w = &window{caller: caller, start: start}
 		l.counts[caller] = w
 	}
+	l.pushFront(w)
 	if w.start != start {
 		w.start, w.n = start, 0
 	}
@@ -42,4 +52,28 @@ func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
 	}
 	w.n++
 	return true, 0
+}
+
+// pushFront makes w the most recent caller of the ring.
+func (l *Limiter) pushFront(w *window) {
+	if l.head == nil {
+		w.prev, w.next = w, w
+	} else {
+		w.next, w.prev = l.head, l.head.prev
+		l.head.prev.next = w
+		l.head.prev = w
+	}
+	l.head = w
+}
+
+func (l *Limiter) unlink(w *window) {
+	if w.next == w {
+		l.head = nil
+	} else {
+		w.prev.next, w.next.prev = w.next, w.prev
+		if l.head == w {
+			l.head = w.next
+		}
+	}
+	w.prev, w.next = nil, nil
 }
