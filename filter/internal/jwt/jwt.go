@@ -212,16 +212,29 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	if err := json.Unmarshal(pb, &claims); err != nil {
 		return Claims{}, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
 	}
-	exp, ok := number(claims["exp"])
+	// Registered dates: exp is required; nbf and iat are optional, but a
+	// malformed one (a string, a boolean, a date past year 9999) makes the
+	// token invalid rather than being skipped.
+	exp, ok, err := numericDate(claims, "exp")
+	if err != nil {
+		return Claims{}, err
+	}
 	if !ok {
 		return Claims{}, fmt.Errorf("%w: no exp", ErrInvalid)
 	}
-	c := Claims{Expiry: time.Unix(exp, 0)}
+	c := Claims{Expiry: exp}
 	if !now.Before(c.Expiry.Add(v.o.Leeway)) {
 		return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
 	}
-	if nbf, ok := number(claims["nbf"]); ok && now.Add(v.o.Leeway).Before(time.Unix(nbf, 0)) {
+	nbf, ok, err := numericDate(claims, "nbf")
+	if err != nil {
+		return Claims{}, err
+	}
+	if ok && now.Add(v.o.Leeway).Before(nbf) {
 		return Claims{}, fmt.Errorf("%w: not valid yet", ErrInvalid)
+	}
+	if _, _, err := numericDate(claims, "iat"); err != nil {
+		return Claims{}, err
 	}
 	if v.o.Issuer != "" && claims["iss"] != v.o.Issuer {
 		return Claims{}, fmt.Errorf("%w: wrong issuer", ErrInvalid)
@@ -296,12 +309,22 @@ func audienceOK(aud any, want []string) bool {
 	return false
 }
 
-func number(v any) (int64, bool) {
-	f, ok := v.(float64)
-	if !ok || f < 0 || f > 1<<40 {
-		return 0, false
+// maxNumericDate is the last second of year 9999: a later date is not a
+// date a real issuer writes.
+const maxNumericDate = 253402300799
+
+// numericDate reads a registered date claim (RFC 7519 NumericDate: seconds,
+// possibly fractional). ok is false when the claim is absent.
+func numericDate(claims map[string]any, name string) (t time.Time, ok bool, err error) {
+	v, present := claims[name]
+	if !present {
+		return time.Time{}, false, nil
 	}
-	return int64(f), true
+	f, isNum := v.(float64)
+	if !isNum || f != f || f < 0 || f > maxNumericDate {
+		return time.Time{}, false, fmt.Errorf("%w: %s is not a date", ErrInvalid, name)
+	}
+	return time.Unix(int64(f), 0), true, nil
 }
 
 func b64(s string) ([]byte, error) {

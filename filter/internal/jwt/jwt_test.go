@@ -70,6 +70,14 @@ func TestVerify(t *testing.T) {
 		{"garbage", "not.a.token", "header"},
 		{"two parts", "abc.def", "compact"},
 		{"10 kB", strings.Repeat("a", 10_000), "longer"},
+		{"nbf as a string", testKeys.Sign("HS256", with("nbf", "tomorrow")), "nbf is not a date"},
+		{"nbf as a boolean", testKeys.Sign("HS256", with("nbf", true)), "nbf is not a date"},
+		{"absurd nbf", testKeys.Sign("HS256", with("nbf", 1e300)), "nbf is not a date"},
+		{"negative nbf", testKeys.Sign("HS256", with("nbf", -1)), "nbf is not a date"},
+		{"exp as a string", testKeys.Sign("HS256", with("exp", "never")), "exp is not a date"},
+		{"absurd exp", testKeys.Sign("HS256", with("exp", 1e300)), "exp is not a date"},
+		{"iat as an object", testKeys.Sign("HS256", with("iat", map[string]any{})), "iat is not a date"},
+		{"fractional dates", testKeys.Sign("HS256", with("nbf", float64(now.Unix())-0.5)), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
