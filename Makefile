@@ -36,8 +36,9 @@ run: build ## Redis, control service, demo upstream and the gateway with the fil
 bench: ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
 	scripts/bench.sh
 
-lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged
+lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no committed binaries
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	scripts/check-binaries.sh
 	$(GO) vet $(PKGS)
 	cd shared && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) vet . ./proxywasm/... ./internal/... ./pluginconf/...
