@@ -40,6 +40,9 @@ type Config struct {
 	// takes source.address, which Envoy has already resolved: the trust
 	// setting then lives in Envoy alone, which is the recommended setup.
 	XFFTrustedHops int `json:"xff_trusted_hops"`
+	// IPv6Prefix is the prefix length an IPv6 client is counted by (64: one
+	// subscriber's /64 is one caller; 128 counts each address).
+	IPv6Prefix int `json:"ipv6_prefix"`
 	// TrustXRealIP trusts X-Real-IP (only behind a proxy that overwrites it).
 	TrustXRealIP bool    `json:"trust_x_real_ip"`
 	APIKeyHeader string  `json:"api_key_header"`
@@ -118,6 +121,7 @@ func Parse(data []byte) (*Config, error) {
 		ControlCluster: "controlsvc",
 		TimeoutMS:      200,
 		FailureMode:    FailOpen,
+		IPv6Prefix:     identity.DefaultIPv6Prefix,
 		APIKeyHeader:   "x-api-key",
 		Lease:          Lease{Request: 10, Slots: 1024},
 		Breaker:        Breaker{Failures: 5, CooldownMS: 5000},
@@ -182,6 +186,9 @@ func (c *Config) validate() error {
 	}
 	if c.XFFTrustedHops < 0 || c.XFFTrustedHops > identity.MaxTrustedHops {
 		return bad("xff_trusted_hops", "%d must be in 0..%d", c.XFFTrustedHops, identity.MaxTrustedHops)
+	}
+	if c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
+		return bad("ipv6_prefix", "%d must be in 32..128", c.IPv6Prefix)
 	}
 	if t := c.DecisionToken; t != "" && (len(t) > 1024 || strings.ContainsAny(t, " \t\r\n,") || !isPrintableASCII(t)) {
 		return bad("decision_token", "must be printable ASCII without spaces or commas, at most 1024 bytes")

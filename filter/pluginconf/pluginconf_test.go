@@ -12,7 +12,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.ControlCluster != "controlsvc" || c.ControlAuthority != "controlsvc" || c.FailureMode != FailOpen || c.TimeoutMS != 200 ||
 		c.APIKeyHeader != "x-api-key" || c.Lease.Request != 10 || !c.Headers.XRateLimitOn() || c.Headers.IETF ||
-		c.XFFTrustedHops != 0 || c.TrustXRealIP || c.DecisionToken != "" {
+		c.XFFTrustedHops != 0 || c.TrustXRealIP || c.DecisionToken != "" || c.IPv6Prefix != 64 {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -24,6 +24,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		`{"trusted_proxy_depth":1}`:                    "trusted_proxy_depth: is no longer read",
 		`{"xff_trusted_hops":-1}`:                      "xff_trusted_hops:",
 		`{"xff_trusted_hops":17}`:                      "xff_trusted_hops:",
+		`{"ipv6_prefix":16}`:                           "ipv6_prefix:",
 		`{"decision_token":"a b"}`:                     "decision_token:",
 		`{"decision_token":"a\r\nx: y"}`:               "decision_token:",
 		`{"api_key_header":"X Key"}`:                   "api_key_header:",

@@ -100,3 +100,17 @@ func pickForwarded(xff string, hops int) (netip.Addr, bool) {
 	}
 	return a, true
 }
+
+// DefaultIPv6Prefix is the IPv6 prefix length one client is counted by. A
+// single subscriber is routinely given a whole /64: counting each of its 2^64
+// addresses apart would give it that many quotas.
+const DefaultIPv6Prefix = 64
+
+// Bucket returns the address a client is counted as: an IPv4 address as it
+// is, an IPv6 address masked to its first v6Prefix bits (128: as it is).
+func Bucket(a netip.Addr, v6Prefix int) netip.Addr {
+	if !a.Is6() || v6Prefix >= 128 || v6Prefix < 0 {
+		return a
+	}
+	return netip.PrefixFrom(a, v6Prefix).Masked().Addr()
+}

@@ -146,3 +146,22 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+func TestBucket(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		prefix int
+		want   string
+	}{
+		{"192.0.2.1", 64, "192.0.2.1"},
+		{"2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:2:ffff::1", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:2:3:4:5:6", 56, "2001:db8:1::"},
+		{"2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6"},
+	} {
+		a, _ := ParseAddr(tc.in)
+		if got := Bucket(a, tc.prefix).String(); got != tc.want {
+			t.Errorf("Bucket(%s, %d) = %s, want %s", tc.in, tc.prefix, got, tc.want)
+		}
+	}
+}

@@ -243,7 +243,7 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		h.id = identity.UnknownIP.String()
 		return true
 	}
-	h.id = identity.KindIP.Prefix() + addr.String()
+	h.id = identity.KindIP.Prefix() + identity.Bucket(addr, p.cfg.IPv6Prefix).String()
 	return true
 }
 
