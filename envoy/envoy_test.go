@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	wasmv3ext "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -157,8 +158,9 @@ func checkWasm(t *testing.T, w *wasmv3.Wasm) *pluginconf.Config {
 	if got := c.GetVmConfig().GetCode().GetLocal().GetFilename(); got != "build/tollgate.wasm" {
 		t.Fatalf("vm code %q, want build/tollgate.wasm", got)
 	}
-	if c.GetFailOpen() {
-		t.Fatal("a VM that fails must not let traffic through unlimited")
+	if c.GetFailOpen() || c.GetFailurePolicy() != wasmv3ext.FailurePolicy_FAIL_RELOAD {
+		t.Fatalf("failure_policy %v, fail_open %v: a crashed VM must be reloaded, never let traffic through unlimited",
+			c.GetFailurePolicy(), c.GetFailOpen())
 	}
 	sv := &wrapperspb.StringValue{}
 	if err := c.GetConfiguration().UnmarshalTo(sv); err != nil {
@@ -216,7 +218,7 @@ func TestIstioWasmPlugin(t *testing.T) {
 	if doc.APIVersion != "extensions.istio.io/v1alpha1" || doc.Kind != "WasmPlugin" || doc.Metadata.Name == "" || doc.Spec.URL == "" || doc.Spec.Selector == nil {
 		t.Fatalf("not a WasmPlugin: %+v", doc)
 	}
-	if doc.Spec.Phase != "AUTHZ" || doc.Spec.FailStrategy != "FAIL_CLOSE" {
+	if doc.Spec.Phase != "AUTHZ" || doc.Spec.FailStrategy != "FAIL_RELOAD" {
 		t.Fatalf("phase %q failStrategy %q", doc.Spec.Phase, doc.Spec.FailStrategy)
 	}
 	pc, err := pluginconf.Parse(doc.Spec.PluginConfig)
