@@ -51,7 +51,7 @@ var benchProps = map[string]string{"source.address": "10.0.0.1:5000"}
 
 func benchVM(b *testing.B, config string) (*wasmhost.Host, *wasmhost.VM) {
 	ctx := context.Background()
-	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(config), Clusters: []string{"controlsvc"}, CompilationCache: compCache})
+	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(config), Clusters: []string{"controlsvc"}, CompilationCache: compCache, WASI: envoyWASI})
 	if err != nil {
 		b.Fatal(err)
 	}

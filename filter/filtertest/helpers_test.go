@@ -46,13 +46,25 @@ func newEnv(t *testing.T, config string, vms int) *env {
 	c := &clock{now: epoch}
 	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{
 		PluginConfig: []byte(config), Clusters: []string{"controlsvc"},
-		Now: c.Now, CompilationCache: compCache,
+		Now: c.Now, CompilationCache: compCache, WASI: envoyWASI,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close(ctx) })
 	e := &env{t: t, host: h, clock: c}
+	t.Cleanup(func() {
+		// Under Envoy's WASI the module must never need the poller and
+		// never call what Envoy refuses while it initialises or allocates.
+		for i, vm := range e.vms {
+			if n := vm.HostCalls("poll_oneoff"); n != 0 {
+				t.Errorf("vm %d called poll_oneoff %d times: Envoy 1.33-1.38 answers ENOSYS and Go's runtime dies of it", i, n)
+			}
+			if v := vm.Violations(); len(v) != 0 {
+				t.Errorf("vm %d made calls Envoy refuses: %v", i, v)
+			}
+		}
+		h.Close(ctx)
+	})
 	for i := 0; i < vms; i++ {
 		vm, err := h.NewVM(ctx)
 		if err != nil {
@@ -154,6 +166,10 @@ func mustJSON(t *testing.T, b []byte) map[string]any {
 	}
 	return m
 }
+
+// envoyWASI is the WASI every behaviour test runs under: Envoy's partial one,
+// in its strictest version.
+const envoyWASI = wasmhost.WASIEnvoy
 
 const baseConfig = `{"control_cluster":"controlsvc","lease":{"request":0}}`
 

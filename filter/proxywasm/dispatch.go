@@ -73,15 +73,6 @@ func onRequestHeaders(contextID, numHeaders uint32, end bool) uint32 {
 	return uint32(h.ctx.OnHttpRequestHeaders(int(numHeaders), end))
 }
 
-func onRequestBody(contextID, size uint32, end bool) uint32 {
-	h, ok := streams[contextID]
-	if !ok {
-		return uint32(types.ActionContinue)
-	}
-	activeID = contextID
-	return uint32(h.ctx.OnHttpRequestBody(int(size), end))
-}
-
 func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
 	h, ok := streams[contextID]
 	if !ok {
@@ -89,15 +80,6 @@ func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
 	}
 	activeID = contextID
 	return uint32(h.ctx.OnHttpResponseHeaders(int(numHeaders), end))
-}
-
-func onResponseBody(contextID, size uint32, end bool) uint32 {
-	h, ok := streams[contextID]
-	if !ok {
-		return uint32(types.ActionContinue)
-	}
-	activeID = contextID
-	return uint32(h.ctx.OnHttpResponseBody(int(size), end))
 }
 
 func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {

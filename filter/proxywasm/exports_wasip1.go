@@ -3,7 +3,9 @@
 package proxywasm
 
 // The callbacks the host calls, proxy-wasm ABI v0.2.1. Booleans and sizes
-// cross as i32.
+// cross as i32. The body and log callbacks are not exported: the filter
+// decides on headers alone, and Envoy skips a callback a module does not
+// export, where an exported no-op would cost a VM call per body chunk.
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -27,19 +29,9 @@ func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	return onRequestHeaders(contextID, numHeaders, endOfStream != 0)
 }
 
-//go:wasmexport proxy_on_request_body
-func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
-	return onRequestBody(contextID, bodySize, endOfStream != 0)
-}
-
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
-}
-
-//go:wasmexport proxy_on_response_body
-func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
-	return onResponseBody(contextID, bodySize, endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_http_call_response
@@ -52,9 +44,6 @@ func proxyOnTick(rootID uint32) { onTick(rootID) }
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) uint32 { return b2u(onDone(contextID)) }
-
-//go:wasmexport proxy_on_log
-func proxyOnLog(contextID uint32) {}
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) { onDelete(contextID) }

@@ -44,6 +44,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 				return
 			}
 			vm.calls[name]++
+			vm.restricted(name)
 			st := f(vm, m, stack)
 			if len(results) > 0 {
 				stack[0] = uint64(st)
@@ -389,7 +390,10 @@ func (vm *VM) writableMap(t uint32) *Headers {
 func (vm *VM) give(m api.Module, data []byte, ptrOut, sizeOut uint64) uint32 {
 	var ptr uint32
 	if len(data) > 0 {
+		outer := vm.phase
+		vm.phase = phaseAlloc
 		res, err := vm.fn.alloc.Call(context.WithValue(context.Background(), vmKey{}, vm), uint64(len(data)))
+		vm.phase = outer
 		if err != nil || len(res) == 0 {
 			return stInternal
 		}

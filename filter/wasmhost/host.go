@@ -19,7 +19,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -42,6 +41,9 @@ type Options struct {
 	CompilationCache wazero.CompilationCache
 	// Interpreter selects wazero's interpreter instead of its compiler.
 	Interpreter bool
+	// WASI selects the WASI the module gets: wazero's whole (default) or
+	// Envoy's partial one (see WASIEnvoy).
+	WASI WASI
 }
 
 // LogLevel is a proxy-wasm log level.
@@ -89,7 +91,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 	for _, c := range opts.Clusters {
 		h.clusters[c] = true
 	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if err := h.instantiateWASI(ctx); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("wasi: %w", err)
 	}
@@ -152,6 +154,9 @@ type VM struct {
 	broken    error
 	calls     map[string]int // host function name -> calls
 
+	phase      phase    // what the VM is doing, for Envoy's allow-lists
+	violations []string // calls Envoy would have refused in that phase
+
 	// OnCallout is called when the guest dispatches a callout (synchronously,
 	// inside the guest's call; start the request elsewhere and deliver the
 	// answer later with Respond or Fail).
@@ -184,7 +189,9 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
 	vm := &VM{host: h, rootID: 1, nextID: 2, streams: map[uint32]*Stream{}, callouts: map[uint32]*Callout{}, calls: map[string]int{}}
+	vm.phase = phaseInit // _initialize runs inside InstantiateModule
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
+	vm.phase = phaseRun
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}

@@ -2,9 +2,6 @@ package wasmhost
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -12,16 +9,7 @@ import (
 // Timers: a plugin that asks for a tick period gets proxy_on_tick each time
 // the host ticks it.
 func TestTicks(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "tick.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./testdata/tickplugin")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the tick plugin: %v\n%s", err, b)
-	}
-	wasm, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := buildTestPlugin(t, "tickplugin")
 	ctx := context.Background()
 	h, err := New(ctx, wasm, Options{})
 	if err != nil {

@@ -50,7 +50,9 @@ type PluginContext interface {
 	NewHttpContext(contextID uint32) HttpContext
 }
 
-// HttpContext is one HTTP stream.
+// HttpContext is one HTTP stream. The body callbacks keep the SDK's shape,
+// but this binding does not export them to the host (see exports_wasip1.go):
+// they are never called.
 type HttpContext interface {
 	OnHttpRequestHeaders(numHeaders int, endOfStream bool) Action
 	OnHttpRequestBody(bodySize int, endOfStream bool) Action
