@@ -220,3 +220,39 @@ func TestRefusedCredentialIsACalloutFailure(t *testing.T) {
 		})
 	}
 }
+
+// Envoy delivers a callout's answer even after its stream ended (the client
+// went away): the lease it brought is kept for the next request, and the
+// breaker hears of success and failure alike.
+func TestLateAnswersKeepLeaseAndBreakerOutcome(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":5},"breaker":{"failures":2,"cooldown_ms":60000}}`, 1)
+	s, _ := e.start(req{})
+	if err := s.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.answer(0, "200", decision(true, 50, 5, 0)) // arrives after the stream ended
+	for i := 0; i < 5; i++ {
+		if _, act := e.start(req{}); act != wasmhost.Continue {
+			t.Fatalf("request %d: the late lease was lost", i)
+		}
+	}
+	e.noCallout(0)
+	// Two late failures open the breaker: the next request is answered by
+	// the failure mode without a callout.
+	for i := 0; i < 2; i++ {
+		s, _ := e.start(req{})
+		c, _ := e.callout(0)
+		s.Done(context.Background())
+		if err := e.vms[0].Fail(context.Background(), c.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, act := e.start(req{})
+	e.noCallout(0)
+	if act != wasmhost.Continue || s.RequestHeaders.Value("x-tollgate-decision") != "degraded" {
+		t.Fatalf("after two late failures: %v %q; want the open breaker's degraded answer", act, s.RequestHeaders.Value("x-tollgate-decision"))
+	}
+	if n := e.host.Counter("tollgate_callout_failures_total"); n != 2 {
+		t.Fatalf("callout failures %d", n)
+	}
+}

@@ -240,24 +240,23 @@ func (g *Gateway) HTTPServer() *http.Server {
 // runCallouts performs the callouts and delivers their answers until the
 // stream is decided. It returns false if the client went away first.
 func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Stream, calls []*wasmhost.Callout) bool {
-	type result struct {
-		c    *wasmhost.Callout
-		resp *wasmhost.CalloutResponse
-	}
-	results := make(chan result, 8)
+	results := make(chan calloutResult, 8)
 	inflight := 0
 	launch := func(cs []*wasmhost.Callout) {
 		for _, c := range cs {
 			inflight++
-			go func(c *wasmhost.Callout) { results <- result{c, g.callout(ctx, c)} }(c)
+			go func(c *wasmhost.Callout) { results <- calloutResult{c, g.callout(ctx, c)} }(c)
 		}
 	}
 	launch(calls)
 	for inflight > 0 {
-		var res result
+		var res calloutResult
 		select {
 		case res = <-results:
 		case <-ctx.Done():
+			// The client went away; the answers still come, and Envoy
+			// delivers them to the filter (they may carry a lease).
+			go g.deliverLate(wk, results, inflight)
 			return false
 		}
 		inflight--
@@ -281,6 +280,31 @@ func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Strea
 		launch(more)
 	}
 	return s.Local != nil || s.Resumed
+}
+
+// calloutResult is a callout and its answer (nil: a reset).
+type calloutResult struct {
+	c    *wasmhost.Callout
+	resp *wasmhost.CalloutResponse
+}
+
+// deliverLate hands the VM the answers of a request whose client is gone.
+func (g *Gateway) deliverLate(wk *worker, results <-chan calloutResult, inflight int) {
+	for ; inflight > 0; inflight-- {
+		res := <-results
+		wk.mu.Lock()
+		var err error
+		if res.resp == nil {
+			err = wk.vm.Fail(context.Background(), res.c.Token)
+		} else {
+			err = wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
+		}
+		wk.takePending() // a late answer starts no new request
+		wk.mu.Unlock()
+		if err != nil {
+			g.log.Warn("deliver a late callout answer", "err", err)
+		}
+	}
 }
 
 // callout performs one callout as Envoy's async client would: a timeout
@@ -307,10 +331,16 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 	}
 	resp, err := g.client.Do(req)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		var op *net.OpError
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			return &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "504"}, {"content-type", "text/plain"}}, Body: []byte("upstream request timeout")}
+		case errors.As(err, &op) && op.Op == "dial":
+			// Envoy's answer when no connection could be made.
+			return &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "503"}, {"content-type", "text/plain"}},
+				Body: []byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure")}
 		}
-		return nil
+		return nil // a reset: no headers, no body
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

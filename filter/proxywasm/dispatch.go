@@ -94,13 +94,15 @@ func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32)
 	delete(p.callouts, token)
 	// The answer arrives on the root context; the request it belongs to must
 	// be made effective before its headers are touched or it is resumed.
-	if c.contextID != rootID {
-		if _, live := streams[c.contextID]; !live {
-			return // the stream ended while the callout was in flight
-		}
+	// Envoy delivers an answer even after its stream ended (the callout
+	// belongs to the root context): the callback still runs, to keep what
+	// the answer brought (a lease, a breaker outcome), with the root context
+	// effective.
+	activeID = rootID
+	if _, live := streams[c.contextID]; live && c.contextID != rootID {
 		proxySetEffectiveContext(c.contextID)
+		activeID = c.contextID
 	}
-	activeID = c.contextID
 	c.cb(int(numHeaders), int(bodySize), int(numTrailers))
 }
 

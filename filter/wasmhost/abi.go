@@ -218,6 +218,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		if uint32(s[0]) == 0 {
 			st.Resumed = true
+			st.requestSent = true // Envoy releases the request headers here
 		}
 		return stOK
 	})
@@ -378,6 +379,9 @@ func (vm *VM) writableMap(t uint32) *Headers {
 	}
 	switch t {
 	case mapRequestHeaders:
+		if st.requestSent {
+			return nil // gone upstream: Envoy answers BadArgument
+		}
 		return &st.RequestHeaders
 	case mapResponseHeaders:
 		return &st.ResponseHeaders

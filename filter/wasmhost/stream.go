@@ -98,6 +98,9 @@ type Stream struct {
 
 	// Resumed is set when the guest continued a paused request.
 	Resumed bool
+	// requestSent: the request headers went on (Continue, or resumed);
+	// writing them fails from then on, as in Envoy.
+	requestSent bool
 	// Local is set when the guest answered the request itself.
 	Local *LocalResponse
 	done  bool
@@ -137,6 +140,9 @@ func (s *Stream) OnRequestHeaders(ctx context.Context, endOfStream bool) (Action
 	r, err := s.vm.call(ctx, s.vm.fn.requestHeaders, uint64(s.ID), uint64(len(s.RequestHeaders)), b2u(endOfStream))
 	if err != nil {
 		return Continue, err
+	}
+	if Action(r) == Continue {
+		s.requestSent = true
 	}
 	return Action(r), s.finishLocal(ctx)
 }
@@ -180,12 +186,8 @@ func (s *Stream) Done(ctx context.Context) error {
 		errs = append(errs, f())
 	}
 	delete(vm.streams, s.ID)
-	// Envoy cancels the callouts of a finished stream.
-	for t, c := range vm.callouts {
-		if c.ContextID == s.ID {
-			delete(vm.callouts, t)
-		}
-	}
+	// Callouts outlive their stream: Envoy dispatches them from the root
+	// context and delivers their answers (or failures) all the same.
 	return errors.Join(errs...)
 }
 

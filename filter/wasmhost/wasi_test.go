@@ -91,3 +91,20 @@ func TestRestrictedCallTraps(t *testing.T) {
 	vm.phase = phaseAlloc
 	vm.restricted("poll_oneoff") // the newer host allows the GC's sleep during allocation
 }
+
+// After a request went on (Continue, or proxy_continue_stream), Envoy has
+// released its headers: writing them is BadArgument, reading the response's
+// is still fine.
+func TestRequestHeadersReleasedAfterContinue(t *testing.T) {
+	vm := &VM{streams: map[uint32]*Stream{2: {ID: 2}}, effective: 2}
+	if vm.writableMap(mapRequestHeaders) == nil {
+		t.Fatal("paused request headers must be writable")
+	}
+	vm.streams[2].requestSent = true
+	if vm.writableMap(mapRequestHeaders) != nil {
+		t.Fatal("request headers writable after they went upstream")
+	}
+	if vm.writableMap(mapResponseHeaders) == nil {
+		t.Fatal("response headers must stay writable")
+	}
+}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,6 +51,7 @@ type httpContext struct {
 	verdict    *leasecache.Entry
 	localReply bool
 	paused     bool
+	done       bool // the stream ended; a late answer only updates shared state
 	start      time.Time
 }
 
@@ -258,6 +260,10 @@ func (h *httpContext) refuse(status uint32, msg string) types.Action {
 	return types.ActionPause
 }
 
+// OnHttpStreamDone marks the stream finished: a callout answer that arrives
+// later still brings its lease and breaker outcome, but nothing else.
+func (h *httpContext) OnHttpStreamDone() { h.done = true }
+
 // onCheckResponse handles the control service's answer (or its absence).
 func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	p := h.p
@@ -294,6 +300,10 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 			return
 		}
 		p.breaker.Record(true, now)
+		if h.done {
+			h.keepLate(&d, now)
+			return
+		}
 		h.decided(&d, now)
 	case (status == 401 || status == 403) && refusedCredential(body):
 		// The service refused the filter itself (a missing or rotated
@@ -305,6 +315,9 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 		// The service judged the request (an API key error...): pass its
 		// answer to the client as it was sent.
 		p.breaker.Record(true, now)
+		if h.done {
+			return
+		}
 		p.m.rejected.Increment(1)
 		h.localReply = true
 		_ = proxywasm.SendHttpResponse(uint32(status), [][2]string{{"content-type", "application/json"}}, body, -1)
@@ -346,14 +359,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 // decided applies a decision of the control service.
 func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	p := h.p
-	e := leasecache.Entry{Owner: h.bucket, Limit: d.Limit, Remaining: d.Remaining, ResetAt: d.ResetAt,
-		WindowSeconds: d.WindowSeconds, RetryAfter: d.RetryAfter, RuleID: d.RuleID, Identity: d.Identity, Tier: d.Tier}
-	if e.Identity == "" {
-		e.Identity = h.id
-	}
-	if e.Tier == "" {
-		e.Tier = h.tier
-	}
+	e := h.entry(d)
 	if !d.Allowed {
 		if p.cfg.Lease.Request > 0 {
 			// Cache the denial (a live lease in the slot is kept), then
@@ -419,7 +425,29 @@ func (h *httpContext) deny(e *leasecache.Entry) {
 func (h *httpContext) calloutFailed(now time.Time, reason string) {
 	h.p.breaker.Record(false, now)
 	h.p.m.calloutFailures.Increment(1)
-	h.failure(reason)
+	if !h.done {
+		h.failure(reason)
+	}
+}
+
+// keepLate keeps what an answer that arrived after its stream ended brought:
+// the tokens of a granted lease were spent in Redis and belong in the cache
+// (dropping them would only under-admit, but waste the caller's quota).
+func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
+	p := h.p
+	if !d.Allowed || p.cfg.Lease.Request == 0 || d.Lease.Granted == 0 {
+		return
+	}
+	lease := h.entry(d)
+	lease.Tokens, lease.ExpiresMs = d.Lease.Granted, now.UnixMilli()+d.Lease.TTLMillis
+	_ = p.cache.Put(lease, now.UnixMilli())
+}
+
+// entry is the cache's view of a decision for this request's bucket.
+func (h *httpContext) entry(d *wire.CheckResponse) leasecache.Entry {
+	return leasecache.Entry{Owner: h.bucket, Limit: d.Limit, Remaining: d.Remaining, ResetAt: d.ResetAt,
+		WindowSeconds: d.WindowSeconds, RetryAfter: d.RetryAfter, RuleID: d.RuleID,
+		Identity: cmp.Or(d.Identity, h.id), Tier: cmp.Or(d.Tier, h.tier)}
 }
 
 // failure applies the failure mode: fail_open lets the request pass under
