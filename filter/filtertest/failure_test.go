@@ -256,3 +256,23 @@ func TestLateAnswersKeepLeaseAndBreakerOutcome(t *testing.T) {
 		t.Fatalf("callout failures %d", n)
 	}
 }
+
+// The service's own client errors reach the client with their headers.
+func TestServiceClientErrorsKeepTheirHeaders(t *testing.T) {
+	e := newEnv(t, baseConfig, 1)
+	s, _ := e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_x"}}})
+	c, _ := e.callout(0)
+	err := e.vms[0].Respond(context.Background(), c.Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{
+		{":status", "401"}, {"content-type", "application/json"}, {"www-authenticate", `ApiKey realm="api"`},
+		{"content-length", "60"}, {"x-request-id", "internal"}}, Body: []byte(`{"error":{"code":"INVALID_API_KEY","message":"unknown key"}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Local == nil || s.Local.Status != 401 || s.Local.Headers.Value("www-authenticate") != `ApiKey realm="api"` ||
+		s.Local.Headers.Value("content-type") != "application/json" {
+		t.Fatalf("local answer %+v", s.Local)
+	}
+	if _, ok := s.Local.Headers.Get("x-request-id"); ok {
+		t.Fatal("the service's internal request id reached the client")
+	}
+}

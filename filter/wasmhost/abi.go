@@ -237,14 +237,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok {
 			return stBadArgument
 		}
-		h.shared.mu.Lock()
-		e, found := h.shared.m[string(key)]
-		var val []byte
-		var cas uint32
-		if found {
-			val, cas = append([]byte(nil), e.value...), e.cas
-		}
-		h.shared.mu.Unlock()
+		val, cas, found := h.shared.Get(string(key))
 		if !found {
 			return stNotFound
 		}
@@ -262,16 +255,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok1 || !ok2 {
 			return stBadArgument
 		}
-		cas := uint32(s[4])
-		h.shared.mu.Lock()
-		defer h.shared.mu.Unlock()
-		e, found := h.shared.m[string(key)]
-		if cas != 0 && (!found || e.cas != cas) {
-			return stCasMismatch
-		}
-		h.shared.cas++
-		h.shared.m[string(key)] = &sharedEntry{value: append([]byte(nil), val...), cas: h.shared.cas}
-		return stOK
+		return h.shared.Set(string(key), val, uint32(s[4]))
 	})
 	def("proxy_set_tick_period_milliseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		vm.tick = time.Duration(uint32(s[0])) * time.Millisecond
@@ -279,47 +263,26 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 	})
 	def("proxy_define_metric", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		name, ok := read(m, s[1], s[2])
-		kind := uint32(s[0])
-		if !ok || kind > metricHistogram || len(name) == 0 {
+		if !ok {
 			return stBadArgument
 		}
-		h.metrics.mu.Lock()
-		id, found := h.metrics.byName[string(name)]
-		if !found {
-			id = uint32(len(h.metrics.list))
-			h.metrics.list = append(h.metrics.list, metric{name: string(name), kind: kind})
-			h.metrics.byName[string(name)] = id
+		id, st := h.metrics.Define(uint32(s[0]), string(name))
+		if st != stOK {
+			return st
 		}
-		h.metrics.mu.Unlock()
 		if !m.Memory().WriteUint32Le(uint32(s[3]), id) {
 			return stBadArgument
 		}
 		return stOK
 	})
 	def("proxy_increment_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		return h.metrics.update(uint32(s[0]), func(mt *metric) bool {
-			if mt.kind == metricHistogram {
-				return false
-			}
-			mt.value += int64(s[1])
-			return true
-		})
+		return h.metrics.Increment(uint32(s[0]), int64(s[1]))
 	})
 	def("proxy_record_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		return h.metrics.update(uint32(s[0]), func(mt *metric) bool {
-			if mt.kind == metricHistogram {
-				if len(mt.values) < 1_000_000 {
-					mt.values = append(mt.values, s[1])
-				}
-			} else {
-				mt.value = int64(s[1])
-			}
-			return true
-		})
+		return h.metrics.Record(uint32(s[0]), s[1])
 	})
 	def("proxy_get_metric", p(2), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		var v int64
-		st := h.metrics.update(uint32(s[0]), func(mt *metric) bool { v = mt.value; return mt.kind != metricHistogram })
+		v, st := h.metrics.Get(uint32(s[0]))
 		if st != stOK {
 			return st
 		}
@@ -346,18 +309,6 @@ func calloutHeaders(raw []byte) (Headers, bool) {
 		}
 	}
 	return hm, true
-}
-
-func (ms *metricStore) update(id uint32, f func(*metric) bool) uint32 {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if int(id) >= len(ms.list) {
-		return stNotFound
-	}
-	if !f(&ms.list[id]) {
-		return stBadArgument
-	}
-	return stOK
 }
 
 // headerMap returns a readable map of the effective context.

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,8 +65,8 @@ type Host struct {
 	compiled wazero.CompiledModule
 	clusters map[string]bool
 
-	shared  sharedData
-	metrics metricStore
+	shared  SharedData
+	metrics Metrics
 	vmSeq   atomic.Uint64
 }
 
@@ -87,7 +86,7 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 		cfg = cfg.WithCompilationCache(opts.CompilationCache)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
-	h := &Host{opts: opts, rt: rt, clusters: map[string]bool{}, shared: sharedData{m: map[string]*sharedEntry{}}, metrics: metricStore{byName: map[string]uint32{}}}
+	h := &Host{opts: opts, rt: rt, clusters: map[string]bool{}}
 	for _, c := range opts.Clusters {
 		h.clusters[c] = true
 	}
@@ -116,24 +115,10 @@ func New(ctx context.Context, wasm []byte, opts Options) (*Host, error) {
 func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
 
 // Counter returns a counter's (or gauge's) value by name.
-func (h *Host) Counter(name string) int64 {
-	h.metrics.mu.Lock()
-	defer h.metrics.mu.Unlock()
-	if id, ok := h.metrics.byName[name]; ok {
-		return h.metrics.list[id].value
-	}
-	return 0
-}
+func (h *Host) Counter(name string) int64 { return h.metrics.Value(name) }
 
 // Histogram returns a histogram's recorded values by name.
-func (h *Host) Histogram(name string) []uint64 {
-	h.metrics.mu.Lock()
-	defer h.metrics.mu.Unlock()
-	if id, ok := h.metrics.byName[name]; ok {
-		return append([]uint64(nil), h.metrics.list[id].values...)
-	}
-	return nil
-}
+func (h *Host) Histogram(name string) []uint64 { return h.metrics.Samples(name) }
 
 // VM is one instance of the module, as one Envoy worker holds. A VM is not
 // safe for concurrent use; a host that serves in parallel uses several VMs.
@@ -304,36 +289,4 @@ func (vm *VM) PendingCallouts() []*Callout {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
 	return out
-}
-
-// sharedData is proxy-wasm shared data: values with a CAS that changes with
-// every write, shared by every VM of a host.
-type sharedData struct {
-	mu  sync.Mutex
-	m   map[string]*sharedEntry
-	cas uint32
-}
-
-type sharedEntry struct {
-	value []byte
-	cas   uint32
-}
-
-const (
-	metricCounter   = 0
-	metricGauge     = 1
-	metricHistogram = 2
-)
-
-type metric struct {
-	name   string
-	kind   uint32
-	value  int64
-	values []uint64
-}
-
-type metricStore struct {
-	mu     sync.Mutex
-	byName map[string]uint32
-	list   []metric
 }

@@ -320,10 +320,26 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 		}
 		p.m.rejected.Increment(1)
 		h.localReply = true
-		_ = proxywasm.SendHttpResponse(uint32(status), [][2]string{{"content-type", "application/json"}}, body, -1)
+		_ = proxywasm.SendHttpResponse(uint32(status), passThrough(hs), body, -1)
 	default:
 		h.calloutFailed(now, "status "+strconv.Itoa(status))
 	}
+}
+
+// passThrough keeps the headers of the service's own answer that mean
+// something to the client (content-type, WWW-Authenticate, Retry-After...):
+// not pseudo-headers, framing or connection headers, which the proxy sets.
+func passThrough(hs [][2]string) [][2]string {
+	out := make([][2]string, 0, len(hs))
+	for _, kv := range hs {
+		switch k := kv[0]; {
+		case strings.HasPrefix(k, ":"), k == "content-length", k == "transfer-encoding", k == "connection",
+			k == "keep-alive", k == "date", k == "server", k == "x-request-id":
+		default:
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // refusedCredential reports whether an error envelope says the decision API

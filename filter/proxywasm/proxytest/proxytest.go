@@ -28,23 +28,16 @@ type Host struct {
 	callouts  map[uint32]*wasmhost.Callout
 	nextToken uint32
 	delivery  *wasmhost.CalloutResponse
-	shared    map[string]sharedEntry
-	cas       uint32
-	metrics   map[string]uint32
-	values    []int64
+	shared    wasmhost.SharedData // the same model as the wazero host's
+	metrics   wasmhost.Metrics
 	Logs      []string
-}
-
-type sharedEntry struct {
-	value []byte
-	cas   uint32
 }
 
 // New starts vm with the plugin configuration; clusters are the names
 // callouts may use.
 func New(vm types.VMContext, pluginConfig []byte, clusters ...string) (*Host, error) {
 	h := &Host{config: pluginConfig, clusters: map[string]bool{}, streams: map[uint32]*Stream{}, nextID: 2,
-		callouts: map[uint32]*wasmhost.Callout{}, shared: map[string]sharedEntry{}, metrics: map[string]uint32{}}
+		callouts: map[uint32]*wasmhost.Callout{}}
 	for _, c := range clusters {
 		h.clusters[c] = true
 	}
@@ -145,12 +138,7 @@ func (h *Host) Respond(token uint32, resp wasmhost.CalloutResponse) error {
 }
 
 // Counter returns a metric's value.
-func (h *Host) Counter(name string) int64 {
-	if id, ok := h.metrics[name]; ok {
-		return h.values[id]
-	}
-	return 0
-}
+func (h *Host) Counter(name string) int64 { return h.metrics.Value(name) }
 
 // --- proxywasm.NativeHost
 
@@ -292,49 +280,29 @@ func (h *Host) SetEffectiveContext(id uint32) uint32 {
 }
 
 func (h *Host) GetSharedData(key string) ([]byte, uint32, uint32) {
-	e, ok := h.shared[key]
+	v, cas, ok := h.shared.Get(key)
 	if !ok {
 		return nil, 0, stNotFound
 	}
-	return e.value, e.cas, stOK
+	return v, cas, stOK
 }
 
 func (h *Host) SetSharedData(key string, value []byte, cas uint32) uint32 {
-	e, ok := h.shared[key]
-	if cas != 0 && (!ok || e.cas != cas) {
-		return stCasMismatch
-	}
-	h.cas++
-	h.shared[key] = sharedEntry{value: value, cas: h.cas}
-	return stOK
+	return h.shared.Set(key, value, cas)
 }
 
 func (h *Host) SetTickPeriod(uint32) uint32 { return stOK }
 
 func (h *Host) DefineMetric(kind uint32, name string) (uint32, uint32) {
-	id, ok := h.metrics[name]
-	if !ok {
-		id = uint32(len(h.values))
-		h.metrics[name] = id
-		h.values = append(h.values, 0)
-	}
-	return id, stOK
+	return h.metrics.Define(kind, name)
 }
 
 func (h *Host) IncrementMetric(id uint32, offset int64) uint32 {
-	if int(id) >= len(h.values) {
-		return stNotFound
-	}
-	h.values[id] += offset
-	return stOK
+	return h.metrics.Increment(id, offset)
 }
 
 func (h *Host) RecordMetric(id uint32, value uint64) uint32 {
-	if int(id) >= len(h.values) {
-		return stNotFound
-	}
-	h.values[id]++ // histograms: count of records
-	return stOK
+	return h.metrics.Record(id, value)
 }
 
 var _ proxywasm.NativeHost = (*Host)(nil)
