@@ -261,12 +261,7 @@ func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Strea
 		}
 		inflight--
 		wk.mu.Lock()
-		var err error
-		if res.resp == nil {
-			err = wk.vm.Fail(context.Background(), res.c.Token)
-		} else {
-			err = wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
-		}
+		err := wk.deliver(res)
 		more := wk.takePending()
 		decided := s.Local != nil || s.Resumed
 		wk.mu.Unlock()
@@ -275,6 +270,9 @@ func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Strea
 			return false
 		}
 		if decided {
+			if inflight > 0 {
+				go g.deliverLate(wk, results, inflight)
+			}
 			return true
 		}
 		launch(more)
@@ -293,12 +291,7 @@ func (g *Gateway) deliverLate(wk *worker, results <-chan calloutResult, inflight
 	for ; inflight > 0; inflight-- {
 		res := <-results
 		wk.mu.Lock()
-		var err error
-		if res.resp == nil {
-			err = wk.vm.Fail(context.Background(), res.c.Token)
-		} else {
-			err = wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
-		}
+		err := wk.deliver(res)
 		wk.takePending() // a late answer starts no new request
 		wk.mu.Unlock()
 		if err != nil {
@@ -382,6 +375,14 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 		}
 	}
 	return nil
+}
+
+// deliver hands the VM a callout's answer, or its failure; wk.mu is held.
+func (wk *worker) deliver(res calloutResult) error {
+	if res.resp == nil {
+		return wk.vm.Fail(context.Background(), res.c.Token)
+	}
+	return wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
 }
 
 func (wk *worker) takePending() []*wasmhost.Callout {

@@ -29,7 +29,7 @@ func buildTestPlugin(t *testing.T, name string) []byte {
 // (poll_oneoff answers ENOSYS), and lives under the newer one and under
 // wazero's full WASI. This is the failure the Envoy mode exists to show.
 func TestPollOneoffUnderEnvoyWASI(t *testing.T) {
-	wasm := buildTestPlugin(t, "sleepplugin")
+	wasm := buildTestPlugin(t, "tickplugin")
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -42,7 +42,7 @@ func TestPollOneoffUnderEnvoyWASI(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out strings.Builder
-			h, err := New(ctx, wasm, Options{WASI: tc.wasi, Output: &out})
+			h, err := New(ctx, wasm, Options{WASI: tc.wasi, Output: &out, PluginConfig: []byte("sleep")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,8 +61,8 @@ func TestPollOneoffUnderEnvoyWASI(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || h.Counter("slept") != 1 {
-				t.Fatalf("tick: %v, slept %d (output %s)", err, h.Counter("slept"), out.String())
+			if err != nil || h.Counter("ticks") != 1 {
+				t.Fatalf("tick: %v, ticks %d (output %s)", err, h.Counter("ticks"), out.String())
 			}
 		})
 	}
