@@ -54,6 +54,13 @@ func Forbidden(field string) *Error {
 		Details: map[string]any{"field": field}}
 }
 
+// ForbiddenBecause is Forbidden with the reason spelled out.
+func ForbiddenBecause(field, reason string) *Error {
+	e := Forbidden(field)
+	e.Message = field + ": " + reason
+	return e
+}
+
 // Unavailable is a 503 SERVICE_UNAVAILABLE caused by err.
 func Unavailable(message string, err error) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeServiceUnavailable, Message: message, Err: err}

@@ -4,6 +4,7 @@
 package decision
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -25,7 +26,14 @@ type Policy struct {
 	exemptIPs []netip.Prefix
 	exemptIDs map[string]bool // canonical identities
 	penalty   *limiter.Penalty
+	// decisionDigests are the SHA-256 of the decision tokens, computed once:
+	// the decision route compares against them on every request.
+	decisionDigests [][sha256.Size]byte
 }
+
+// DecisionTokenDigests returns the digests of the accepted decision tokens
+// (none: the decision API takes uncredentialed callers, plain shape only).
+func (p *Policy) DecisionTokenDigests() [][sha256.Size]byte { return p.decisionDigests }
 
 // Compile builds a policy. cfg must have passed Validate.
 func Compile(cfg *config.Config, version string) (*Policy, error) {
@@ -54,6 +62,9 @@ func Compile(cfg *config.Config, version string) (*Policy, error) {
 	}
 	for _, k := range cfg.Exemptions.Keys {
 		p.exemptIDs[identity.ID{Kind: identity.KindKey, Value: k}.String()] = true
+	}
+	for _, t := range cfg.DecisionTokens() {
+		p.decisionDigests = append(p.decisionDigests, sha256.Sum256([]byte(t)))
 	}
 	if pc := cfg.Penalties; pc.Enabled {
 		p.penalty = &limiter.Penalty{

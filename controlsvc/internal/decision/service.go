@@ -142,7 +142,7 @@ func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr
 		case req.Returned != 0:
 			return nil, apierr.Forbidden("returned")
 		case id.Kind == identity.KindKey:
-			return nil, apierr.Forbidden("user_id (an API-key identity; present the key as api_key)")
+			return nil, apierr.ForbiddenBecause("user_id", "an API-key identity needs the service credential; present the key itself as api_key")
 		}
 	}
 	ep, aerr := validEndpoint(req.Endpoint)
