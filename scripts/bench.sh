@@ -13,8 +13,13 @@ go test -run '^$' -bench . -benchtime 2000x -benchmem ./controlsvc/internal/limi
 echo
 echo "== Filter under wazero (compiled tollgate.wasm) and the same logic natively"
 go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'MemoryAfter100k' -benchtime 1x ./filter/filtertest/ | grep -E '^Benchmark'
 go test -run '^$' -bench 'Request' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark'
 go test -run '^$' -bench 'Native' -benchtime 5000x -benchmem ./filter/internal/plugin/ | grep -E '^Benchmark'
+echo
+echo "== What the module's size is made of"
+make -s build
+go run ./scripts/wasm-size -top 15 build/tollgate.wasm
 echo
 echo "== Control service"
 go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port"

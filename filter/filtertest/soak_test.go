@@ -50,7 +50,7 @@ func TestEnvoy138KillsGoModulesAtGC(t *testing.T) {
 
 // soak sends up to n requests through vm and returns how many it served
 // before the VM broke.
-func soak(t *testing.T, vm *wasmhost.VM, requests int) int {
+func soak(t testing.TB, vm *wasmhost.VM, requests int) int {
 	t.Helper()
 	ctx := context.Background()
 	answer := []byte(decision(true, 1<<30, 1000, 0))
@@ -112,4 +112,16 @@ func soak(t *testing.T, vm *wasmhost.VM, requests int) int {
 		}
 	}
 	return requests
+}
+
+// BenchmarkMemoryAfter100k is the guest memory of one VM after 100,000
+// requests (lease hits, callouts, spikes of large headers), for the report.
+func BenchmarkMemoryAfter100k(b *testing.B) {
+	for b.Loop() {
+		_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":1000}}`)
+		if n := soak(b, vm, 100_000); n != 100_000 {
+			b.Fatalf("the VM died after %d requests", n)
+		}
+		b.ReportMetric(float64(vm.MemorySize()), "vm-memory-bytes")
+	}
 }

@@ -4,9 +4,10 @@ package rules
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/ascii"
 )
 
 // Scope says whose counter a rule spends from.
@@ -116,30 +117,39 @@ func (e *FieldError) In(parent string) *FieldError {
 	return &FieldError{Field: parent + "." + e.Field, Message: e.Message}
 }
 
-var (
-	idRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,127}$`)
-	tierRE   = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
-	methodRE = regexp.MustCompile(`^[A-Z]{1,16}$`)
+// Name patterns (no regexp: this package compiles into the filter's module).
+const (
+	idPattern   = "^[a-z0-9][a-z0-9_.-]{0,127}$"
+	tierPattern = "^[a-z0-9_]{1,64}$"
 )
 
+var (
+	idFirst     = ascii.NewSet("a-z0-9")
+	idChars     = ascii.NewSet("a-z0-9_.-")
+	tierChars   = ascii.NewSet("a-z0-9_")
+	methodChars = ascii.NewSet("A-Z")
+)
+
+func validID(s string) bool { return len(s) > 0 && idFirst[s[0]] && idChars.Match(s, 1, 128) }
+
 // ValidTierName reports whether s is a valid tier name (seed 001: ^[a-z0-9_]+$).
-func ValidTierName(s string) bool { return tierRE.MatchString(s) }
+func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 
 // Validate checks one rule and returns a *FieldError naming the bad field.
 func (r *Rule) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 	}
-	if !idRE.MatchString(r.ID) {
-		return bad("id", "%q must match %s", r.ID, idRE)
+	if !validID(r.ID) {
+		return bad("id", "%q must match %s", r.ID, idPattern)
 	}
 	for i, t := range r.Tiers {
 		if !ValidTierName(t) {
-			return bad(fmt.Sprintf("tiers[%d]", i), "%q must match %s", t, tierRE)
+			return bad(fmt.Sprintf("tiers[%d]", i), "%q must match %s", t, tierPattern)
 		}
 	}
 	for i, m := range r.Methods {
-		if !methodRE.MatchString(m) {
+		if !methodChars.Match(m, 1, 16) {
 			return bad(fmt.Sprintf("methods[%d]", i), "%q must be an upper-case HTTP method", m)
 		}
 	}
