@@ -241,17 +241,29 @@ type result struct {
 
 func get(t *testing.T, base, path string, headers ...string) result {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+	r, err := tryGet(base, path, headers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// tryGet is get for spawned goroutines, which must not call t.Fatal.
+func tryGet(base, path string, headers ...string) (result, error) {
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		return result{}, err
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return result{}, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return result{resp.StatusCode, resp.Header, b}
+	b, err := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, b}, err
 }
 
 const controlConfig = `

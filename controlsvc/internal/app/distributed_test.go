@@ -29,7 +29,7 @@ func TestTwoInstancesOneLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			st := s.check(req).status
+			st := s.checkStatus(req)
 			mu.Lock()
 			codes[st]++
 			mu.Unlock()

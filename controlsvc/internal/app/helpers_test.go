@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -148,6 +149,16 @@ var client = &http.Client{Timeout: 10 * time.Second}
 
 func (s *service) do(method, path string, body any, header ...string) *response {
 	s.t.Helper()
+	r, err := s.tryDo(method, path, body, header...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return r
+}
+
+// tryDo is do for goroutines other than the test's own, which must not call
+// t.Fatal: it returns the error instead.
+func (s *service) tryDo(method, path string, body any, header ...string) (*response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -158,13 +169,13 @@ func (s *service) do(method, path string, body any, header ...string) *response 
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			s.t.Fatal(err)
+			return nil, err
 		}
 		rd = bytes.NewReader(j)
 	}
 	req, err := http.NewRequest(method, s.base+path, rd)
 	if err != nil {
-		s.t.Fatal(err)
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// The filter's credential unless the test says otherwise: most tests
@@ -175,14 +186,25 @@ func (s *service) do(method, path string, body any, header ...string) *response 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.t.Fatal(err)
+		return nil, err
 	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b}
+	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// checkStatus is a check's status from a spawned goroutine: a transport
+// error is reported with t.Error (safe there) and counted as status 0.
+func (s *service) checkStatus(body any) int {
+	r, err := s.tryDo(http.MethodPost, "/v1/rate-limit/check", body)
+	if err != nil {
+		s.t.Error(err)
+		return 0
+	}
+	return r.status
 }
 
 func (s *service) check(body any) *response {

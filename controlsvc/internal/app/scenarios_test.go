@@ -151,7 +151,7 @@ func TestExactnessUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					codes <- s.check(req).status
+					codes <- s.checkStatus(req)
 				}()
 			}
 			close(start)
