@@ -2,8 +2,6 @@ package wasmhost
 
 import (
 	"context"
-	"strings"
-	"time"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -65,14 +63,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok {
 			return stBadArgument
 		}
-		lvl := LogLevel(uint32(s[0]))
-		vm.logs = append(vm.logs, LogLine{Level: lvl, Msg: string(msg)})
-		if len(vm.logs) > 1000 {
-			vm.logs = vm.logs[len(vm.logs)-500:]
-		}
-		if h.opts.Log != nil {
-			h.opts.Log(lvl, string(msg))
-		}
+		vm.Log(uint32(s[0]), string(msg))
 		return stOK
 	})
 	def("proxy_get_current_time_nanoseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
@@ -82,67 +73,45 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		return stOK
 	})
 	def("proxy_get_buffer_bytes", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		var buf []byte
-		switch uint32(s[0]) {
-		case bufPluginConfig:
-			buf = h.opts.PluginConfig
-		case bufVMConfig:
-			buf = nil
-		case bufCallResponseBody:
-			if vm.delivery == nil {
-				return stNotFound
-			}
-			buf = vm.delivery.Body
-		default:
-			return stNotFound
+		buf, st := vm.GetBuffer(uint32(s[0]), uint32(s[1]), uint32(s[2]))
+		if st != stOK {
+			return st
 		}
-		start, size := uint64(uint32(s[1])), uint64(uint32(s[2]))
-		if start > uint64(len(buf)) {
-			return stBadArgument
-		}
-		end := min(start+size, uint64(len(buf)))
-		if len(buf) == 0 && uint32(s[0]) == bufPluginConfig {
-			return stNotFound
-		}
-		return vm.give(m, buf[start:end], s[3], s[4])
+		return vm.give(m, buf, s[3], s[4])
 	})
 	def("proxy_get_header_map_value", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		hm := vm.headerMap(uint32(s[0]))
 		key, ok := read(m, s[1], s[2])
-		if hm == nil || !ok {
+		if !ok {
 			return stBadArgument
 		}
-		v, found := hm.Get(string(key))
-		if !found {
-			return stNotFound
+		v, st := vm.GetHeaderMapValue(uint32(s[0]), string(key))
+		if st != stOK {
+			return st
 		}
 		return vm.give(m, []byte(v), s[3], s[4])
 	})
 	def("proxy_get_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		hm := vm.headerMap(uint32(s[0]))
-		if hm == nil {
-			return stBadArgument
+		pairs, st := vm.GetHeaderMapPairs(uint32(s[0]))
+		if st != stOK {
+			return st
 		}
-		return vm.give(m, headermap.Encode(*hm), s[1], s[2])
+		return vm.give(m, headermap.Encode(pairs), s[1], s[2])
 	})
 	def("proxy_set_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		hm := vm.writableMap(uint32(s[0]))
 		data, ok := read(m, s[1], s[2])
-		if hm == nil || !ok {
+		if !ok {
 			return stBadArgument
 		}
 		pairs, err := headermap.Decode(data)
 		if err != nil {
 			return stBadArgument
 		}
-		*hm = LowerKeys(pairs)
-		return stOK
+		return vm.SetHeaderMapPairs(uint32(s[0]), pairs)
 	})
-	mapEdit := func(name string, n int, f func(hm *Headers, key, value string)) {
+	mapEdit := func(name string, n int, f func(vm *VM, mapType uint32, key, value string) uint32) {
 		def(name, p(n), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-			hm := vm.writableMap(uint32(s[0]))
 			key, ok := read(m, s[1], s[2])
-			if hm == nil || !ok {
+			if !ok {
 				return stBadArgument
 			}
 			var value []byte
@@ -151,85 +120,60 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 					return stBadArgument
 				}
 			}
-			f(hm, string(key), string(value))
-			return stOK
+			return f(vm, uint32(s[0]), string(key), string(value))
 		})
 	}
-	mapEdit("proxy_add_header_map_value", 5, func(hm *Headers, k, v string) { hm.Add(k, v) })
-	mapEdit("proxy_replace_header_map_value", 5, func(hm *Headers, k, v string) { hm.Replace(k, v) })
-	mapEdit("proxy_remove_header_map_value", 3, func(hm *Headers, k, _ string) { hm.Remove(k) })
+	mapEdit("proxy_add_header_map_value", 5, func(vm *VM, t uint32, k, v string) uint32 { return vm.AddHeaderMapValue(t, k, v) })
+	mapEdit("proxy_replace_header_map_value", 5, func(vm *VM, t uint32, k, v string) uint32 { return vm.ReplaceHeaderMapValue(t, k, v) })
+	mapEdit("proxy_remove_header_map_value", 3, func(vm *VM, t uint32, k, _ string) uint32 { return vm.RemoveHeaderMapValue(t, k) })
 
 	def("proxy_get_property", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		path, ok := read(m, s[0], s[1])
 		if !ok {
 			return stBadArgument
 		}
-		st := vm.streams[vm.effective]
-		if st == nil {
-			return stNotFound
+		v, st := vm.GetProperty(string(path))
+		if st != stOK {
+			return st
 		}
-		v, found := st.Properties[strings.ReplaceAll(string(path), "\x00", ".")]
-		if !found {
-			return stNotFound
-		}
-		return vm.give(m, []byte(v), s[2], s[3])
+		return vm.give(m, v, s[2], s[3])
 	})
 	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		st := vm.streams[vm.effective]
 		body, ok1 := read(m, s[3], s[4])
 		hdrs, ok2 := read(m, s[5], s[6])
-		if st == nil || !ok1 || !ok2 {
+		if !ok1 || !ok2 {
 			return stBadArgument
 		}
 		pairs, err := headermap.Decode(hdrs)
 		if err != nil {
 			return stBadArgument
 		}
-		st.Local = &LocalResponse{Status: int(uint32(s[0])), Headers: LowerKeys(pairs), Body: append([]byte(nil), body...)}
-		return stOK
+		return vm.SendLocalResponse(uint32(s[0]), pairs, body)
 	})
 	def("proxy_http_call", p(10), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		cluster, ok1 := read(m, s[0], s[1])
 		hdrs, ok2 := read(m, s[2], s[3])
 		body, ok3 := read(m, s[4], s[5])
-		if !ok1 || !ok2 || !ok3 || !h.clusters[string(cluster)] {
-			return stBadArgument // Envoy: unknown cluster
-		}
-		hm, ok := calloutHeaders(hdrs)
-		if !ok {
+		if !ok1 || !ok2 || !ok3 {
 			return stBadArgument
 		}
-		vm.nextToken++
-		c := &Callout{Token: vm.nextToken, ContextID: vm.effective, Cluster: string(cluster), Headers: hm,
-			Body: append([]byte(nil), body...), Timeout: uint32(s[8])}
-		if !m.Memory().WriteUint32Le(uint32(s[9]), c.Token) {
+		pairs, err := headermap.Decode(hdrs)
+		if err != nil {
 			return stBadArgument
 		}
-		vm.callouts[c.Token] = c
-		if vm.OnCallout != nil {
-			vm.OnCallout(c)
+		token, st := vm.HttpCall(string(cluster), pairs, body, uint32(s[8]))
+		if st != stOK {
+			return st
+		}
+		if !m.Memory().WriteUint32Le(uint32(s[9]), token) {
+			return stBadArgument
 		}
 		return stOK
 	})
-	def("proxy_continue_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		st := vm.streams[vm.effective]
-		if st == nil {
-			return stBadArgument
-		}
-		if uint32(s[0]) == 0 {
-			st.Resumed = true
-			st.requestSent = true // Envoy releases the request headers here
-		}
-		return stOK
-	})
+	def("proxy_continue_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 { return vm.ContinueStream(uint32(s[0])) })
 	def("proxy_close_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 { return stOK })
 	def("proxy_set_effective_context", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		id := uint32(s[0])
-		if _, ok := vm.streams[id]; !ok && id != vm.rootID {
-			return stBadArgument
-		}
-		vm.effective = id
-		return stOK
+		return vm.SetEffectiveContext(uint32(s[0]))
 	})
 	def("proxy_done", nil, r, func(vm *VM, m api.Module, s []uint64) uint32 { return stOK })
 	def("proxy_get_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
@@ -237,9 +181,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok {
 			return stBadArgument
 		}
-		val, cas, found := h.shared.Get(string(key))
-		if !found {
-			return stNotFound
+		val, cas, st := vm.GetSharedData(string(key))
+		if st != stOK {
+			return st
 		}
 		if st := vm.give(m, val, s[2], s[3]); st != stOK {
 			return st
@@ -255,18 +199,17 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		if !ok1 || !ok2 {
 			return stBadArgument
 		}
-		return h.shared.Set(string(key), val, uint32(s[4]))
+		return vm.SetSharedData(string(key), val, uint32(s[4]))
 	})
 	def("proxy_set_tick_period_milliseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		vm.tick = time.Duration(uint32(s[0])) * time.Millisecond
-		return stOK
+		return vm.SetTickPeriod(uint32(s[0]))
 	})
 	def("proxy_define_metric", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		name, ok := read(m, s[1], s[2])
 		if !ok {
 			return stBadArgument
 		}
-		id, st := h.metrics.Define(uint32(s[0]), string(name))
+		id, st := vm.DefineMetric(uint32(s[0]), string(name))
 		if st != stOK {
 			return st
 		}
@@ -276,10 +219,10 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		return stOK
 	})
 	def("proxy_increment_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		return h.metrics.Increment(uint32(s[0]), int64(s[1]))
+		return vm.IncrementMetric(uint32(s[0]), int64(s[1]))
 	})
 	def("proxy_record_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		return h.metrics.Record(uint32(s[0]), s[1])
+		return vm.RecordMetric(uint32(s[0]), s[1])
 	})
 	def("proxy_get_metric", p(2), r, func(vm *VM, m api.Module, s []uint64) uint32 {
 		v, st := h.metrics.Get(uint32(s[0]))
@@ -297,48 +240,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 
 // calloutHeaders decodes a callout's headers; Envoy refuses (BadArgument) a
 // callout without :method, :path or :authority.
-func calloutHeaders(raw []byte) (Headers, bool) {
-	pairs, err := headermap.Decode(raw)
-	if err != nil {
-		return nil, false
-	}
-	hm := LowerKeys(pairs)
-	for _, required := range []string{":method", ":path", ":authority"} {
-		if hm.Value(required) == "" {
-			return nil, false
-		}
-	}
-	return hm, true
-}
 
-// headerMap returns a readable map of the effective context.
-func (vm *VM) headerMap(t uint32) *Headers {
-	if t == mapCallResponseHeader {
-		if vm.delivery == nil {
-			return nil
-		}
-		return &vm.delivery.Headers
-	}
-	return vm.writableMap(t)
-}
 
 // writableMap returns a stream's request or response headers.
-func (vm *VM) writableMap(t uint32) *Headers {
-	st := vm.streams[vm.effective]
-	if st == nil {
-		return nil
-	}
-	switch t {
-	case mapRequestHeaders:
-		if st.requestSent {
-			return nil // gone upstream: Envoy answers BadArgument
-		}
-		return &st.RequestHeaders
-	case mapResponseHeaders:
-		return &st.ResponseHeaders
-	}
-	return nil
-}
 
 // give copies data into memory the guest allocates and writes its address and
 // size to the guest's out-parameters.

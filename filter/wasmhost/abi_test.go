@@ -1,24 +1,26 @@
 package wasmhost
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
-)
-
-func TestCalloutHeadersNeedPseudoHeaders(t *testing.T) {
+// Envoy refuses a callout to an unknown cluster or without :method, :path
+// or :authority; the core does the same for both fronts.
+func TestCalloutNeedsClusterAndPseudoHeaders(t *testing.T) {
+	c := NewCore(CoreOptions{Clusters: []string{"svc"}})
 	full := [][2]string{{":method", "POST"}, {":path", "/x"}, {":authority", "svc"}}
-	if _, ok := calloutHeaders(headermap.Encode(full)); !ok {
-		t.Fatal("complete callout refused")
+	if _, st := c.HttpCall("svc", full, nil, 100); st != stOK {
+		t.Fatalf("complete callout refused: %d", st)
+	}
+	if _, st := c.HttpCall("other", full, nil, 100); st != stBadArgument {
+		t.Fatalf("unknown cluster: %d", st)
 	}
 	for i := range full {
 		missing := append(append([][2]string{}, full[:i]...), full[i+1:]...)
-		if _, ok := calloutHeaders(headermap.Encode(missing)); ok {
+		if _, st := c.HttpCall("svc", missing, nil, 100); st != stBadArgument {
 			t.Fatalf("callout without %s accepted", full[i][0])
 		}
 	}
-	if _, ok := calloutHeaders([]byte{1, 2}); ok {
-		t.Fatal("malformed map accepted")
+	if n := len(c.PendingCallouts()); n != 1 {
+		t.Fatalf("%d callouts pending, want 1", n)
 	}
 }
 

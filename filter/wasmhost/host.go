@@ -123,29 +123,17 @@ func (h *Host) Histogram(name string) []uint64 { return h.metrics.Samples(name) 
 // VM is one instance of the module, as one Envoy worker holds. A VM is not
 // safe for concurrent use; a host that serves in parallel uses several VMs.
 type VM struct {
-	host   *Host
-	mod    api.Module
-	fn     exports
-	rootID uint32
-	nextID uint32
+	*Core // the host model; this VM is its wazero front
+	host  *Host
+	mod   api.Module
+	fn    exports
 
-	streams   map[uint32]*Stream
-	effective uint32
-	callouts  map[uint32]*Callout
-	nextToken uint32
-	delivery  *CalloutResponse // the callout answer being delivered
-	tick      time.Duration
-	logs      []LogLine
-	broken    error
-	calls     map[string]int // host function name -> calls
+	streams map[uint32]*Stream // the fronts' streams, by context id
+	broken  error
+	calls   map[string]int // host function name -> calls
 
 	phase      phase    // what the VM is doing, for Envoy's allow-lists
 	violations []string // calls Envoy would have refused in that phase
-
-	// OnCallout is called when the guest dispatches a callout (synchronously,
-	// inside the guest's call; start the request elsewhere and deliver the
-	// answer later with Respond or Fail).
-	OnCallout func(*Callout)
 }
 
 // LogLine is one proxy_log call.
@@ -173,7 +161,8 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithRandSource(rand.Reader).
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
-	vm := &VM{host: h, rootID: 1, nextID: 2, streams: map[uint32]*Stream{}, callouts: map[uint32]*Callout{}, calls: map[string]int{}}
+	vm := &VM{host: h, streams: map[uint32]*Stream{}, calls: map[string]int{},
+		Core: NewCore(CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
 	vm.phase = phaseRun
@@ -227,16 +216,13 @@ func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }
 // request makes the filter do.
 func (vm *VM) HostCalls(name string) int { return vm.calls[name] }
 
-// Logs returns the guest's log lines so far.
-func (vm *VM) Logs() []LogLine { return append([]LogLine(nil), vm.logs...) }
-
 // Broken is the error of a guest trap (a Go panic inside the module); a
 // broken VM should be discarded, as Envoy would.
 func (vm *VM) Broken() error { return vm.broken }
 
 func (vm *VM) criticalLogs() string {
 	msg := ""
-	for _, l := range vm.logs {
+	for _, l := range vm.Core.logs {
 		if l.Level >= LogError {
 			if msg != "" {
 				msg += "; "
@@ -278,15 +264,6 @@ func (vm *VM) Tick(ctx context.Context) error {
 	return err
 }
 
-// TickPeriod is what the plugin asked for with proxy_set_tick_period_milliseconds.
-func (vm *VM) TickPeriod() time.Duration { return vm.tick }
-
-// PendingCallouts lists callouts dispatched and not yet answered, by token.
-func (vm *VM) PendingCallouts() []*Callout {
-	out := make([]*Callout, 0, len(vm.callouts))
-	for _, c := range vm.callouts {
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
-	return out
+func sortCallouts(cs []*Callout) {
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Token < cs[j].Token })
 }

@@ -88,35 +88,17 @@ type LocalResponse struct {
 
 // Stream is one HTTP request through the filter.
 type Stream struct {
-	vm *VM
-	ID uint32
-
-	RequestHeaders  Headers
-	ResponseHeaders Headers
-	// Properties answer proxy_get_property; "source.address" is the peer.
-	Properties map[string]string
-
-	// Resumed is set when the guest continued a paused request.
-	Resumed bool
-	// requestSent: the request headers went on (Continue, or resumed);
-	// writing them fails from then on, as in Envoy.
-	requestSent bool
-	// Local is set when the guest answered the request itself.
-	Local *LocalResponse
-	done  bool
+	*StreamState
+	vm   *VM
+	done bool
 }
 
 // NewStream creates an HTTP context. Request headers should carry :method,
 // :path, :authority and :scheme, as Envoy's do.
 func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]string) (*Stream, error) {
-	id := vm.nextID
-	vm.nextID++
-	s := &Stream{vm: vm, ID: id, RequestHeaders: LowerKeys(req), Properties: props}
-	if s.Properties == nil {
-		s.Properties = map[string]string{}
-	}
+	s := &Stream{StreamState: vm.OpenStream(req, props), vm: vm}
+	id := s.ID
 	vm.streams[id] = s
-	vm.effective = id
 	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(id), uint64(vm.rootID)); err != nil {
 		return nil, err
 	}
@@ -136,7 +118,7 @@ func LowerKeys(h Headers) Headers {
 // locally, the answer's headers then pass the filter's response path, as in
 // Envoy, before this returns.
 func (s *Stream) OnRequestHeaders(ctx context.Context, endOfStream bool) (Action, error) {
-	s.vm.effective = s.ID
+	s.vm.Enter(s.ID)
 	r, err := s.vm.call(ctx, s.vm.fn.requestHeaders, uint64(s.ID), uint64(len(s.RequestHeaders)), b2u(endOfStream))
 	if err != nil {
 		return Continue, err
@@ -150,7 +132,7 @@ func (s *Stream) OnRequestHeaders(ctx context.Context, endOfStream bool) (Action
 // OnResponseHeaders runs proxy_on_response_headers with the upstream's headers.
 func (s *Stream) OnResponseHeaders(ctx context.Context, headers Headers, endOfStream bool) (Action, error) {
 	s.ResponseHeaders = LowerKeys(headers)
-	s.vm.effective = s.ID
+	s.vm.Enter(s.ID)
 	r, err := s.vm.call(ctx, s.vm.fn.responseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), b2u(endOfStream))
 	return Action(r), err
 }
@@ -161,7 +143,7 @@ func (s *Stream) finishLocal(ctx context.Context) error {
 		return nil
 	}
 	s.ResponseHeaders = append(Headers{{":status", fmt.Sprint(s.Local.Status)}}, s.Local.Headers...)
-	s.vm.effective = s.ID
+	s.vm.Enter(s.ID)
 	if _, err := s.vm.call(ctx, s.vm.fn.responseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), 0); err != nil {
 		return err
 	}
@@ -176,7 +158,7 @@ func (s *Stream) Done(ctx context.Context) error {
 	}
 	s.done = true
 	vm := s.vm
-	vm.effective = s.ID
+	vm.Enter(s.ID)
 	var errs []error
 	for _, f := range []func() error{
 		func() error { _, err := vm.call(ctx, vm.fn.done, uint64(s.ID)); return err },
@@ -186,8 +168,7 @@ func (s *Stream) Done(ctx context.Context) error {
 		errs = append(errs, f())
 	}
 	delete(vm.streams, s.ID)
-	// Callouts outlive their stream: Envoy dispatches them from the root
-	// context and delivers their answers (or failures) all the same.
+	vm.CloseStream(s.ID) // its callouts stay (see Core.CloseStream)
 	return errors.Join(errs...)
 }
 
@@ -211,14 +192,11 @@ type CalloutResponse struct {
 // root context, after which the guest reads it. A stream it paused and then
 // answered locally passes its response path too.
 func (vm *VM) Respond(ctx context.Context, token uint32, resp CalloutResponse) error {
-	c, ok := vm.callouts[token]
+	c, ok := vm.TakeCallout(token, &resp)
 	if !ok {
 		return fmt.Errorf("no pending callout %d", token)
 	}
-	delete(vm.callouts, token)
-	vm.delivery = &resp
-	defer func() { vm.delivery = nil }()
-	vm.effective = vm.rootID
+	defer vm.Delivered()
 	if _, err := vm.call(ctx, vm.fn.callResponse, uint64(vm.rootID), uint64(token), uint64(len(resp.Headers)), uint64(len(resp.Body)), 0); err != nil {
 		return err
 	}

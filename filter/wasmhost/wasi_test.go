@@ -96,15 +96,16 @@ func TestRestrictedCallTraps(t *testing.T) {
 // released its headers: writing them is BadArgument, reading the response's
 // is still fine.
 func TestRequestHeadersReleasedAfterContinue(t *testing.T) {
-	vm := &VM{streams: map[uint32]*Stream{2: {ID: 2}}, effective: 2}
-	if vm.writableMap(mapRequestHeaders) == nil {
+	c := NewCore(CoreOptions{})
+	st := c.OpenStream(Headers{{":path", "/"}}, nil)
+	if c.ReplaceHeaderMapValue(mapRequestHeaders, "x", "1") != stOK {
 		t.Fatal("paused request headers must be writable")
 	}
-	vm.streams[2].requestSent = true
-	if vm.writableMap(mapRequestHeaders) != nil {
+	c.ContinueStream(0)
+	if c.ReplaceHeaderMapValue(mapRequestHeaders, "x", "2") != stBadArgument || st.RequestHeaders.Value("x") != "1" {
 		t.Fatal("request headers writable after they went upstream")
 	}
-	if vm.writableMap(mapResponseHeaders) == nil {
+	if c.AddHeaderMapValue(mapResponseHeaders, "y", "1") != stOK {
 		t.Fatal("response headers must stay writable")
 	}
 }

@@ -48,7 +48,7 @@ func TestNativeAllowAndDeny(t *testing.T) {
 	h := newHost(t, `{"xff_trusted_hops":1,"lease":{"request":0}}`)
 	s := h.NewStream(request, props)
 	if a := s.OnRequestHeaders(true); a != wasmhost.Pause {
-		t.Fatalf("action %v; logs %v", a, h.Logs)
+		t.Fatalf("action %v; logs %v", a, h.Logs())
 	}
 	cs := h.PendingCallouts()
 	var body wire.CheckRequest

@@ -1,0 +1,353 @@
+package wasmhost
+
+import (
+	"strings"
+	"time"
+)
+
+// Core is the host model of one VM, with Envoy's semantics: its streams, the
+// effective context, the callouts in flight and the answer being delivered,
+// and the plugin's shared data and metrics. Two fronts drive it: VM, which
+// runs the compiled module under wazero and turns guest memory into these
+// calls, and proxytest, which runs the plugin natively (its methods are the
+// binding's NativeHost). Statuses are ABI statuses.
+type Core struct {
+	config   []byte
+	clusters map[string]bool
+	shared   *SharedData
+	metrics  *Metrics
+	logSink  func(LogLevel, string)
+
+	rootID    uint32
+	nextID    uint32
+	streams   map[uint32]*StreamState
+	effective uint32
+	callouts  map[uint32]*Callout
+	nextToken uint32
+	delivery  *CalloutResponse // the callout answer being delivered
+	tick      time.Duration
+	logs      []LogLine
+
+	// OnCallout is called when the guest dispatches a callout (synchronously,
+	// inside the guest's call; start the request elsewhere and deliver the
+	// answer later).
+	OnCallout func(*Callout)
+}
+
+// StreamState is what the host knows of one HTTP stream.
+type StreamState struct {
+	ID              uint32
+	RequestHeaders  Headers
+	ResponseHeaders Headers
+	// Properties answer proxy_get_property; "source.address" is the peer.
+	Properties map[string]string
+	// Resumed is set when the guest continued a paused request.
+	Resumed bool
+	// Local is set when the guest answered the request itself.
+	Local *LocalResponse
+	// requestSent: the request headers went on (Continue, or resumed);
+	// writing them fails from then on, as in Envoy.
+	requestSent bool
+}
+
+// CoreOptions configure a Core.
+type CoreOptions struct {
+	PluginConfig []byte
+	Clusters     []string
+	// Shared and Metrics are the plugin's, shared by all its VMs (new ones
+	// when nil).
+	Shared  *SharedData
+	Metrics *Metrics
+	// Log receives proxy_log lines besides the core's own record.
+	Log func(LogLevel, string)
+}
+
+// NewCore returns the model of a fresh VM with root context 1.
+func NewCore(o CoreOptions) *Core {
+	c := &Core{config: o.PluginConfig, clusters: map[string]bool{}, shared: o.Shared, metrics: o.Metrics, logSink: o.Log,
+		rootID: 1, nextID: 2, streams: map[uint32]*StreamState{}, callouts: map[uint32]*Callout{}}
+	for _, name := range o.Clusters {
+		c.clusters[name] = true
+	}
+	if c.shared == nil {
+		c.shared = &SharedData{}
+	}
+	if c.metrics == nil {
+		c.metrics = &Metrics{}
+	}
+	return c
+}
+
+// RootID is the root (plugin) context's id.
+func (c *Core) RootID() uint32 { return c.rootID }
+
+// OpenStream registers a new stream and makes it effective.
+func (c *Core) OpenStream(req Headers, props map[string]string) *StreamState {
+	s := &StreamState{ID: c.nextID, RequestHeaders: LowerKeys(req), Properties: props}
+	if s.Properties == nil {
+		s.Properties = map[string]string{}
+	}
+	c.nextID++
+	c.streams[s.ID] = s
+	c.effective = s.ID
+	return s
+}
+
+// CloseStream forgets a stream. Its callouts stay: Envoy dispatches them
+// from the root context and delivers their answers all the same.
+func (c *Core) CloseStream(id uint32) { delete(c.streams, id) }
+
+// Enter makes a context effective, as the host does before a callback.
+func (c *Core) Enter(id uint32) { c.effective = id }
+
+// MarkSent records that a stream's request headers went on.
+func (c *Core) MarkSent(id uint32) {
+	if s := c.streams[id]; s != nil {
+		s.requestSent = true
+	}
+}
+
+// Stream returns a live stream.
+func (c *Core) Stream(id uint32) (*StreamState, bool) { s, ok := c.streams[id]; return s, ok }
+
+// TakeCallout removes a pending callout to deliver its answer, which becomes
+// readable until Delivered.
+func (c *Core) TakeCallout(token uint32, resp *CalloutResponse) (*Callout, bool) {
+	co, ok := c.callouts[token]
+	if !ok {
+		return nil, false
+	}
+	delete(c.callouts, token)
+	c.delivery = resp
+	c.effective = c.rootID
+	return co, true
+}
+
+// Delivered ends the delivery of a callout answer.
+func (c *Core) Delivered() { c.delivery = nil }
+
+// PendingCallouts lists the callouts in flight.
+func (c *Core) PendingCallouts() []*Callout {
+	out := make([]*Callout, 0, len(c.callouts))
+	for _, co := range c.callouts {
+		out = append(out, co)
+	}
+	sortCallouts(out)
+	return out
+}
+
+// Logs returns the proxy_log lines kept (the last ones).
+func (c *Core) Logs() []LogLine { return append([]LogLine(nil), c.logs...) }
+
+// TickPeriod is the period the plugin asked for.
+func (c *Core) TickPeriod() time.Duration { return c.tick }
+
+// --- the host calls (proxywasm's NativeHost)
+
+func (c *Core) Log(level uint32, msg string) {
+	c.logs = append(c.logs, LogLine{Level: LogLevel(level), Msg: msg})
+	if len(c.logs) > 1000 {
+		c.logs = c.logs[len(c.logs)-500:]
+	}
+	if c.logSink != nil {
+		c.logSink(LogLevel(level), msg)
+	}
+}
+
+func (c *Core) GetBuffer(bufferType, start, maxSize uint32) ([]byte, uint32) {
+	var buf []byte
+	switch bufferType {
+	case bufPluginConfig:
+		if len(c.config) == 0 {
+			return nil, stNotFound
+		}
+		buf = c.config
+	case bufVMConfig:
+	case bufCallResponseBody:
+		if c.delivery == nil {
+			return nil, stNotFound
+		}
+		buf = c.delivery.Body
+	default:
+		return nil, stNotFound
+	}
+	if uint64(start) > uint64(len(buf)) {
+		return nil, stBadArgument
+	}
+	end := min(uint64(start)+uint64(maxSize), uint64(len(buf)))
+	return buf[start:end], stOK
+}
+
+// headerMap returns a readable map of the effective context.
+func (c *Core) headerMap(t uint32) *Headers {
+	if t == mapCallResponseHeader {
+		if c.delivery == nil {
+			return nil
+		}
+		return &c.delivery.Headers
+	}
+	s := c.streams[c.effective]
+	if s == nil {
+		return nil
+	}
+	switch t {
+	case mapRequestHeaders:
+		return &s.RequestHeaders
+	case mapResponseHeaders:
+		return &s.ResponseHeaders
+	}
+	return nil
+}
+
+// writableMap returns a map of the effective context the guest may change.
+func (c *Core) writableMap(t uint32) *Headers {
+	s := c.streams[c.effective]
+	if s == nil {
+		return nil
+	}
+	switch t {
+	case mapRequestHeaders:
+		if s.requestSent {
+			return nil // gone upstream: Envoy answers BadArgument
+		}
+		return &s.RequestHeaders
+	case mapResponseHeaders:
+		return &s.ResponseHeaders
+	}
+	return nil
+}
+
+func (c *Core) GetHeaderMapPairs(mapType uint32) ([][2]string, uint32) {
+	hm := c.headerMap(mapType)
+	if hm == nil {
+		return nil, stBadArgument
+	}
+	return *hm, stOK
+}
+
+func (c *Core) GetHeaderMapValue(mapType uint32, key string) (string, uint32) {
+	hm := c.headerMap(mapType)
+	if hm == nil {
+		return "", stBadArgument
+	}
+	v, ok := hm.Get(key)
+	if !ok {
+		return "", stNotFound
+	}
+	return v, stOK
+}
+
+func (c *Core) edit(mapType uint32, f func(*Headers)) uint32 {
+	hm := c.writableMap(mapType)
+	if hm == nil {
+		return stBadArgument
+	}
+	f(hm)
+	return stOK
+}
+
+func (c *Core) SetHeaderMapPairs(mapType uint32, pairs [][2]string) uint32 {
+	return c.edit(mapType, func(hm *Headers) { *hm = LowerKeys(pairs) })
+}
+
+func (c *Core) AddHeaderMapValue(mapType uint32, key, value string) uint32 {
+	return c.edit(mapType, func(hm *Headers) { hm.Add(key, value) })
+}
+
+func (c *Core) ReplaceHeaderMapValue(mapType uint32, key, value string) uint32 {
+	return c.edit(mapType, func(hm *Headers) { hm.Replace(key, value) })
+}
+
+func (c *Core) RemoveHeaderMapValue(mapType uint32, key string) uint32 {
+	return c.edit(mapType, func(hm *Headers) { hm.Remove(key) })
+}
+
+// GetProperty reads a property of the effective stream; path parts are
+// NUL-separated, as the ABI sends them.
+func (c *Core) GetProperty(path string) ([]byte, uint32) {
+	s := c.streams[c.effective]
+	if s == nil {
+		return nil, stNotFound
+	}
+	v, ok := s.Properties[strings.ReplaceAll(path, "\x00", ".")]
+	if !ok {
+		return nil, stNotFound
+	}
+	return []byte(v), stOK
+}
+
+func (c *Core) SendLocalResponse(status uint32, headers [][2]string, body []byte) uint32 {
+	s := c.streams[c.effective]
+	if s == nil {
+		return stBadArgument
+	}
+	s.Local = &LocalResponse{Status: int(status), Headers: LowerKeys(headers), Body: append([]byte(nil), body...)}
+	return stOK
+}
+
+// HttpCall registers a callout of the effective context. Envoy refuses an
+// unknown cluster and a request without :method, :path or :authority.
+func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, uint32) {
+	hm := LowerKeys(headers)
+	if !c.clusters[cluster] {
+		return 0, stBadArgument
+	}
+	for _, required := range []string{":method", ":path", ":authority"} {
+		if hm.Value(required) == "" {
+			return 0, stBadArgument
+		}
+	}
+	c.nextToken++
+	co := &Callout{Token: c.nextToken, ContextID: c.effective, Cluster: cluster, Headers: hm,
+		Body: append([]byte(nil), body...), Timeout: timeoutMillis}
+	c.callouts[co.Token] = co
+	if c.OnCallout != nil {
+		c.OnCallout(co)
+	}
+	return co.Token, stOK
+}
+
+func (c *Core) ContinueStream(streamType uint32) uint32 {
+	s := c.streams[c.effective]
+	if s == nil {
+		return stBadArgument
+	}
+	if streamType == 0 {
+		s.Resumed = true
+		s.requestSent = true // Envoy releases the request headers here
+	}
+	return stOK
+}
+
+func (c *Core) SetEffectiveContext(id uint32) uint32 {
+	if _, ok := c.streams[id]; !ok && id != c.rootID {
+		return stBadArgument
+	}
+	c.effective = id
+	return stOK
+}
+
+func (c *Core) GetSharedData(key string) ([]byte, uint32, uint32) {
+	v, cas, ok := c.shared.Get(key)
+	if !ok {
+		return nil, 0, stNotFound
+	}
+	return v, cas, stOK
+}
+
+func (c *Core) SetSharedData(key string, value []byte, cas uint32) uint32 {
+	return c.shared.Set(key, value, cas)
+}
+
+func (c *Core) SetTickPeriod(millis uint32) uint32 {
+	c.tick = time.Duration(millis) * time.Millisecond
+	return stOK
+}
+
+func (c *Core) DefineMetric(kind uint32, name string) (uint32, uint32) {
+	return c.metrics.Define(kind, name)
+}
+
+func (c *Core) IncrementMetric(id uint32, offset int64) uint32 { return c.metrics.Increment(id, offset) }
+
+func (c *Core) RecordMetric(id uint32, value uint64) uint32 { return c.metrics.Record(id, value) }
