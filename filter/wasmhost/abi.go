@@ -241,7 +241,6 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 // calloutHeaders decodes a callout's headers; Envoy refuses (BadArgument) a
 // callout without :method, :path or :authority.
 
-
 // writableMap returns a stream's request or response headers.
 
 // give copies data into memory the guest allocates and writes its address and

@@ -348,6 +348,8 @@ func (c *Core) DefineMetric(kind uint32, name string) (uint32, uint32) {
 	return c.metrics.Define(kind, name)
 }
 
-func (c *Core) IncrementMetric(id uint32, offset int64) uint32 { return c.metrics.Increment(id, offset) }
+func (c *Core) IncrementMetric(id uint32, offset int64) uint32 {
+	return c.metrics.Increment(id, offset)
+}
 
 func (c *Core) RecordMetric(id uint32, value uint64) uint32 { return c.metrics.Record(id, value) }
