@@ -5,6 +5,7 @@ package proxywasm
 import (
 	"unsafe"
 
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 )
 
@@ -12,25 +13,25 @@ import (
 // values instead of guest memory. proxytest provides one, so that the plugin
 // runs natively in unit tests and benchmarks. Statuses are ABI statuses.
 type NativeHost interface {
-	Log(level uint32, msg string)
-	GetBuffer(bufferType, start, maxSize uint32) ([]byte, uint32)
-	GetHeaderMapPairs(mapType uint32) ([][2]string, uint32)
-	GetHeaderMapValue(mapType uint32, key string) (string, uint32)
-	SetHeaderMapPairs(mapType uint32, pairs [][2]string) uint32
-	AddHeaderMapValue(mapType uint32, key, value string) uint32
-	ReplaceHeaderMapValue(mapType uint32, key, value string) uint32
-	RemoveHeaderMapValue(mapType uint32, key string) uint32
-	GetProperty(path string) ([]byte, uint32)
-	SendLocalResponse(status uint32, headers [][2]string, body []byte) uint32
-	HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, uint32)
-	ContinueStream(streamType uint32) uint32
-	SetEffectiveContext(contextID uint32) uint32
-	GetSharedData(key string) ([]byte, uint32, uint32)
-	SetSharedData(key string, value []byte, cas uint32) uint32
-	SetTickPeriod(millis uint32) uint32
-	DefineMetric(kind uint32, name string) (uint32, uint32)
-	IncrementMetric(id uint32, offset int64) uint32
-	RecordMetric(id uint32, value uint64) uint32
+	Log(level abi.LogLevel, msg string)
+	GetBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]byte, abi.Status)
+	GetHeaderMapPairs(mapType abi.MapType) ([][2]string, abi.Status)
+	GetHeaderMapValue(mapType abi.MapType, key string) (string, abi.Status)
+	SetHeaderMapPairs(mapType abi.MapType, pairs [][2]string) abi.Status
+	AddHeaderMapValue(mapType abi.MapType, key, value string) abi.Status
+	ReplaceHeaderMapValue(mapType abi.MapType, key, value string) abi.Status
+	RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status
+	GetProperty(path string) ([]byte, abi.Status)
+	SendLocalResponse(status uint32, headers [][2]string, body []byte) abi.Status
+	HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, abi.Status)
+	ContinueStream(streamType abi.StreamType) abi.Status
+	SetEffectiveContext(contextID uint32) abi.Status
+	GetSharedData(key string) ([]byte, uint32, abi.Status)
+	SetSharedData(key string, value []byte, cas uint32) abi.Status
+	SetTickPeriod(millis uint32) abi.Status
+	DefineMetric(kind abi.MetricType, name string) (uint32, abi.Status)
+	IncrementMetric(id uint32, offset int64) abi.Status
+	RecordMetric(id uint32, value uint64) abi.Status
 }
 
 var native NativeHost
@@ -41,8 +42,6 @@ func SetNativeHost(h NativeHost) {
 	native = h
 	plugins, streams, activeID = map[uint32]*pluginState{}, map[uint32]*httpState{}, 0
 }
-
-const statusUnimplemented = 12
 
 func str(p *byte, n uint32) string {
 	if p == nil || n == 0 {
@@ -60,14 +59,14 @@ func raw(p *byte, n uint32) []byte {
 
 // give hands data to the binding the way a host does: through
 // proxy_on_memory_allocate and the size out-parameter.
-func give(data []byte, st uint32, size *uint32) uint32 {
-	if st != statusOK {
+func give(data []byte, st abi.Status, size *uint32) abi.Status {
+	if st != abi.StatusOK {
 		return st
 	}
 	allocate(uint32(len(data)))
 	copy(allocBuf, data)
 	*size = uint32(len(data))
-	return statusOK
+	return abi.StatusOK
 }
 
 func decodeMap(p *byte, n uint32) [][2]string {
@@ -75,150 +74,150 @@ func decodeMap(p *byte, n uint32) [][2]string {
 	return m
 }
 
-func proxyLog(level uint32, msg *byte, size uint32) uint32 {
+func proxyLog(level abi.LogLevel, msg *byte, size uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	native.Log(level, str(msg, size))
-	return statusOK
+	return abi.StatusOK
 }
 
-func proxyGetBufferBytes(bt, start, maxSize uint32, _ *uint32, retSize *uint32) uint32 {
+func proxyGetBufferBytes(bt abi.BufferType, start, maxSize uint32, _ *uint32, retSize *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	b, st := native.GetBuffer(bt, start, maxSize)
 	return give(b, st, retSize)
 }
 
-func proxyGetHeaderMapValue(mt uint32, key *byte, keySize uint32, _ *uint32, retSize *uint32) uint32 {
+func proxyGetHeaderMapValue(mt abi.MapType, key *byte, keySize uint32, _ *uint32, retSize *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	v, st := native.GetHeaderMapValue(mt, str(key, keySize))
 	return give([]byte(v), st, retSize)
 }
 
-func proxyGetHeaderMapPairs(mt uint32, _ *uint32, retSize *uint32) uint32 {
+func proxyGetHeaderMapPairs(mt abi.MapType, _ *uint32, retSize *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	m, st := native.GetHeaderMapPairs(mt)
 	return give(headermap.Encode(m), st, retSize)
 }
 
-func proxySetHeaderMapPairs(mt uint32, pairs *byte, ps uint32) uint32 {
+func proxySetHeaderMapPairs(mt abi.MapType, pairs *byte, ps uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	m, err := headermap.Decode([]byte(str(pairs, ps)))
 	if err != nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	return native.SetHeaderMapPairs(mt, m)
 }
 
-func proxyAddHeaderMapValue(mt uint32, key *byte, ks uint32, value *byte, vs uint32) uint32 {
+func proxyAddHeaderMapValue(mt abi.MapType, key *byte, ks uint32, value *byte, vs uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.AddHeaderMapValue(mt, str(key, ks), str(value, vs))
 }
 
-func proxyReplaceHeaderMapValue(mt uint32, key *byte, ks uint32, value *byte, vs uint32) uint32 {
+func proxyReplaceHeaderMapValue(mt abi.MapType, key *byte, ks uint32, value *byte, vs uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.ReplaceHeaderMapValue(mt, str(key, ks), str(value, vs))
 }
 
-func proxyRemoveHeaderMapValue(mt uint32, key *byte, ks uint32) uint32 {
+func proxyRemoveHeaderMapValue(mt abi.MapType, key *byte, ks uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.RemoveHeaderMapValue(mt, str(key, ks))
 }
 
-func proxyGetProperty(path *byte, ps uint32, _ *uint32, retSize *uint32) uint32 {
+func proxyGetProperty(path *byte, ps uint32, _ *uint32, retSize *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	v, st := native.GetProperty(str(path, ps))
 	return give(v, st, retSize)
 }
 
-func proxySendLocalResponse(status uint32, _ *byte, _ uint32, body *byte, bs uint32, headers *byte, hs uint32, _ int32) uint32 {
+func proxySendLocalResponse(status uint32, _ *byte, _ uint32, body *byte, bs uint32, headers *byte, hs uint32, _ int32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.SendLocalResponse(status, decodeMap(headers, hs), append([]byte(nil), raw(body, bs)...))
 }
 
-func proxyHttpCall(up *byte, us uint32, h *byte, hs uint32, b *byte, bs uint32, _ *byte, _ uint32, timeout uint32, token *uint32) uint32 {
+func proxyHttpCall(up *byte, us uint32, h *byte, hs uint32, b *byte, bs uint32, _ *byte, _ uint32, timeout uint32, token *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	t, st := native.HttpCall(str(up, us), decodeMap(h, hs), append([]byte(nil), raw(b, bs)...), timeout)
 	*token = t
 	return st
 }
 
-func proxyContinueStream(st uint32) uint32 {
+func proxyContinueStream(st abi.StreamType) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.ContinueStream(st)
 }
 
-func proxySetEffectiveContext(id uint32) uint32 {
+func proxySetEffectiveContext(id uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.SetEffectiveContext(id)
 }
 
-func proxyGetSharedData(key *byte, ks uint32, _ *uint32, retSize *uint32, cas *uint32) uint32 {
+func proxyGetSharedData(key *byte, ks uint32, _ *uint32, retSize *uint32, cas *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	v, c, st := native.GetSharedData(str(key, ks))
 	*cas = c
 	return give(v, st, retSize)
 }
 
-func proxySetSharedData(key *byte, ks uint32, value *byte, vs uint32, cas uint32) uint32 {
+func proxySetSharedData(key *byte, ks uint32, value *byte, vs uint32, cas uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.SetSharedData(str(key, ks), append([]byte(nil), raw(value, vs)...), cas)
 }
 
-func proxySetTickPeriodMilliseconds(period uint32) uint32 {
+func proxySetTickPeriodMilliseconds(period uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.SetTickPeriod(period)
 }
 
-func proxyDefineMetric(kind uint32, name *byte, ns uint32, id *uint32) uint32 {
+func proxyDefineMetric(kind abi.MetricType, name *byte, ns uint32, id *uint32) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	i, st := native.DefineMetric(kind, str(name, ns))
 	*id = i
 	return st
 }
 
-func proxyIncrementMetric(id uint32, offset int64) uint32 {
+func proxyIncrementMetric(id uint32, offset int64) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.IncrementMetric(id, offset)
 }
 
-func proxyRecordMetric(id uint32, value uint64) uint32 {
+func proxyRecordMetric(id uint32, value uint64) abi.Status {
 	if native == nil {
-		return statusUnimplemented
+		return abi.StatusUnimplemented
 	}
 	return native.RecordMetric(id, value)
 }

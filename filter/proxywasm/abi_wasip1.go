@@ -2,63 +2,65 @@
 
 package proxywasm
 
+import "github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+
 // The host functions of proxy-wasm ABI v0.2.1 that the filter imports. Every
 // parameter is an i32 or i64 at the boundary; out-parameters are pointers to
 // package-level slots (see hostcall.go) so that they do not escape per call.
 
 //go:wasmimport env proxy_log
-func proxyLog(level uint32, msg *byte, size uint32) uint32
+func proxyLog(level abi.LogLevel, msg *byte, size uint32) abi.Status
 
 //go:wasmimport env proxy_get_buffer_bytes
-func proxyGetBufferBytes(bufferType, start, maxSize uint32, retData *uint32, retSize *uint32) uint32
+func proxyGetBufferBytes(bufferType abi.BufferType, start, maxSize uint32, retData *uint32, retSize *uint32) abi.Status
 
 //go:wasmimport env proxy_get_header_map_value
-func proxyGetHeaderMapValue(mapType uint32, key *byte, keySize uint32, retData *uint32, retSize *uint32) uint32
+func proxyGetHeaderMapValue(mapType abi.MapType, key *byte, keySize uint32, retData *uint32, retSize *uint32) abi.Status
 
 //go:wasmimport env proxy_get_header_map_pairs
-func proxyGetHeaderMapPairs(mapType uint32, retData *uint32, retSize *uint32) uint32
+func proxyGetHeaderMapPairs(mapType abi.MapType, retData *uint32, retSize *uint32) abi.Status
 
 //go:wasmimport env proxy_set_header_map_pairs
-func proxySetHeaderMapPairs(mapType uint32, pairs *byte, pairsSize uint32) uint32
+func proxySetHeaderMapPairs(mapType abi.MapType, pairs *byte, pairsSize uint32) abi.Status
 
 //go:wasmimport env proxy_add_header_map_value
-func proxyAddHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+func proxyAddHeaderMapValue(mapType abi.MapType, key *byte, keySize uint32, value *byte, valueSize uint32) abi.Status
 
 //go:wasmimport env proxy_replace_header_map_value
-func proxyReplaceHeaderMapValue(mapType uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+func proxyReplaceHeaderMapValue(mapType abi.MapType, key *byte, keySize uint32, value *byte, valueSize uint32) abi.Status
 
 //go:wasmimport env proxy_remove_header_map_value
-func proxyRemoveHeaderMapValue(mapType uint32, key *byte, keySize uint32) uint32
+func proxyRemoveHeaderMapValue(mapType abi.MapType, key *byte, keySize uint32) abi.Status
 
 //go:wasmimport env proxy_get_property
-func proxyGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uint32) uint32
+func proxyGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uint32) abi.Status
 
 //go:wasmimport env proxy_send_local_response
-func proxySendLocalResponse(status uint32, details *byte, detailsSize uint32, body *byte, bodySize uint32, headers *byte, headersSize uint32, grpcStatus int32) uint32
+func proxySendLocalResponse(status uint32, details *byte, detailsSize uint32, body *byte, bodySize uint32, headers *byte, headersSize uint32, grpcStatus int32) abi.Status
 
 //go:wasmimport env proxy_http_call
-func proxyHttpCall(upstream *byte, upstreamSize uint32, headers *byte, headersSize uint32, body *byte, bodySize uint32, trailers *byte, trailersSize uint32, timeoutMillis uint32, retToken *uint32) uint32
+func proxyHttpCall(upstream *byte, upstreamSize uint32, headers *byte, headersSize uint32, body *byte, bodySize uint32, trailers *byte, trailersSize uint32, timeoutMillis uint32, retToken *uint32) abi.Status
 
 //go:wasmimport env proxy_continue_stream
-func proxyContinueStream(streamType uint32) uint32
+func proxyContinueStream(streamType abi.StreamType) abi.Status
 
 //go:wasmimport env proxy_set_effective_context
-func proxySetEffectiveContext(contextID uint32) uint32
+func proxySetEffectiveContext(contextID uint32) abi.Status
 
 //go:wasmimport env proxy_get_shared_data
-func proxyGetSharedData(key *byte, keySize uint32, retData *uint32, retSize *uint32, retCas *uint32) uint32
+func proxyGetSharedData(key *byte, keySize uint32, retData *uint32, retSize *uint32, retCas *uint32) abi.Status
 
 //go:wasmimport env proxy_set_shared_data
-func proxySetSharedData(key *byte, keySize uint32, value *byte, valueSize uint32, cas uint32) uint32
+func proxySetSharedData(key *byte, keySize uint32, value *byte, valueSize uint32, cas uint32) abi.Status
 
 //go:wasmimport env proxy_set_tick_period_milliseconds
-func proxySetTickPeriodMilliseconds(period uint32) uint32
+func proxySetTickPeriodMilliseconds(period uint32) abi.Status
 
 //go:wasmimport env proxy_define_metric
-func proxyDefineMetric(metricType uint32, name *byte, nameSize uint32, retID *uint32) uint32
+func proxyDefineMetric(metricType abi.MetricType, name *byte, nameSize uint32, retID *uint32) abi.Status
 
 //go:wasmimport env proxy_increment_metric
-func proxyIncrementMetric(id uint32, offset int64) uint32
+func proxyIncrementMetric(id uint32, offset int64) abi.Status
 
 //go:wasmimport env proxy_record_metric
-func proxyRecordMetric(id uint32, value uint64) uint32
+func proxyRecordMetric(id uint32, value uint64) abi.Status

@@ -3,31 +3,9 @@ package proxywasm
 import (
 	"unsafe"
 
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
-)
-
-// ABI enumerations.
-const (
-	statusOK          = 0
-	statusNotFound    = 1
-	statusBadArgument = 2
-	statusEmpty       = 7
-	statusCasMismatch = 8
-	statusInternal    = 10
-
-	mapRequestHeaders      = 0
-	mapResponseHeaders     = 2
-	mapHttpCallResponseHdr = 6
-
-	bufferHttpCallResponseBody = 4
-	bufferPluginConfiguration  = 7
-
-	streamRequest = 0
-
-	metricCounter   = 0
-	metricGauge     = 1
-	metricHistogram = 2
 )
 
 // Out-parameter slots. A pointer handed to a wasmimport escapes, so a local
@@ -74,19 +52,19 @@ func returned() []byte {
 	return b[:retSize]
 }
 
-func statusErr(st uint32) error {
+func statusErr(st abi.Status) error {
 	switch st {
-	case statusOK:
+	case abi.StatusOK:
 		return nil
-	case statusNotFound:
+	case abi.StatusNotFound:
 		return types.ErrorStatusNotFound
-	case statusBadArgument:
+	case abi.StatusBadArgument:
 		return types.ErrorStatusBadArgument
-	case statusEmpty:
+	case abi.StatusEmpty:
 		return types.ErrorStatusEmpty
-	case statusCasMismatch:
+	case abi.StatusCasMismatch:
 		return types.ErrorStatusCasMismatch
-	case statusInternal:
+	case abi.StatusInternalFailure:
 		return types.ErrorInternalFailure
 	}
 	return types.ErrorUnimplemented
@@ -108,22 +86,22 @@ func bytesPtr(b []byte) *byte {
 
 // --- logging
 
-func log(level uint32, msg string) { proxyLog(level, strPtr(msg), uint32(len(msg))) }
+func log(level abi.LogLevel, msg string) { proxyLog(level, strPtr(msg), uint32(len(msg))) }
 
-func LogDebug(msg string)    { log(1, msg) }
-func LogInfo(msg string)     { log(2, msg) }
-func LogWarn(msg string)     { log(3, msg) }
-func LogError(msg string)    { log(4, msg) }
-func LogCritical(msg string) { log(5, msg) }
+func LogDebug(msg string)    { log(abi.LogDebug, msg) }
+func LogInfo(msg string)     { log(abi.LogInfo, msg) }
+func LogWarn(msg string)     { log(abi.LogWarn, msg) }
+func LogError(msg string)    { log(abi.LogError, msg) }
+func LogCritical(msg string) { log(abi.LogCritical, msg) }
 
 // --- configuration and properties
 
 // GetPluginConfiguration returns the plugin configuration.
 func GetPluginConfiguration() ([]byte, error) {
-	return getBuffer(bufferPluginConfiguration, 0, 1<<30)
+	return getBuffer(abi.BufferPluginConfiguration, 0, 1<<30)
 }
 
-func getBuffer(bufferType, start, maxSize uint32) ([]byte, error) {
+func getBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]byte, error) {
 	retSize = 0
 	if err := statusErr(proxyGetBufferBytes(bufferType, start, maxSize, &retData, &retSize)); err != nil {
 		allocBuf = nil
@@ -158,7 +136,7 @@ func GetProperty(path []string) ([]byte, error) {
 
 // --- headers
 
-func getMapValue(mapType uint32, key string) (string, error) {
+func getMapValue(mapType abi.MapType, key string) (string, error) {
 	retSize = 0
 	if err := statusErr(proxyGetHeaderMapValue(mapType, strPtr(key), uint32(len(key)), &retData, &retSize)); err != nil {
 		allocBuf = nil
@@ -167,7 +145,7 @@ func getMapValue(mapType uint32, key string) (string, error) {
 	return string(returned()), nil
 }
 
-func getMap(mapType uint32) ([][2]string, error) {
+func getMap(mapType abi.MapType) ([][2]string, error) {
 	retSize = 0
 	if err := statusErr(proxyGetHeaderMapPairs(mapType, &retData, &retSize)); err != nil {
 		allocBuf = nil
@@ -177,10 +155,12 @@ func getMap(mapType uint32) ([][2]string, error) {
 }
 
 // GetHttpRequestHeader returns the first value of a request header.
-func GetHttpRequestHeader(key string) (string, error) { return getMapValue(mapRequestHeaders, key) }
+func GetHttpRequestHeader(key string) (string, error) {
+	return getMapValue(abi.MapHttpRequestHeaders, key)
+}
 
 // GetHttpRequestHeaders returns every request header.
-func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHeaders) }
+func GetHttpRequestHeaders() ([][2]string, error) { return getMap(abi.MapHttpRequestHeaders) }
 
 // VisitHttpRequestHeaders calls f for every request header without copying
 // them out of the host's answer: key and value are only valid during the
@@ -189,7 +169,7 @@ func GetHttpRequestHeaders() ([][2]string, error) { return getMap(mapRequestHead
 func VisitHttpRequestHeaders(f func(key, value []byte)) error {
 	retSize = 0
 	useScratch = true
-	st := proxyGetHeaderMapPairs(mapRequestHeaders, &retData, &retSize)
+	st := proxyGetHeaderMapPairs(abi.MapHttpRequestHeaders, &retData, &retSize)
 	useScratch = false
 	if err := statusErr(st); err != nil {
 		allocBuf = nil
@@ -200,35 +180,35 @@ func VisitHttpRequestHeaders(f func(key, value []byte)) error {
 
 // RemoveHttpRequestHeader removes every value of a request header.
 func RemoveHttpRequestHeader(key string) error {
-	return statusErr(proxyRemoveHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key))))
+	return statusErr(proxyRemoveHeaderMapValue(abi.MapHttpRequestHeaders, strPtr(key), uint32(len(key))))
 }
 
 // ReplaceHttpRequestHeaders replaces every request header with headers, in
 // one host call.
 func ReplaceHttpRequestHeaders(headers [][2]string) error {
 	h := headermap.Encode(headers)
-	return statusErr(proxySetHeaderMapPairs(mapRequestHeaders, bytesPtr(h), uint32(len(h))))
+	return statusErr(proxySetHeaderMapPairs(abi.MapHttpRequestHeaders, bytesPtr(h), uint32(len(h))))
 }
 
 // ReplaceHttpRequestHeader sets a request header to one value.
 func ReplaceHttpRequestHeader(key, value string) error {
-	return statusErr(proxyReplaceHeaderMapValue(mapRequestHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+	return statusErr(proxyReplaceHeaderMapValue(abi.MapHttpRequestHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
 }
 
 // AddHttpResponseHeader adds a response header value.
 func AddHttpResponseHeader(key, value string) error {
-	return statusErr(proxyAddHeaderMapValue(mapResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+	return statusErr(proxyAddHeaderMapValue(abi.MapHttpResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
 }
 
 // ReplaceHttpResponseHeader sets a response header to one value.
 func ReplaceHttpResponseHeader(key, value string) error {
-	return statusErr(proxyReplaceHeaderMapValue(mapResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+	return statusErr(proxyReplaceHeaderMapValue(abi.MapHttpResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
 }
 
 // --- stream control
 
 // ResumeHttpRequest resumes a paused request.
-func ResumeHttpRequest() error { return statusErr(proxyContinueStream(streamRequest)) }
+func ResumeHttpRequest() error { return statusErr(proxyContinueStream(abi.StreamRequest)) }
 
 // SendHttpResponse answers the request locally; it does not reach upstream.
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCStatus int32) error {
@@ -263,11 +243,11 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 
 // GetHttpCallResponseHeaders returns the callout answer's headers (inside the
 // callback only).
-func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(mapHttpCallResponseHdr) }
+func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(abi.MapHttpCallResponseHeaders) }
 
 // GetHttpCallResponseBody returns part of the callout answer's body.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {
-	return getBuffer(bufferHttpCallResponseBody, uint32(start), uint32(maxSize))
+	return getBuffer(abi.BufferHttpCallResponseBody, uint32(start), uint32(maxSize))
 }
 
 // --- shared data
@@ -303,7 +283,7 @@ type MetricGauge uint32
 // MetricHistogram is a host histogram.
 type MetricHistogram uint32
 
-func defineMetric(kind uint32, name string) uint32 {
+func defineMetric(kind abi.MetricType, name string) uint32 {
 	retID = 0
 	proxyDefineMetric(kind, strPtr(name), uint32(len(name)), &retID)
 	return retID
@@ -311,15 +291,17 @@ func defineMetric(kind uint32, name string) uint32 {
 
 // DefineCounterMetric defines (or finds) a counter.
 func DefineCounterMetric(name string) MetricCounter {
-	return MetricCounter(defineMetric(metricCounter, name))
+	return MetricCounter(defineMetric(abi.MetricCounter, name))
 }
 
 // DefineGaugeMetric defines (or finds) a gauge.
-func DefineGaugeMetric(name string) MetricGauge { return MetricGauge(defineMetric(metricGauge, name)) }
+func DefineGaugeMetric(name string) MetricGauge {
+	return MetricGauge(defineMetric(abi.MetricGauge, name))
+}
 
 // DefineHistogramMetric defines (or finds) a histogram.
 func DefineHistogramMetric(name string) MetricHistogram {
-	return MetricHistogram(defineMetric(metricHistogram, name))
+	return MetricHistogram(defineMetric(abi.MetricHistogram, name))
 }
 
 // Increment adds offset to the counter.

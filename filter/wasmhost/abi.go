@@ -5,27 +5,8 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
-)
-
-// ABI statuses.
-const (
-	stOK          = 0
-	stNotFound    = 1
-	stBadArgument = 2
-	stCasMismatch = 8
-	stInternal    = 10
-)
-
-// Map and buffer types.
-const (
-	mapRequestHeaders     = 0
-	mapResponseHeaders    = 2
-	mapCallResponseHeader = 6
-
-	bufCallResponseBody = 4
-	bufVMConfig         = 6
-	bufPluginConfig     = 7
 )
 
 var i32 = api.ValueTypeI32
@@ -34,11 +15,11 @@ var i64 = api.ValueTypeI64
 // instantiateEnv registers the host functions as module "env".
 func (h *Host) instantiateEnv(ctx context.Context) error {
 	b := h.rt.NewHostModuleBuilder("env")
-	def := func(name string, params, results []api.ValueType, f func(vm *VM, m api.Module, s []uint64) uint32) {
+	def := func(name string, params, results []api.ValueType, f func(vm *VM, m api.Module, s []uint64) abi.Status) {
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			vm, _ := ctx.Value(vmKey{}).(*VM)
 			if vm == nil {
-				stack[0] = stInternal
+				stack[0] = uint64(abi.StatusInternalFailure)
 				return
 			}
 			vm.calls[name]++
@@ -58,181 +39,181 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 	}
 	r := []api.ValueType{i32}
 
-	def("proxy_log", p(3), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_log", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		msg, ok := read(m, s[1], s[2])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		vm.Log(uint32(s[0]), string(msg))
-		return stOK
+		vm.Log(abi.LogLevel(s[0]), string(msg))
+		return abi.StatusOK
 	})
-	def("proxy_get_current_time_nanoseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_get_current_time_nanoseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		if !m.Memory().WriteUint64Le(uint32(s[0]), uint64(h.opts.Now().UnixNano())) {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return stOK
+		return abi.StatusOK
 	})
-	def("proxy_get_buffer_bytes", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		buf, st := vm.GetBuffer(uint32(s[0]), uint32(s[1]), uint32(s[2]))
-		if st != stOK {
+	def("proxy_get_buffer_bytes", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+		buf, st := vm.GetBuffer(abi.BufferType(s[0]), uint32(s[1]), uint32(s[2]))
+		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, buf, s[3], s[4])
 	})
-	def("proxy_get_header_map_value", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_get_header_map_value", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[1], s[2])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		v, st := vm.GetHeaderMapValue(uint32(s[0]), string(key))
-		if st != stOK {
+		v, st := vm.GetHeaderMapValue(abi.MapType(s[0]), string(key))
+		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, []byte(v), s[3], s[4])
 	})
-	def("proxy_get_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) uint32 {
-		pairs, st := vm.GetHeaderMapPairs(uint32(s[0]))
-		if st != stOK {
+	def("proxy_get_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+		pairs, st := vm.GetHeaderMapPairs(abi.MapType(s[0]))
+		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, headermap.Encode(pairs), s[1], s[2])
 	})
-	def("proxy_set_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_set_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		data, ok := read(m, s[1], s[2])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		pairs, err := headermap.Decode(data)
 		if err != nil {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return vm.SetHeaderMapPairs(uint32(s[0]), pairs)
+		return vm.SetHeaderMapPairs(abi.MapType(s[0]), pairs)
 	})
-	mapEdit := func(name string, n int, f func(vm *VM, mapType uint32, key, value string) uint32) {
-		def(name, p(n), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	mapEdit := func(name string, n int, f func(vm *VM, mapType abi.MapType, key, value string) abi.Status) {
+		def(name, p(n), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 			key, ok := read(m, s[1], s[2])
 			if !ok {
-				return stBadArgument
+				return abi.StatusBadArgument
 			}
 			var value []byte
 			if n == 5 {
 				if value, ok = read(m, s[3], s[4]); !ok {
-					return stBadArgument
+					return abi.StatusBadArgument
 				}
 			}
-			return f(vm, uint32(s[0]), string(key), string(value))
+			return f(vm, abi.MapType(s[0]), string(key), string(value))
 		})
 	}
-	mapEdit("proxy_add_header_map_value", 5, func(vm *VM, t uint32, k, v string) uint32 { return vm.AddHeaderMapValue(t, k, v) })
-	mapEdit("proxy_replace_header_map_value", 5, func(vm *VM, t uint32, k, v string) uint32 { return vm.ReplaceHeaderMapValue(t, k, v) })
-	mapEdit("proxy_remove_header_map_value", 3, func(vm *VM, t uint32, k, _ string) uint32 { return vm.RemoveHeaderMapValue(t, k) })
+	mapEdit("proxy_add_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.AddHeaderMapValue(t, k, v) })
+	mapEdit("proxy_replace_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.ReplaceHeaderMapValue(t, k, v) })
+	mapEdit("proxy_remove_header_map_value", 3, func(vm *VM, t abi.MapType, k, _ string) abi.Status { return vm.RemoveHeaderMapValue(t, k) })
 
-	def("proxy_get_property", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_get_property", p(4), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		path, ok := read(m, s[0], s[1])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		v, st := vm.GetProperty(string(path))
-		if st != stOK {
+		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, v, s[2], s[3])
 	})
-	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		body, ok1 := read(m, s[3], s[4])
 		hdrs, ok2 := read(m, s[5], s[6])
 		if !ok1 || !ok2 {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		pairs, err := headermap.Decode(hdrs)
 		if err != nil {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		return vm.SendLocalResponse(uint32(s[0]), pairs, body)
 	})
-	def("proxy_http_call", p(10), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_http_call", p(10), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		cluster, ok1 := read(m, s[0], s[1])
 		hdrs, ok2 := read(m, s[2], s[3])
 		body, ok3 := read(m, s[4], s[5])
 		if !ok1 || !ok2 || !ok3 {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		pairs, err := headermap.Decode(hdrs)
 		if err != nil {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		token, st := vm.HttpCall(string(cluster), pairs, body, uint32(s[8]))
-		if st != stOK {
+		if st != abi.StatusOK {
 			return st
 		}
 		if !m.Memory().WriteUint32Le(uint32(s[9]), token) {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return stOK
+		return abi.StatusOK
 	})
-	def("proxy_continue_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 { return vm.ContinueStream(uint32(s[0])) })
-	def("proxy_close_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 { return stOK })
-	def("proxy_set_effective_context", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_continue_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status { return vm.ContinueStream(abi.StreamType(s[0])) })
+	def("proxy_close_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
+	def("proxy_set_effective_context", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetEffectiveContext(uint32(s[0]))
 	})
-	def("proxy_done", nil, r, func(vm *VM, m api.Module, s []uint64) uint32 { return stOK })
-	def("proxy_get_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_done", nil, r, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
+	def("proxy_get_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[0], s[1])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		val, cas, st := vm.GetSharedData(string(key))
-		if st != stOK {
+		if st != abi.StatusOK {
 			return st
 		}
-		if st := vm.give(m, val, s[2], s[3]); st != stOK {
+		if st := vm.give(m, val, s[2], s[3]); st != abi.StatusOK {
 			return st
 		}
 		if !m.Memory().WriteUint32Le(uint32(s[4]), cas) {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return stOK
+		return abi.StatusOK
 	})
-	def("proxy_set_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_set_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok1 := read(m, s[0], s[1])
 		val, ok2 := read(m, s[2], s[3])
 		if !ok1 || !ok2 {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
 		return vm.SetSharedData(string(key), val, uint32(s[4]))
 	})
-	def("proxy_set_tick_period_milliseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_set_tick_period_milliseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetTickPeriod(uint32(s[0]))
 	})
-	def("proxy_define_metric", p(4), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_define_metric", p(4), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		name, ok := read(m, s[1], s[2])
 		if !ok {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		id, st := vm.DefineMetric(uint32(s[0]), string(name))
-		if st != stOK {
+		id, st := vm.DefineMetric(abi.MetricType(s[0]), string(name))
+		if st != abi.StatusOK {
 			return st
 		}
 		if !m.Memory().WriteUint32Le(uint32(s[3]), id) {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return stOK
+		return abi.StatusOK
 	})
-	def("proxy_increment_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_increment_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.IncrementMetric(uint32(s[0]), int64(s[1]))
 	})
-	def("proxy_record_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_record_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.RecordMetric(uint32(s[0]), s[1])
 	})
-	def("proxy_get_metric", p(2), r, func(vm *VM, m api.Module, s []uint64) uint32 {
+	def("proxy_get_metric", p(2), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		v, st := h.metrics.Get(uint32(s[0]))
-		if st != stOK {
+		if st != abi.StatusOK {
 			return st
 		}
 		if !m.Memory().WriteUint64Le(uint32(s[1]), uint64(v)) {
-			return stBadArgument
+			return abi.StatusBadArgument
 		}
-		return stOK
+		return abi.StatusOK
 	})
 	_, err := b.Instantiate(ctx)
 	return err
@@ -245,7 +226,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 
 // give copies data into memory the guest allocates and writes its address and
 // size to the guest's out-parameters.
-func (vm *VM) give(m api.Module, data []byte, ptrOut, sizeOut uint64) uint32 {
+func (vm *VM) give(m api.Module, data []byte, ptrOut, sizeOut uint64) abi.Status {
 	var ptr uint32
 	if len(data) > 0 {
 		outer := vm.phase
@@ -253,18 +234,18 @@ func (vm *VM) give(m api.Module, data []byte, ptrOut, sizeOut uint64) uint32 {
 		res, err := vm.fn.alloc.Call(context.WithValue(context.Background(), vmKey{}, vm), uint64(len(data)))
 		vm.phase = outer
 		if err != nil || len(res) == 0 {
-			return stInternal
+			return abi.StatusInternalFailure
 		}
 		ptr = uint32(res[0])
 		if !m.Memory().Write(ptr, data) {
-			return stInternal
+			return abi.StatusInternalFailure
 		}
 	}
 	mem := m.Memory()
 	if !mem.WriteUint32Le(uint32(ptrOut), ptr) || !mem.WriteUint32Le(uint32(sizeOut), uint32(len(data))) {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
-	return stOK
+	return abi.StatusOK
 }
 
 // read copies guest memory; the guest may reuse it once the call returns.

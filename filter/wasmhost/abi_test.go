@@ -1,21 +1,25 @@
 package wasmhost
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+)
 
 // Envoy refuses a callout to an unknown cluster or without :method, :path
 // or :authority; the core does the same for both fronts.
 func TestCalloutNeedsClusterAndPseudoHeaders(t *testing.T) {
 	c := NewCore(CoreOptions{Clusters: []string{"svc"}})
 	full := [][2]string{{":method", "POST"}, {":path", "/x"}, {":authority", "svc"}}
-	if _, st := c.HttpCall("svc", full, nil, 100); st != stOK {
+	if _, st := c.HttpCall("svc", full, nil, 100); st != abi.StatusOK {
 		t.Fatalf("complete callout refused: %d", st)
 	}
-	if _, st := c.HttpCall("other", full, nil, 100); st != stBadArgument {
+	if _, st := c.HttpCall("other", full, nil, 100); st != abi.StatusBadArgument {
 		t.Fatalf("unknown cluster: %d", st)
 	}
 	for i := range full {
 		missing := append(append([][2]string{}, full[:i]...), full[i+1:]...)
-		if _, st := c.HttpCall("svc", missing, nil, 100); st != stBadArgument {
+		if _, st := c.HttpCall("svc", missing, nil, 100); st != abi.StatusBadArgument {
 			t.Fatalf("callout without %s accepted", full[i][0])
 		}
 	}

@@ -3,6 +3,8 @@ package wasmhost
 import (
 	"strings"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 )
 
 // Core is the host model of one VM, with Envoy's semantics: its streams, the
@@ -144,43 +146,43 @@ func (c *Core) TickPeriod() time.Duration { return c.tick }
 
 // --- the host calls (proxywasm's NativeHost)
 
-func (c *Core) Log(level uint32, msg string) {
-	c.logs = append(c.logs, LogLine{Level: LogLevel(level), Msg: msg})
+func (c *Core) Log(level abi.LogLevel, msg string) {
+	c.logs = append(c.logs, LogLine{Level: level, Msg: msg})
 	if len(c.logs) > 1000 {
 		c.logs = c.logs[len(c.logs)-500:]
 	}
 	if c.logSink != nil {
-		c.logSink(LogLevel(level), msg)
+		c.logSink(level, msg)
 	}
 }
 
-func (c *Core) GetBuffer(bufferType, start, maxSize uint32) ([]byte, uint32) {
+func (c *Core) GetBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]byte, abi.Status) {
 	var buf []byte
 	switch bufferType {
-	case bufPluginConfig:
+	case abi.BufferPluginConfiguration:
 		if len(c.config) == 0 {
-			return nil, stNotFound
+			return nil, abi.StatusNotFound
 		}
 		buf = c.config
-	case bufVMConfig:
-	case bufCallResponseBody:
+	case abi.BufferVMConfiguration:
+	case abi.BufferHttpCallResponseBody:
 		if c.delivery == nil {
-			return nil, stNotFound
+			return nil, abi.StatusNotFound
 		}
 		buf = c.delivery.Body
 	default:
-		return nil, stNotFound
+		return nil, abi.StatusNotFound
 	}
 	if uint64(start) > uint64(len(buf)) {
-		return nil, stBadArgument
+		return nil, abi.StatusBadArgument
 	}
 	end := min(uint64(start)+uint64(maxSize), uint64(len(buf)))
-	return buf[start:end], stOK
+	return buf[start:end], abi.StatusOK
 }
 
 // headerMap returns a readable map of the effective context.
-func (c *Core) headerMap(t uint32) *Headers {
-	if t == mapCallResponseHeader {
+func (c *Core) headerMap(t abi.MapType) *Headers {
+	if t == abi.MapHttpCallResponseHeaders {
 		if c.delivery == nil {
 			return nil
 		}
@@ -191,110 +193,110 @@ func (c *Core) headerMap(t uint32) *Headers {
 		return nil
 	}
 	switch t {
-	case mapRequestHeaders:
+	case abi.MapHttpRequestHeaders:
 		return &s.RequestHeaders
-	case mapResponseHeaders:
+	case abi.MapHttpResponseHeaders:
 		return &s.ResponseHeaders
 	}
 	return nil
 }
 
 // writableMap returns a map of the effective context the guest may change.
-func (c *Core) writableMap(t uint32) *Headers {
+func (c *Core) writableMap(t abi.MapType) *Headers {
 	s := c.streams[c.effective]
 	if s == nil {
 		return nil
 	}
 	switch t {
-	case mapRequestHeaders:
+	case abi.MapHttpRequestHeaders:
 		if s.requestSent {
 			return nil // gone upstream: Envoy answers BadArgument
 		}
 		return &s.RequestHeaders
-	case mapResponseHeaders:
+	case abi.MapHttpResponseHeaders:
 		return &s.ResponseHeaders
 	}
 	return nil
 }
 
-func (c *Core) GetHeaderMapPairs(mapType uint32) ([][2]string, uint32) {
+func (c *Core) GetHeaderMapPairs(mapType abi.MapType) ([][2]string, abi.Status) {
 	hm := c.headerMap(mapType)
 	if hm == nil {
-		return nil, stBadArgument
+		return nil, abi.StatusBadArgument
 	}
-	return *hm, stOK
+	return *hm, abi.StatusOK
 }
 
-func (c *Core) GetHeaderMapValue(mapType uint32, key string) (string, uint32) {
+func (c *Core) GetHeaderMapValue(mapType abi.MapType, key string) (string, abi.Status) {
 	hm := c.headerMap(mapType)
 	if hm == nil {
-		return "", stBadArgument
+		return "", abi.StatusBadArgument
 	}
 	v, ok := hm.Get(key)
 	if !ok {
-		return "", stNotFound
+		return "", abi.StatusNotFound
 	}
-	return v, stOK
+	return v, abi.StatusOK
 }
 
-func (c *Core) edit(mapType uint32, f func(*Headers)) uint32 {
+func (c *Core) edit(mapType abi.MapType, f func(*Headers)) abi.Status {
 	hm := c.writableMap(mapType)
 	if hm == nil {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
 	f(hm)
-	return stOK
+	return abi.StatusOK
 }
 
-func (c *Core) SetHeaderMapPairs(mapType uint32, pairs [][2]string) uint32 {
+func (c *Core) SetHeaderMapPairs(mapType abi.MapType, pairs [][2]string) abi.Status {
 	return c.edit(mapType, func(hm *Headers) { *hm = LowerKeys(pairs) })
 }
 
-func (c *Core) AddHeaderMapValue(mapType uint32, key, value string) uint32 {
+func (c *Core) AddHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
 	return c.edit(mapType, func(hm *Headers) { hm.Add(key, value) })
 }
 
-func (c *Core) ReplaceHeaderMapValue(mapType uint32, key, value string) uint32 {
+func (c *Core) ReplaceHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
 	return c.edit(mapType, func(hm *Headers) { hm.Replace(key, value) })
 }
 
-func (c *Core) RemoveHeaderMapValue(mapType uint32, key string) uint32 {
+func (c *Core) RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status {
 	return c.edit(mapType, func(hm *Headers) { hm.Remove(key) })
 }
 
 // GetProperty reads a property of the effective stream; path parts are
 // NUL-separated, as the ABI sends them.
-func (c *Core) GetProperty(path string) ([]byte, uint32) {
+func (c *Core) GetProperty(path string) ([]byte, abi.Status) {
 	s := c.streams[c.effective]
 	if s == nil {
-		return nil, stNotFound
+		return nil, abi.StatusNotFound
 	}
 	v, ok := s.Properties[strings.ReplaceAll(path, "\x00", ".")]
 	if !ok {
-		return nil, stNotFound
+		return nil, abi.StatusNotFound
 	}
-	return []byte(v), stOK
+	return []byte(v), abi.StatusOK
 }
 
-func (c *Core) SendLocalResponse(status uint32, headers [][2]string, body []byte) uint32 {
+func (c *Core) SendLocalResponse(status uint32, headers [][2]string, body []byte) abi.Status {
 	s := c.streams[c.effective]
 	if s == nil {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
 	s.Local = &LocalResponse{Status: int(status), Headers: LowerKeys(headers), Body: append([]byte(nil), body...)}
-	return stOK
+	return abi.StatusOK
 }
 
 // HttpCall registers a callout of the effective context. Envoy refuses an
 // unknown cluster and a request without :method, :path or :authority.
-func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, uint32) {
+func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, abi.Status) {
 	hm := LowerKeys(headers)
 	if !c.clusters[cluster] {
-		return 0, stBadArgument
+		return 0, abi.StatusBadArgument
 	}
 	for _, required := range []string{":method", ":path", ":authority"} {
 		if hm.Value(required) == "" {
-			return 0, stBadArgument
+			return 0, abi.StatusBadArgument
 		}
 	}
 	c.nextToken++
@@ -304,52 +306,52 @@ func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeou
 	if c.OnCallout != nil {
 		c.OnCallout(co)
 	}
-	return co.Token, stOK
+	return co.Token, abi.StatusOK
 }
 
-func (c *Core) ContinueStream(streamType uint32) uint32 {
+func (c *Core) ContinueStream(streamType abi.StreamType) abi.Status {
 	s := c.streams[c.effective]
 	if s == nil {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
-	if streamType == 0 {
+	if streamType == abi.StreamRequest {
 		s.Resumed = true
 		s.requestSent = true // Envoy releases the request headers here
 	}
-	return stOK
+	return abi.StatusOK
 }
 
-func (c *Core) SetEffectiveContext(id uint32) uint32 {
+func (c *Core) SetEffectiveContext(id uint32) abi.Status {
 	if _, ok := c.streams[id]; !ok && id != c.rootID {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
 	c.effective = id
-	return stOK
+	return abi.StatusOK
 }
 
-func (c *Core) GetSharedData(key string) ([]byte, uint32, uint32) {
+func (c *Core) GetSharedData(key string) ([]byte, uint32, abi.Status) {
 	v, cas, ok := c.shared.Get(key)
 	if !ok {
-		return nil, 0, stNotFound
+		return nil, 0, abi.StatusNotFound
 	}
-	return v, cas, stOK
+	return v, cas, abi.StatusOK
 }
 
-func (c *Core) SetSharedData(key string, value []byte, cas uint32) uint32 {
+func (c *Core) SetSharedData(key string, value []byte, cas uint32) abi.Status {
 	return c.shared.Set(key, value, cas)
 }
 
-func (c *Core) SetTickPeriod(millis uint32) uint32 {
+func (c *Core) SetTickPeriod(millis uint32) abi.Status {
 	c.tick = time.Duration(millis) * time.Millisecond
-	return stOK
+	return abi.StatusOK
 }
 
-func (c *Core) DefineMetric(kind uint32, name string) (uint32, uint32) {
+func (c *Core) DefineMetric(kind abi.MetricType, name string) (uint32, abi.Status) {
 	return c.metrics.Define(kind, name)
 }
 
-func (c *Core) IncrementMetric(id uint32, offset int64) uint32 {
+func (c *Core) IncrementMetric(id uint32, offset int64) abi.Status {
 	return c.metrics.Increment(id, offset)
 }
 
-func (c *Core) RecordMetric(id uint32, value uint64) uint32 { return c.metrics.Record(id, value) }
+func (c *Core) RecordMetric(id uint32, value uint64) abi.Status { return c.metrics.Record(id, value) }

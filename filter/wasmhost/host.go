@@ -19,6 +19,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 )
 
 // Options configure a Host.
@@ -46,15 +48,15 @@ type Options struct {
 }
 
 // LogLevel is a proxy-wasm log level.
-type LogLevel uint32
+type LogLevel = abi.LogLevel
 
 const (
-	LogTrace LogLevel = iota
-	LogDebug
-	LogInfo
-	LogWarn
-	LogError
-	LogCritical
+	LogTrace    = abi.LogTrace
+	LogDebug    = abi.LogDebug
+	LogInfo     = abi.LogInfo
+	LogWarn     = abi.LogWarn
+	LogError    = abi.LogError
+	LogCritical = abi.LogCritical
 )
 
 // Host is one plugin: a compiled module, its configuration, and the state

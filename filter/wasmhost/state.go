@@ -1,6 +1,10 @@
 package wasmhost
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+)
 
 // The state a host keeps across a plugin's VMs, with Envoy's semantics, in
 // one place: the wazero host's functions and proxytest's native host both
@@ -34,26 +38,19 @@ func (d *SharedData) Get(key string) (value []byte, cas uint32, ok bool) {
 // Set writes a value and returns an ABI status. As in cpp-host, a non-zero
 // CAS is checked against an existing entry only: on a missing key any CAS
 // inserts.
-func (d *SharedData) Set(key string, value []byte, cas uint32) uint32 {
+func (d *SharedData) Set(key string, value []byte, cas uint32) abi.Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
 		d.m = map[string]sharedEntry{}
 	}
 	if e, found := d.m[key]; found && cas != 0 && e.cas != cas {
-		return stCasMismatch
+		return abi.StatusCasMismatch
 	}
 	d.cas++
 	d.m[key] = sharedEntry{value: append([]byte(nil), value...), cas: d.cas}
-	return stOK
+	return abi.StatusOK
 }
-
-// Metric kinds.
-const (
-	metricCounter   = 0
-	metricGauge     = 1
-	metricHistogram = 2
-)
 
 // Metrics are the metrics a plugin defines, with Envoy's rules: a counter
 // only grows, a histogram is only recorded. Safe for concurrent use.
@@ -65,15 +62,15 @@ type Metrics struct {
 
 type metric struct {
 	name   string
-	kind   uint32
+	kind   abi.MetricType
 	value  int64
 	values []uint64
 }
 
 // Define returns the id of a metric, defining it on first use.
-func (ms *Metrics) Define(kind uint32, name string) (id uint32, status uint32) {
-	if kind > metricHistogram || name == "" {
-		return 0, stBadArgument
+func (ms *Metrics) Define(kind abi.MetricType, name string) (id uint32, status abi.Status) {
+	if kind > abi.MetricHistogram || name == "" {
+		return 0, abi.StatusBadArgument
 	}
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
@@ -86,14 +83,14 @@ func (ms *Metrics) Define(kind uint32, name string) (id uint32, status uint32) {
 		ms.list = append(ms.list, metric{name: name, kind: kind})
 		ms.byName[name] = id
 	}
-	return id, stOK
+	return id, abi.StatusOK
 }
 
 // Increment adds to a counter or gauge. Envoy refuses a histogram, and a
 // counter increment that would not make it grow.
-func (ms *Metrics) Increment(id uint32, offset int64) uint32 {
+func (ms *Metrics) Increment(id uint32, offset int64) abi.Status {
 	return ms.update(id, func(mt *metric) bool {
-		if mt.kind == metricHistogram || mt.kind == metricCounter && offset <= 0 {
+		if mt.kind == abi.MetricHistogram || mt.kind == abi.MetricCounter && offset <= 0 {
 			return false
 		}
 		mt.value += offset
@@ -102,9 +99,9 @@ func (ms *Metrics) Increment(id uint32, offset int64) uint32 {
 }
 
 // Record adds a histogram sample; a counter or gauge takes the value.
-func (ms *Metrics) Record(id uint32, value uint64) uint32 {
+func (ms *Metrics) Record(id uint32, value uint64) abi.Status {
 	return ms.update(id, func(mt *metric) bool {
-		if mt.kind == metricHistogram {
+		if mt.kind == abi.MetricHistogram {
 			if len(mt.values) < 1_000_000 {
 				mt.values = append(mt.values, value)
 			}
@@ -116,9 +113,9 @@ func (ms *Metrics) Record(id uint32, value uint64) uint32 {
 }
 
 // Get reads a counter's or gauge's value.
-func (ms *Metrics) Get(id uint32) (int64, uint32) {
+func (ms *Metrics) Get(id uint32) (int64, abi.Status) {
 	var v int64
-	st := ms.update(id, func(mt *metric) bool { v = mt.value; return mt.kind != metricHistogram })
+	st := ms.update(id, func(mt *metric) bool { v = mt.value; return mt.kind != abi.MetricHistogram })
 	return v, st
 }
 
@@ -142,14 +139,14 @@ func (ms *Metrics) Samples(name string) []uint64 {
 	return nil
 }
 
-func (ms *Metrics) update(id uint32, f func(*metric) bool) uint32 {
+func (ms *Metrics) update(id uint32, f func(*metric) bool) abi.Status {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if int(id) >= len(ms.list) {
-		return stNotFound
+		return abi.StatusNotFound
 	}
 	if !f(&ms.list[id]) {
-		return stBadArgument
+		return abi.StatusBadArgument
 	}
-	return stOK
+	return abi.StatusOK
 }

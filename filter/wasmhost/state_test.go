@@ -1,6 +1,10 @@
 package wasmhost
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+)
 
 // Shared data as cpp-host keeps it: a CAS guards an existing entry only.
 func TestSharedDataCAS(t *testing.T) {
@@ -8,20 +12,20 @@ func TestSharedDataCAS(t *testing.T) {
 	if _, _, ok := d.Get("k"); ok {
 		t.Fatal("missing key found")
 	}
-	if st := d.Set("k", []byte("a"), 42); st != stOK {
+	if st := d.Set("k", []byte("a"), 42); st != abi.StatusOK {
 		t.Fatalf("a CAS on a missing key inserts in Envoy; got status %d", st)
 	}
 	v, cas, ok := d.Get("k")
 	if !ok || string(v) != "a" || cas == 0 {
 		t.Fatalf("get %q %d %v", v, cas, ok)
 	}
-	if st := d.Set("k", []byte("b"), cas+1); st != stCasMismatch {
+	if st := d.Set("k", []byte("b"), cas+1); st != abi.StatusCasMismatch {
 		t.Fatalf("stale CAS: status %d", st)
 	}
-	if st := d.Set("k", []byte("b"), cas); st != stOK {
+	if st := d.Set("k", []byte("b"), cas); st != abi.StatusOK {
 		t.Fatalf("current CAS: status %d", st)
 	}
-	if st := d.Set("k", []byte("c"), 0); st != stOK {
+	if st := d.Set("k", []byte("c"), 0); st != abi.StatusOK {
 		t.Fatalf("CAS 0 always writes: status %d", st)
 	}
 	v[0] = 'x' // a returned value is a copy
@@ -33,20 +37,20 @@ func TestSharedDataCAS(t *testing.T) {
 // Metrics as Envoy keeps them: counters only grow.
 func TestMetricsRules(t *testing.T) {
 	var ms Metrics
-	c, _ := ms.Define(metricCounter, "c")
-	g, _ := ms.Define(metricGauge, "g")
-	hist, _ := ms.Define(metricHistogram, "h")
-	if again, _ := ms.Define(metricCounter, "c"); again != c {
+	c, _ := ms.Define(abi.MetricCounter, "c")
+	g, _ := ms.Define(abi.MetricGauge, "g")
+	hist, _ := ms.Define(abi.MetricHistogram, "h")
+	if again, _ := ms.Define(abi.MetricCounter, "c"); again != c {
 		t.Fatal("a metric defined twice got two ids")
 	}
-	if _, st := ms.Define(9, "x"); st != stBadArgument {
+	if _, st := ms.Define(9, "x"); st != abi.StatusBadArgument {
 		t.Fatal("unknown kind accepted")
 	}
 	for _, tc := range []struct {
 		id     uint32
 		offset int64
-		want   uint32
-	}{{c, 2, stOK}, {c, 0, stBadArgument}, {c, -1, stBadArgument}, {g, -5, stOK}, {hist, 1, stBadArgument}, {99, 1, stNotFound}} {
+		want   abi.Status
+	}{{c, 2, abi.StatusOK}, {c, 0, abi.StatusBadArgument}, {c, -1, abi.StatusBadArgument}, {g, -5, abi.StatusOK}, {hist, 1, abi.StatusBadArgument}, {99, 1, abi.StatusNotFound}} {
 		if st := ms.Increment(tc.id, tc.offset); st != tc.want {
 			t.Errorf("increment %d by %d: status %d, want %d", tc.id, tc.offset, st, tc.want)
 		}

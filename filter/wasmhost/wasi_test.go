@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 )
 
 // buildTestPlugin compiles a module of testdata for wasip1.
@@ -98,14 +100,14 @@ func TestRestrictedCallTraps(t *testing.T) {
 func TestRequestHeadersReleasedAfterContinue(t *testing.T) {
 	c := NewCore(CoreOptions{})
 	st := c.OpenStream(Headers{{":path", "/"}}, nil)
-	if c.ReplaceHeaderMapValue(mapRequestHeaders, "x", "1") != stOK {
+	if c.ReplaceHeaderMapValue(abi.MapHttpRequestHeaders, "x", "1") != abi.StatusOK {
 		t.Fatal("paused request headers must be writable")
 	}
 	c.ContinueStream(0)
-	if c.ReplaceHeaderMapValue(mapRequestHeaders, "x", "2") != stBadArgument || st.RequestHeaders.Value("x") != "1" {
+	if c.ReplaceHeaderMapValue(abi.MapHttpRequestHeaders, "x", "2") != abi.StatusBadArgument || st.RequestHeaders.Value("x") != "1" {
 		t.Fatal("request headers writable after they went upstream")
 	}
-	if c.AddHeaderMapValue(mapResponseHeaders, "y", "1") != stOK {
+	if c.AddHeaderMapValue(abi.MapHttpResponseHeaders, "y", "1") != abi.StatusOK {
 		t.Fatal("response headers must stay writable")
 	}
 }

@@ -292,3 +292,23 @@ func TestSipHashVector(t *testing.T) {
 		}
 	}
 }
+
+// The hot path of a lease hit: the bucket's owner, then one token taken.
+func BenchmarkHit(b *testing.B) {
+	c := newCache(b, newMemStore(), 1024)
+	parts := [...]string{"ip:203.0.113.5", "", "", "", "GET", "/api/v1/items"}
+	b.Run("Bucket", func(b *testing.B) {
+		for b.Loop() {
+			c.Bucket(parts[:]...)
+		}
+	})
+	a := c.Bucket(parts[:]...)
+	b.Run("Take", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, out, _ := c.Take(a, 0); out != Hit {
+				c.Put(Entry{Owner: a, Tokens: 1 << 20, ExpiresMs: 1 << 40, Limit: 100, RuleID: "r", Identity: "ip:203.0.113.5", Tier: "free"}, 0)
+			}
+		}
+	})
+}
