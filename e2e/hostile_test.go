@@ -155,3 +155,25 @@ func rawGet(t *testing.T, base, path string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// X-Forwarded-For sent as two header lines reaches the filter and the
+// upstream as two lines, in order, with the gateway's peer appended to the
+// last one as Envoy appends it; behind one trusted proxy the client is the
+// entry left of the peer's.
+func TestForwardedForLinesThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, hostileControlConfig)
+	up := newUpstream(t)
+	gw := startGatewayHops(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","lease":{"request":0}}`, 1)
+	res := get(t, gw, "/api/v1/items", "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-For", "203.0.113.9")
+	if res.status != 200 {
+		t.Fatalf("%d %s", res.status, res.body)
+	}
+	seen := up.last(t)
+	if got := seen.Values("X-Forwarded-For"); len(got) != 2 || got[0] != "198.51.100.1, 198.51.100.2" || got[1] != "203.0.113.9, 127.0.0.1" {
+		t.Fatalf("upstream X-Forwarded-For lines %q", got)
+	}
+	if got := seen.Get("X-Tollgate-Identity"); got != "ip:203.0.113.9" {
+		t.Fatalf("counted as %q, want the entry left of the peer's", got)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -40,4 +42,28 @@ func TestMain(m *testing.M) {
 	compCache.Close(context.Background())
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// The module exports what Envoy calls and nothing it would call for
+// nothing: no body or log callbacks (each would cost a VM call per chunk or
+// per request).
+func TestModuleExports(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(compCache))
+	defer rt.Close(ctx)
+	m, err := rt.CompileModule(ctx, wasmBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for name := range m.ExportedFunctions() {
+		got = append(got, name)
+	}
+	sort.Strings(got)
+	want := []string{"_initialize", "proxy_abi_version_0_2_1", "proxy_on_configure", "proxy_on_context_create", "proxy_on_delete",
+		"proxy_on_done", "proxy_on_http_call_response", "proxy_on_memory_allocate", "proxy_on_request_headers",
+		"proxy_on_response_headers", "proxy_on_tick", "proxy_on_vm_start"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("exports %v\nwant    %v", got, want)
+	}
 }

@@ -15,7 +15,7 @@ var i64 = api.ValueTypeI64
 // instantiateEnv registers the host functions as module "env".
 func (h *Host) instantiateEnv(ctx context.Context) error {
 	b := h.rt.NewHostModuleBuilder("env")
-	def := func(name string, params, results []api.ValueType, f func(vm *VM, m api.Module, s []uint64) abi.Status) {
+	def := func(name string, params []api.ValueType, f hostFunc) {
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			vm, _ := ctx.Value(vmKey{}).(*VM)
 			if vm == nil {
@@ -25,10 +25,8 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 			vm.calls[name]++
 			vm.restricted(name)
 			st := f(vm, m, stack)
-			if len(results) > 0 {
-				stack[0] = uint64(st)
-			}
-		}), params, results).Export(name)
+			stack[0] = uint64(st)
+		}), params, []api.ValueType{i32}).Export(name)
 	}
 	p := func(n int) []api.ValueType {
 		out := make([]api.ValueType, n)
@@ -37,9 +35,27 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return out
 	}
-	r := []api.ValueType{i32}
+	h.defineBuffers(def, p)
+	h.defineHeaderMaps(def, p)
+	h.defineStream(def, p)
+	h.defineState(def, p)
+	_, err := b.Instantiate(ctx)
+	return err
+}
 
-	def("proxy_log", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+// hostFunc is one host function: it reads its parameters from the stack and
+// guest memory, calls the model, and answers an ABI status.
+type hostFunc func(vm *VM, m api.Module, s []uint64) abi.Status
+
+// definer registers a host function; params gives n i32 parameters.
+type (
+	definer func(name string, params []api.ValueType, f hostFunc)
+	params  func(n int) []api.ValueType
+)
+
+// defineBuffers: logging, time and buffers.
+func (h *Host) defineBuffers(def definer, p params) {
+	def("proxy_log", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		msg, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -47,20 +63,24 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		vm.Log(abi.LogLevel(s[0]), string(msg))
 		return abi.StatusOK
 	})
-	def("proxy_get_current_time_nanoseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_current_time_nanoseconds", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		if !m.Memory().WriteUint64Le(uint32(s[0]), uint64(h.opts.Now().UnixNano())) {
 			return abi.StatusBadArgument
 		}
 		return abi.StatusOK
 	})
-	def("proxy_get_buffer_bytes", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_buffer_bytes", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		buf, st := vm.GetBuffer(abi.BufferType(s[0]), uint32(s[1]), uint32(s[2]))
 		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, buf, s[3], s[4])
 	})
-	def("proxy_get_header_map_value", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+}
+
+// defineHeaderMaps: reading and editing header maps.
+func (h *Host) defineHeaderMaps(def definer, p params) {
+	def("proxy_get_header_map_value", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -71,14 +91,14 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return vm.give(m, []byte(v), s[3], s[4])
 	})
-	def("proxy_get_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_header_map_pairs", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		pairs, st := vm.GetHeaderMapPairs(abi.MapType(s[0]))
 		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, headermap.Encode(pairs), s[1], s[2])
 	})
-	def("proxy_set_header_map_pairs", p(3), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_header_map_pairs", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		data, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -90,7 +110,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		return vm.SetHeaderMapPairs(abi.MapType(s[0]), pairs)
 	})
 	mapEdit := func(name string, n int, f func(vm *VM, mapType abi.MapType, key, value string) abi.Status) {
-		def(name, p(n), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+		def(name, p(n), func(vm *VM, m api.Module, s []uint64) abi.Status {
 			key, ok := read(m, s[1], s[2])
 			if !ok {
 				return abi.StatusBadArgument
@@ -108,7 +128,11 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 	mapEdit("proxy_replace_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.ReplaceHeaderMapValue(t, k, v) })
 	mapEdit("proxy_remove_header_map_value", 3, func(vm *VM, t abi.MapType, k, _ string) abi.Status { return vm.RemoveHeaderMapValue(t, k) })
 
-	def("proxy_get_property", p(4), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+}
+
+// defineStream: properties, local replies, callouts and stream control.
+func (h *Host) defineStream(def definer, p params) {
+	def("proxy_get_property", p(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		path, ok := read(m, s[0], s[1])
 		if !ok {
 			return abi.StatusBadArgument
@@ -119,7 +143,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return vm.give(m, v, s[2], s[3])
 	})
-	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		body, ok1 := read(m, s[3], s[4])
 		hdrs, ok2 := read(m, s[5], s[6])
 		if !ok1 || !ok2 {
@@ -131,7 +155,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return vm.SendLocalResponse(uint32(s[0]), pairs, body)
 	})
-	def("proxy_http_call", p(10), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_http_call", p(10), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		cluster, ok1 := read(m, s[0], s[1])
 		hdrs, ok2 := read(m, s[2], s[3])
 		body, ok3 := read(m, s[4], s[5])
@@ -151,13 +175,17 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return abi.StatusOK
 	})
-	def("proxy_continue_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status { return vm.ContinueStream(abi.StreamType(s[0])) })
-	def("proxy_close_stream", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
-	def("proxy_set_effective_context", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_continue_stream", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return vm.ContinueStream(abi.StreamType(s[0])) })
+	def("proxy_close_stream", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
+	def("proxy_set_effective_context", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetEffectiveContext(uint32(s[0]))
 	})
-	def("proxy_done", nil, r, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
-	def("proxy_get_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+}
+
+// defineState: shared data, ticks and metrics.
+func (h *Host) defineState(def definer, p params) {
+	def("proxy_done", nil, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
+	def("proxy_get_shared_data", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[0], s[1])
 		if !ok {
 			return abi.StatusBadArgument
@@ -174,7 +202,7 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return abi.StatusOK
 	})
-	def("proxy_set_shared_data", p(5), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_shared_data", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok1 := read(m, s[0], s[1])
 		val, ok2 := read(m, s[2], s[3])
 		if !ok1 || !ok2 {
@@ -182,10 +210,10 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return vm.SetSharedData(string(key), val, uint32(s[4]))
 	})
-	def("proxy_set_tick_period_milliseconds", p(1), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_tick_period_milliseconds", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetTickPeriod(uint32(s[0]))
 	})
-	def("proxy_define_metric", p(4), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_define_metric", p(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		name, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -199,13 +227,13 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return abi.StatusOK
 	})
-	def("proxy_increment_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_increment_metric", []api.ValueType{i32, i64}, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.IncrementMetric(uint32(s[0]), int64(s[1]))
 	})
-	def("proxy_record_metric", []api.ValueType{i32, i64}, r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_record_metric", []api.ValueType{i32, i64}, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.RecordMetric(uint32(s[0]), s[1])
 	})
-	def("proxy_get_metric", p(2), r, func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_metric", p(2), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		v, st := h.metrics.Get(uint32(s[0]))
 		if st != abi.StatusOK {
 			return st
@@ -215,8 +243,6 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 		}
 		return abi.StatusOK
 	})
-	_, err := b.Instantiate(ctx)
-	return err
 }
 
 // calloutHeaders decodes a callout's headers; Envoy refuses (BadArgument) a
