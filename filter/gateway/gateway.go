@@ -84,7 +84,15 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Log, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(cfg.Upstream); pr.Out.Host = pr.In.Host },
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(cfg.Upstream)
+			pr.Out.Host = pr.In.Host
+			// ReverseProxy drops X-Forwarded-For before Rewrite; Envoy sends
+			// it on, with its peer appended (resolveClient did that).
+			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+		},
 		Transport:      &http.Transport{MaxIdleConnsPerHost: 256},
 		ModifyResponse: g.filterResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
