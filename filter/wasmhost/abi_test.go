@@ -30,10 +30,12 @@ func TestCalloutNeedsClusterAndPseudoHeaders(t *testing.T) {
 
 func TestHeaders(t *testing.T) {
 	h := Headers{{"a", "1"}, {"B", "2"}, {"a", "3"}}
-	h.Replace("A", "x")
-	if got := h.Values("a"); len(got) != 1 || got[0] != "x" {
+	h.Replace("A", "x") // Envoy's setCopy: the first value, in place; the others stay
+	if got := h.Values("a"); len(got) != 2 || got[0] != "x" || got[1] != "3" || h[0][1] != "x" {
 		t.Fatalf("replace: %v", h)
 	}
+	h.Remove("a")
+	h.Add("a", "x")
 	h.Add("C", "y")
 	h.Remove("b")
 	if h.Value("c") != "y" || h.Value("b") != "" || len(h) != 2 {

@@ -57,26 +57,17 @@ func (h *Headers) Remove(key string) {
 // Add appends a value (key lower-cased, as Envoy stores it).
 func (h *Headers) Add(key, value string) { *h = append(*h, [2]string{strings.ToLower(key), value}) }
 
-// Replace sets key to one value, keeping the first one's position.
+// Replace sets the first value of key in place, or adds it. Like Envoy's
+// setCopy (what proxy_replace_header_map_value calls), it leaves any later
+// values of key alone: a filter that needs one value must remove the others.
 func (h *Headers) Replace(key, value string) {
 	for i, kv := range *h {
 		if strings.EqualFold(kv[0], key) {
 			(*h)[i][1] = value
-			h.removeAfter(i, key)
 			return
 		}
 	}
 	h.Add(key, value)
-}
-
-func (h *Headers) removeAfter(i int, key string) {
-	out := (*h)[:i+1]
-	for _, kv := range (*h)[i+1:] {
-		if !strings.EqualFold(kv[0], key) {
-			out = append(out, kv)
-		}
-	}
-	*h = out
 }
 
 // LocalResponse is an answer the guest sent itself (proxy_send_local_response).
