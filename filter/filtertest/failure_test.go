@@ -20,6 +20,12 @@ func TestCalloutFailures(t *testing.T) {
 	}{
 		{"timeout (Envoy's 504)", "controlsvc", func(e *env) { e.answer(0, "504", "upstream request timeout") }},
 		{"no healthy upstream (503)", "controlsvc", func(e *env) { e.answer(0, "503", "no healthy upstream") }},
+		{"connect failure (Envoy's 503 text)", "controlsvc", func(e *env) {
+			e.answer(0, "503", "upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+		}},
+		{"implausible identity", "controlsvc", func(e *env) {
+			e.answer(0, "200", strings.Replace(decision(true, 5, 0, 0), `"user:alice"`, `"user:a\r\nx: 1"`, 1))
+		}},
 		{"500 from the service", "controlsvc", func(e *env) { e.answer(0, "500", `{"error":{"code":"INTERNAL_ERROR"}}`) }},
 		{"garbage body", "controlsvc", func(e *env) { e.answer(0, "200", "<html>not json") }},
 		{"status and body disagree", "controlsvc", func(e *env) { e.answer(0, "200", decision(false, 0, 0, 1)) }},
