@@ -20,10 +20,16 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"math"
+	"math/bits"
 	"strconv"
 )
 
-// Store is shared data: proxywasm.GetSharedData / SetSharedData.
+// Store is shared data: proxywasm.GetSharedData / SetSharedData, with the
+// host's rules (cpp-host, which Envoy embeds): a zero CAS writes
+// unconditionally, a non-zero CAS must match an existing entry's, and on a
+// missing key any CAS inserts. The data Get returns belongs to the caller,
+// which may change it and write it back; Set does not keep data.
 type Store interface {
 	Get(key string) (data []byte, cas uint32, err error)
 	Set(key string, data []byte, cas uint32) error
@@ -38,12 +44,17 @@ var (
 // ErrTooLarge: an entry's strings do not fit a slot; it is not cached.
 var ErrTooLarge = errors.New("leasecache: entry does not fit a slot")
 
-// maxField bounds each string of an entry. Identities are at most a kind
-// prefix and 255 bytes; rule ids and tiers are shorter.
+// maxField bounds each string of an entry. The longest legal identity is a
+// kind prefix ("user:") and 255 bytes; rule ids and tiers are shorter. A
+// longer string is refused by Put, never cut: two identities that agree on
+// their first bytes must not come back from the cache as one.
 const maxField = 512
 
 // maxCASRetries bounds the retries of one operation under contention.
 const maxCASRetries = 8
+
+// keyLen is the size of the shared hash key (SipHash's 128-bit key).
+const keyLen = 16
 
 // Entry is one bucket's cached state.
 type Entry struct {
@@ -73,74 +84,93 @@ type Cache struct {
 	keys   []string
 	keyKey string // the shared-data key holding the hash key
 	k0, k1 uint64
+	// insertCAS is the CAS this VM writes a missing key with: by the host's
+	// rules it inserts when the key is still missing and is refused when
+	// another VM wrote the key in between (unless that write drew this very
+	// CAS, one chance in 2^32, which Put's key check then repairs).
+	insertCAS uint32
 }
 
-// Owner identifies a bucket: 128 bits of a keyed hash, never zero.
+// Owner identifies a bucket: the 128-bit keyed hash of its parts, never zero.
 type Owner [16]byte
 
 // New returns a cache over n slots named prefix.<i>, with the hash key shared
 // by every VM under prefix.key (created by the first VM that finds none).
 func New(store Store, prefix string, n uint32) (*Cache, error) {
+	if n == 0 {
+		return nil, errors.New("leasecache: no slots")
+	}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = prefix + "." + strconv.Itoa(i)
 	}
 	c := &Cache{store: store, keys: keys, keyKey: prefix + ".key"}
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return nil, errors.New("leasecache: no randomness: " + err.Error())
+	}
+	c.insertCAS = max(binary.LittleEndian.Uint32(r[:]), 1)
 	if err := c.loadKey(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// loadKey adopts the process's hash key, creating it if there is none.
-// Shared data has no insert-if-absent, so two VMs starting at once may both
-// write one: each then adopts what is stored, and Put checks again, so the
-// VMs agree from the first lease after such a race on.
+// loadKey adopts the process's hash key, creating it if there is none. The
+// first VM to insert one wins; a VM that loses the race reads the winner's,
+// so all VMs hash alike from their start.
 func (c *Cache) loadKey() error {
-	data, _, err := c.store.Get(c.keyKey)
-	if errors.Is(err, ErrNotFound) || (err == nil && len(data) != 16) {
-		var k [16]byte
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(c.keyKey)
+		switch {
+		case err == nil && len(data) == keyLen:
+			c.k0, c.k1 = keyWords(data)
+			return nil
+		case err == nil:
+			// Not a key (written by something else): replace this very
+			// version of it, no other.
+		case errors.Is(err, ErrNotFound):
+			cas = c.insertCAS
+		default:
+			return errors.New("leasecache: read the hash key: " + err.Error())
+		}
+		var k [keyLen]byte
 		if _, err := rand.Read(k[:]); err != nil {
 			return errors.New("leasecache: no randomness for the hash key: " + err.Error())
 		}
-		if err := c.store.Set(c.keyKey, k[:], 0); err != nil {
+		switch err := c.store.Set(c.keyKey, k[:], cas); {
+		case err == nil:
+			c.k0, c.k1 = keyWords(k[:])
+			return nil
+		case !errors.Is(err, ErrCasMismatch):
 			return errors.New("leasecache: store the hash key: " + err.Error())
 		}
-		data, _, err = c.store.Get(c.keyKey)
+		// Another VM stored its key first: read that one.
 	}
-	if err != nil || len(data) != 16 {
-		return errors.New("leasecache: read the hash key")
-	}
-	c.k0, c.k1 = binary.LittleEndian.Uint64(data[:8]), binary.LittleEndian.Uint64(data[8:])
-	return nil
+	return errors.New("leasecache: the hash key keeps changing")
 }
 
 // Bucket is the owner id of a bucket's description: the keyed hash of its
-// parts, each preceded by its length so that no two lists of parts collide.
+// parts, each length-delimited so that no two lists of parts collide.
 func (c *Cache) Bucket(parts ...string) Owner {
-	h := newSip(c.k0, c.k1)
-	for _, p := range parts {
-		n := uint32(len(p))
-		h.writeByte(byte(n))
-		h.writeByte(byte(n >> 8))
-		h.writeByte(byte(n >> 16))
-		h.writeByte(byte(n >> 24))
-		h.writeString(p)
-	}
-	h0, h1 := h.sum128()
+	h0, h1 := bucketHash(c.k0, c.k1, parts)
 	var o Owner
-	binary.LittleEndian.PutUint64(o[:8], h0|1) // never zero: zero marks no owner
+	binary.LittleEndian.PutUint64(o[:8], h0|1) // never zero: the zero Owner is no bucket
 	binary.LittleEndian.PutUint64(o[8:], h1)
 	return o
 }
 
+// key is the slot of owner: the high word of the owner, scaled to the slot
+// count (a multiply, not a modulo, so every slot is equally likely).
 func (c *Cache) key(owner Owner) string {
-	return c.keys[binary.LittleEndian.Uint64(owner[:8])%uint64(len(c.keys))]
+	i, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[8:]), uint64(len(c.keys)))
+	return c.keys[i]
 }
 
 // Take spends one token of owner's lease. On a Miss, leftover is the count of
 // expired lease tokens taken out of the slot, to be handed back to the
-// control service with the next check.
+// control service with the next check; the Entry is only meaningful on a Hit
+// or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover int64) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
@@ -148,8 +178,8 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover i
 		if err != nil {
 			return Entry{}, Miss, 0
 		}
-		e, ok := decode(data)
-		if !ok || e.Owner != owner {
+		var ok bool
+		if e, ok = decode(data, false); !ok || e.Owner != owner {
 			return Entry{}, Miss, 0
 		}
 		switch {
@@ -159,21 +189,27 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover i
 			// granted.
 			e.Tokens--
 		case e.DeniedUntilMs > nowMs:
+			decodeStrings(data, &e)
 			return e, Denied, 0
 		case e.Tokens > 0:
 			leftover, e.Tokens = e.Tokens, 0 // expired: hand back once
 		default:
-			return e, Miss, 0
+			return Entry{}, Miss, 0
 		}
-		if err := c.store.Set(k, encode(e), cas); err != nil {
+		// Only the token count changes: write it into the bytes just read
+		// instead of encoding the entry again.
+		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
+		if err := c.store.Set(k, data, cas); err != nil {
 			if errors.Is(err, ErrCasMismatch) {
+				leftover = 0
 				continue
 			}
 			return Entry{}, Miss, 0
 		}
 		if leftover > 0 {
-			return e, Miss, leftover
+			return Entry{}, Miss, leftover
 		}
+		decodeStrings(data, &e)
 		return e, Hit, 0
 	}
 	return Entry{}, Miss, 0
@@ -191,6 +227,7 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField {
 		return ErrTooLarge
 	}
+	e.Tokens = max(e.Tokens, 0)
 	if e.Tokens > 0 && c.keyReplaced() {
 		// The entry was hashed with a key the other VMs no longer use:
 		// drop it (under-admission, once) and use theirs from now on.
@@ -199,15 +236,20 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	k := c.key(e.Owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
-		if err != nil {
-			return c.store.Set(k, encode(e), 0)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Insert only if the slot is still empty: an unconditional
+			// write could replace a lease another VM put meanwhile.
+			cas = c.insertCAS
+		case err != nil:
+			return err
 		}
-		old, ok := decode(data)
+		old, ok := decode(data, false)
 		next := e
 		live := ok && old.Tokens > 0 && nowMs < old.ExpiresMs
 		switch {
 		case live && old.Owner == e.Owner:
-			next.Tokens = old.Tokens + e.Tokens
+			next.Tokens = satAdd(old.Tokens, e.Tokens)
 			next.ExpiresMs = old.ExpiresMs
 			if e.Tokens > 0 {
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
@@ -225,41 +267,66 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
-// keyReplaced reports whether the shared hash key is no longer this VM's
-// (checked when a lease is put, seldom: see loadKey).
-func (c *Cache) keyReplaced() bool {
-	data, _, err := c.store.Get(c.keyKey)
-	return err == nil && len(data) == 16 &&
-		(binary.LittleEndian.Uint64(data[:8]) != c.k0 || binary.LittleEndian.Uint64(data[8:]) != c.k1)
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
-const fixedLen = 16 + 8*8
+// keyReplaced reports whether the shared hash key is no longer this VM's
+// (checked when a lease is put, seldom: see insertCAS).
+func (c *Cache) keyReplaced() bool {
+	data, _, err := c.store.Get(c.keyKey)
+	if err != nil || len(data) != keyLen {
+		return false
+	}
+	k0, k1 := keyWords(data)
+	return k0 != c.k0 || k1 != c.k1
+}
+
+// A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
+// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter (int64 each, little
+// endian); then RuleID, Identity and Tier, each as a uint16 length and its
+// bytes. Lengths above maxField never occur (Put refuses them), so decode
+// treats them as a damaged slot.
+const (
+	offTokens = 16
+	fixedLen  = 16 + 8*8
+	minLen    = fixedLen + 3*2
+)
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, fixedLen+6+len(e.RuleID)+len(e.Identity)+len(e.Tier))
+	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier))
 	copy(b, e.Owner[:])
-	for i, v := range []uint64{uint64(e.Tokens), uint64(e.ExpiresMs), uint64(e.DeniedUntilMs),
-		uint64(e.Limit), uint64(e.Remaining), uint64(e.ResetAt), uint64(e.WindowSeconds), uint64(e.RetryAfter)} {
-		binary.LittleEndian.PutUint64(b[16+8*i:], v)
-	}
-	for _, s := range []string{e.RuleID, e.Identity, e.Tier} {
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(s))) // Put bounds them to maxField
-		b = append(b, s...)
-	}
+	le := binary.LittleEndian
+	le.PutUint64(b[16:], uint64(e.Tokens))
+	le.PutUint64(b[24:], uint64(e.ExpiresMs))
+	le.PutUint64(b[32:], uint64(e.DeniedUntilMs))
+	le.PutUint64(b[40:], uint64(e.Limit))
+	le.PutUint64(b[48:], uint64(e.Remaining))
+	le.PutUint64(b[56:], uint64(e.ResetAt))
+	le.PutUint64(b[64:], uint64(e.WindowSeconds))
+	le.PutUint64(b[72:], uint64(e.RetryAfter))
+	b = appendField(b, e.RuleID)
+	b = appendField(b, e.Identity)
+	b = appendField(b, e.Tier)
 	return b
 }
 
-func decode(b []byte) (Entry, bool) {
-	if len(b) < fixedLen+6 {
+func appendField(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s))) // Put bounds len(s) to maxField
+	return append(b, s...)
+}
+
+// decode reads a slot, checking its whole layout. The strings are only read
+// when asked for (the owner check comes first and usually settles a Take).
+func decode(b []byte, withStrings bool) (Entry, bool) {
+	if len(b) < minLen {
 		return Entry{}, false
 	}
-	u := func(i int) int64 { return int64(binary.LittleEndian.Uint64(b[16+8*i:])) }
-	e := Entry{Tokens: u(0), ExpiresMs: u(1), DeniedUntilMs: u(2),
-		Limit: u(3), Remaining: u(4), ResetAt: u(5), WindowSeconds: u(6), RetryAfter: u(7)}
-	copy(e.Owner[:], b[:16])
 	rest := b[fixedLen:]
-	var strs [3]string
-	for i := range strs {
+	for range 3 {
 		if len(rest) < 2 {
 			return Entry{}, false
 		}
@@ -267,12 +334,37 @@ func decode(b []byte) (Entry, bool) {
 		if n > maxField || len(rest) < 2+n {
 			return Entry{}, false
 		}
-		strs[i] = string(rest[2 : 2+n])
 		rest = rest[2+n:]
 	}
 	if len(rest) != 0 {
 		return Entry{}, false
 	}
-	e.RuleID, e.Identity, e.Tier = strs[0], strs[1], strs[2]
+	le := binary.LittleEndian
+	e := Entry{
+		Tokens:        int64(le.Uint64(b[16:])),
+		ExpiresMs:     int64(le.Uint64(b[24:])),
+		DeniedUntilMs: int64(le.Uint64(b[32:])),
+		Limit:         int64(le.Uint64(b[40:])),
+		Remaining:     int64(le.Uint64(b[48:])),
+		ResetAt:       int64(le.Uint64(b[56:])),
+		WindowSeconds: int64(le.Uint64(b[64:])),
+		RetryAfter:    int64(le.Uint64(b[72:])),
+	}
+	copy(e.Owner[:], b[:16])
+	if withStrings {
+		decodeStrings(b, &e)
+	}
 	return e, true
+}
+
+// decodeStrings fills e's strings from a slot decode has checked, with one
+// allocation for the three.
+func decodeStrings(b []byte, e *Entry) {
+	s := string(b[fixedLen:])
+	var f [3]string
+	for i := range f {
+		n := int(s[0]) | int(s[1])<<8
+		f[i], s = s[2:2+n], s[2+n:]
+	}
+	e.RuleID, e.Identity, e.Tier = f[0], f[1], f[2]
 }

@@ -1,46 +1,74 @@
 package leasecache
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 )
 
-// memStore is shared data as Envoy keeps it: a value and a CAS that changes
-// with every write.
+// memStore is shared data with cpp-host's rules (the host Envoy embeds): one
+// CAS counter for all keys, a zero CAS writes unconditionally, a non-zero CAS
+// must match an existing entry's, and on a missing key any CAS inserts.
 type memStore struct {
-	mu  sync.Mutex
-	m   map[string][]byte
-	cas map[string]uint32
+	mu   sync.Mutex
+	next uint32
+	m    map[string]memEntry
 }
 
-func newMemStore() *memStore { return &memStore{m: map[string][]byte{}, cas: map[string]uint32{}} }
+type memEntry struct {
+	v   []byte
+	cas uint32
+}
+
+func newMemStore() *memStore { return &memStore{m: map[string]memEntry{}} }
 
 func (s *memStore) Get(k string) ([]byte, uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.m[k]
+	e, ok := s.m[k]
 	if !ok {
 		return nil, 0, ErrNotFound
 	}
-	return append([]byte(nil), v...), s.cas[k], nil
+	return bytes.Clone(e.v), e.cas, nil
 }
 
 func (s *memStore) Set(k string, v []byte, cas uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cas != 0 && s.cas[k] != cas {
+	if e, ok := s.m[k]; ok && cas != 0 && e.cas != cas {
 		return ErrCasMismatch
 	}
-	s.m[k] = append([]byte(nil), v...)
-	s.cas[k]++
+	s.next++
+	s.m[k] = memEntry{v: bytes.Clone(v), cas: s.next}
 	return nil
 }
 
-// newCache is a cache over a fresh store.
+// hookStore runs onMiss once, the first time a Get of key finds nothing,
+// after that Get has read the store: it is another VM acting between this
+// VM's read and its write.
+type hookStore struct {
+	*memStore
+	key    string
+	onMiss func()
+}
+
+func (h *hookStore) Get(k string) ([]byte, uint32, error) {
+	d, cas, err := h.memStore.Get(k)
+	if k == h.key && errors.Is(err, ErrNotFound) && h.onMiss != nil {
+		f := h.onMiss
+		h.onMiss = nil
+		f()
+	}
+	return d, cas, err
+}
+
+// newCache is a cache over s, named as the tests' slots are.
 func newCache(t testing.TB, s Store, slots uint32) *Cache {
 	t.Helper()
 	c, err := New(s, "tg", slots)
@@ -51,7 +79,8 @@ func newCache(t testing.TB, s Store, slots uint32) *Cache {
 }
 
 func TestTakeLifecycle(t *testing.T) {
-	c := newCache(t, newMemStore(), 8)
+	s := newMemStore()
+	c := newCache(t, s, 8)
 	a := c.Bucket("user:a", "GET", "/x")
 	if _, out, _ := c.Take(a, 1000); out != Miss {
 		t.Fatal("empty cache must miss")
@@ -59,8 +88,14 @@ func TestTakeLifecycle(t *testing.T) {
 	c.Put(Entry{Owner: a, Tokens: 2, ExpiresMs: 2000, Limit: 10, Remaining: 5, RuleID: "r", Identity: "user:a", Tier: "free"}, 0)
 	for i := 0; i < 2; i++ {
 		e, out, _ := c.Take(a, 1500)
-		if out != Hit || e.Identity != "user:a" || e.Tier != "free" || e.RuleID != "r" {
+		if out != Hit || e.Identity != "user:a" || e.Tier != "free" || e.RuleID != "r" || e.Limit != 10 || e.Tokens != int64(1-i) {
 			t.Fatalf("take %d: %v %+v", i, out, e)
+		}
+		// Take rewrites only the count in place: the slot still decodes
+		// whole.
+		data, _, _ := s.Get(c.key(a))
+		if stored, ok := decode(data, true); !ok || stored != e {
+			t.Fatalf("take %d left %+v in the slot, returned %+v", i, stored, e)
 		}
 	}
 	if _, out, left := c.Take(a, 1500); out != Miss || left != 0 {
@@ -73,9 +108,9 @@ func TestTakeLifecycle(t *testing.T) {
 	if _, _, left := c.Take(a, 2500); left != 0 {
 		t.Fatal("expired tokens were handed back twice")
 	}
-	c.Put(Entry{Owner: a, DeniedUntilMs: 3000, RetryAfter: 1}, 0)
-	if _, out, _ := c.Take(a, 2999); out != Denied {
-		t.Fatal("cached denial not honoured")
+	c.Put(Entry{Owner: a, DeniedUntilMs: 3000, RetryAfter: 1, Identity: "user:a"}, 0)
+	if e, out, _ := c.Take(a, 2999); out != Denied || e.Identity != "user:a" {
+		t.Fatalf("cached denial not honoured: %v %+v", out, e)
 	}
 	if _, out, _ := c.Take(a, 3000); out != Miss {
 		t.Fatal("denial outlived its wait")
@@ -91,7 +126,8 @@ func TestSlotOwnership(t *testing.T) {
 	}
 }
 
-// Many VMs spending one lease at once never spend more tokens than it held.
+// Many VMs spending one lease at once never spend more tokens than it held,
+// and none is lost: hits plus what is left is the lease.
 func TestConcurrentTakesNeverOverspend(t *testing.T) {
 	s := newMemStore()
 	first := newCache(t, s, 4)
@@ -116,21 +152,11 @@ func TestConcurrentTakesNeverOverspend(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if hits.Load() > 100 {
-		t.Fatalf("%d hits from a lease of 100", hits.Load())
+	data, _, _ := s.Get(first.key(a))
+	left, _ := decode(data, false)
+	if hits.Load() > 100 || hits.Load()+left.Tokens != 100 {
+		t.Fatalf("%d hits and %d left from a lease of 100", hits.Load(), left.Tokens)
 	}
-}
-
-func FuzzDecode(f *testing.F) {
-	f.Add(encode(Entry{Owner: Owner{3}, RuleID: "r", Identity: "user:x"}))
-	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if e, ok := decode(b); ok {
-			if again, ok := decode(encode(e)); !ok || again != e {
-				t.Fatalf("round trip of %+v gave %+v", e, again)
-			}
-		}
-	})
 }
 
 // Concurrent callouts of one bucket each bring a lease; none is thrown away,
@@ -167,6 +193,12 @@ func TestPutMergesLiveLeases(t *testing.T) {
 	if hits != 2 {
 		t.Fatalf("%d hits; want only the 2 tokens of the live lease", hits)
 	}
+	// Merging never overflows into a negative count.
+	c.Put(Entry{Owner: a, Tokens: math.MaxInt64, ExpiresMs: 9000}, 6000)
+	c.Put(Entry{Owner: a, Tokens: math.MaxInt64, ExpiresMs: 9000}, 6000)
+	if e, out, _ := c.Take(a, 6000); out != Hit || e.Tokens != math.MaxInt64-1 {
+		t.Fatalf("merged huge leases: %v, %d tokens", out, e.Tokens)
+	}
 }
 
 // A denial cached by one callout does not waste tokens another brought.
@@ -183,8 +215,10 @@ func TestTokensBeatCachedDenial(t *testing.T) {
 	}
 }
 
-// The owner of a bucket depends on the process's secret key: a client cannot
-// compute which path shares a victim's slot. Parts are length-delimited.
+// The owner and slot of a bucket depend on the process's secret key: two
+// processes (two random keys) map the same buckets to unrelated slots, so
+// nobody can compute from a bucket alone which other bucket shares its slot.
+// Parts are length-delimited.
 func TestBucketIsKeyed(t *testing.T) {
 	s := newMemStore()
 	c1, c2 := newCache(t, s, 1024), newCache(t, s, 1024)
@@ -195,25 +229,72 @@ func TestBucketIsKeyed(t *testing.T) {
 	if c1.Bucket("user:a", "GET", "/x") == other.Bucket("user:a", "GET", "/x") {
 		t.Fatal("the owner does not depend on the key")
 	}
-	if c1.Bucket("ab", "c") == c1.Bucket("a", "bc") || c1.Bucket("a\x00", "b") == c1.Bucket("a", "\x00b") {
-		t.Fatal("parts are not separated")
+	// An unkeyed slot function would agree on all 500; two independent
+	// keys agree on about 500/1024 of them.
+	same := 0
+	for i := 0; i < 500; i++ {
+		p := strings.Repeat("x", i)
+		if c1.key(c1.Bucket("user:a", p)) == other.key(other.Bucket("user:a", p)) {
+			same++
+		}
 	}
-	// Slots spread (a weak check that the index is not constant).
-	seen := map[string]bool{}
-	for i := 0; i < 100; i++ {
-		seen[c1.key(c1.Bucket("user:a", strings.Repeat("x", i)))] = true
+	if same > 10 {
+		t.Fatalf("%d of 500 buckets in the same slot under two keys", same)
 	}
-	if len(seen) < 50 {
-		t.Fatalf("100 buckets in %d slots", len(seen))
+	for _, pair := range [][2][]string{
+		{{"ab", "c"}, {"a", "bc"}},
+		{{"a\x00", "b"}, {"a", "\x00b"}},
+		{{"a"}, {"a", ""}},
+		{{""}, {}},
+		{{"abcdefgh"}, {"abcdefgh", ""}},
+		{{"\x01\x00\x00\x00\x00\x00\x00\x00a"}, {"a", ""}}, // a part that spells a length word
+	} {
+		if c1.Bucket(pair[0]...) == c1.Bucket(pair[1]...) {
+			t.Fatalf("%q and %q are one bucket", pair[0], pair[1])
+		}
 	}
 }
 
-// Two VMs that raced to create the key converge on the stored one at the
-// next lease.
+// Every slot is used, whatever the slot count: a bucket's slot must not be
+// biased by the owner's marker bit.
+func TestSlotsAllUsed(t *testing.T) {
+	for _, n := range []uint32{1, 2, 3, 8, 1024} {
+		c := newCache(t, newMemStore(), n)
+		seen := map[string]bool{}
+		for i := 0; i < 20*int(n); i++ {
+			seen[c.key(c.Bucket("user:a", strings.Repeat("x", i)))] = true
+		}
+		if len(seen) < int(n)*9/10 {
+			t.Errorf("%d slots: %d used by %d buckets", n, len(seen), 20*n)
+		}
+	}
+}
+
+// VMs starting at once race to create the hash key: the first write wins and
+// the others adopt it at once, rather than overwriting it.
+func TestKeyCreationRace(t *testing.T) {
+	s := newMemStore()
+	var winner *Cache
+	// The other VM creates its key after this one found none.
+	hs := &hookStore{memStore: s, key: "tg.key", onMiss: func() { winner = newCache(t, s, 8) }}
+	loser := newCache(t, hs, 8)
+	if winner == nil {
+		t.Fatal("test setup: the other VM did not run")
+	}
+	if loser.Bucket("b") != winner.Bucket("b") {
+		t.Fatal("the VM that lost the race hashes with another key")
+	}
+	if again := newCache(t, s, 8); again.Bucket("b") != winner.Bucket("b") {
+		t.Fatal("the stored key is not the winner's")
+	}
+}
+
+// Should two VMs still end up with different keys (a CAS that happened to
+// match), they converge on the stored one at the next lease.
 func TestKeyRaceConverges(t *testing.T) {
 	s := newMemStore()
 	c1 := newCache(t, s, 8)
-	s.Set("tg.key", make([]byte, 16), 0) // another VM's key replaced ours
+	s.Set("tg.key", make([]byte, keyLen), 0) // another VM's key replaced ours
 	c2 := newCache(t, s, 8)
 	if c1.Bucket("b") == c2.Bucket("b") {
 		t.Fatal("test setup: the keys should differ")
@@ -224,73 +305,306 @@ func TestKeyRaceConverges(t *testing.T) {
 	}
 }
 
-// A crafted request that lands in a victim's slot (forced here with one
-// slot) cannot evict the victim's live lease with a denial.
+// A stored value that is not a key is replaced, not used.
+func TestMalformedKeyReplaced(t *testing.T) {
+	s := newMemStore()
+	s.Set("tg.key", []byte("short"), 0)
+	c := newCache(t, s, 8)
+	k, _, _ := s.Get("tg.key")
+	if len(k) != keyLen {
+		t.Fatalf("stored key of %d bytes", len(k))
+	}
+	if c2 := newCache(t, s, 8); c.Bucket("x") != c2.Bucket("x") {
+		t.Fatal("VMs disagree after the key was replaced")
+	}
+}
+
+// What a Put leaves in a slot that another bucket holds (forced here with one
+// slot; with the keyed hash a client cannot aim at a slot at all). A denial
+// is what any client can cause at will, so it never takes a slot whose lease
+// still has live tokens; a lease may (the lost tokens only under-admit).
+func TestPutIntoAnotherBucketsSlot(t *testing.T) {
+	const now = 1000
+	tests := []struct {
+		name       string
+		held       Entry // the victim's entry, Owner filled in
+		put        Entry // the other bucket's entry
+		victimKeep bool  // the victim still owns the slot afterwards
+	}{
+		{"denial vs live lease", Entry{Tokens: 5, ExpiresMs: 10_000}, Entry{DeniedUntilMs: 60_000}, true},
+		{"denial vs live lease under a denial", Entry{Tokens: 1, ExpiresMs: 10_000, DeniedUntilMs: 5000}, Entry{DeniedUntilMs: 60_000}, true},
+		{"negative-token denial vs live lease", Entry{Tokens: 5, ExpiresMs: 10_000}, Entry{Tokens: -3, DeniedUntilMs: 60_000}, true},
+		{"denial vs expired lease", Entry{Tokens: 5, ExpiresMs: now}, Entry{DeniedUntilMs: 60_000}, false},
+		{"denial vs spent lease", Entry{Tokens: 0, ExpiresMs: 10_000}, Entry{DeniedUntilMs: 60_000}, false},
+		{"denial vs cached denial", Entry{DeniedUntilMs: 60_000}, Entry{DeniedUntilMs: 60_000}, false},
+		{"lease vs live lease", Entry{Tokens: 5, ExpiresMs: 10_000}, Entry{Tokens: 1, ExpiresMs: 10_000}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCache(t, newMemStore(), 1)
+			victim, other := c.Bucket("user:victim", "/x"), c.Bucket("user:mallory", "/y")
+			tt.held.Owner, tt.held.Identity = victim, "user:victim"
+			tt.put.Owner, tt.put.Identity = other, "user:mallory"
+			if err := c.Put(tt.held, 0); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 10; i++ {
+				if err := c.Put(tt.put, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data, _, _ := c.store.Get(c.key(victim))
+			got, _ := decode(data, true)
+			if kept := got == tt.held; kept != tt.victimKeep {
+				t.Fatalf("victim kept the slot: %v, want %v (slot holds %+v)", kept, tt.victimKeep, got)
+			}
+		})
+	}
+}
+
+// The victim's live lease survives any number of denials in its slot, token
+// for token; once it is spent the slot is free for anyone's denial.
 func TestDenialCannotEvictLiveLease(t *testing.T) {
 	c := newCache(t, newMemStore(), 1)
 	victim, attacker := c.Bucket("user:victim", "/x"), c.Bucket("user:mallory", "/y")
 	c.Put(Entry{Owner: victim, Tokens: 5, ExpiresMs: 10_000, Identity: "user:victim"}, 0)
-	for i := 0; i < 10; i++ {
-		c.Put(Entry{Owner: attacker, DeniedUntilMs: 60_000, Identity: "user:mallory"}, 1000)
-	}
 	for i := 0; i < 5; i++ {
+		c.Put(Entry{Owner: attacker, DeniedUntilMs: 60_000, Identity: "user:mallory"}, 1000)
 		if e, out, _ := c.Take(victim, 2000); out != Hit || e.Identity != "user:victim" {
 			t.Fatalf("victim's token %d: %v", i, out)
 		}
 	}
-	// Once the lease is spent, the slot is free for anyone's denial.
 	c.Put(Entry{Owner: attacker, DeniedUntilMs: 60_000}, 3000)
 	if _, out, _ := c.Take(attacker, 3000); out != Denied {
 		t.Fatalf("denial into a free slot: %v", out)
 	}
 }
 
-// Long identities are cached whole, and two that differ only past 255 bytes
-// are two entries; an entry too large for a slot is refused, not truncated.
-func TestLongIdentitiesAreNeverTruncated(t *testing.T) {
-	c := newCache(t, newMemStore(), 8)
-	long := "user:" + strings.Repeat("a", 255)
-	a := c.Bucket(long)
-	if err := c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: 1 << 40, Identity: long}, 0); err != nil {
+// Two VMs find a slot empty at once; one puts a lease, then the other's
+// denial lands. The denial must not overwrite the lease it did not see.
+func TestDenialIntoEmptySlotRace(t *testing.T) {
+	s := newMemStore()
+	leaser := newCache(t, s, 1)
+	victim := leaser.Bucket("user:victim")
+	hs := &hookStore{memStore: s, key: "tg.0", onMiss: func() {
+		leaser.Put(Entry{Owner: victim, Tokens: 3, ExpiresMs: 10_000}, 0)
+	}}
+	denier := newCache(t, hs, 1)
+	denier.insertCAS = math.MaxUint32 // deterministic: no real CAS of this store is that high
+	if err := denier.Put(Entry{Owner: denier.Bucket("user:mallory"), DeniedUntilMs: 60_000}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if e, out, _ := c.Take(a, 0); out != Hit || e.Identity != long {
-		t.Fatalf("%v, identity of %d bytes", out, len(e.Identity))
-	}
-	huge := Entry{Owner: c.Bucket("x"), Tokens: 1, ExpiresMs: 1 << 40, Identity: strings.Repeat("z", maxField+1)}
-	if err := c.Put(huge, 0); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("Put of an oversize entry: %v", err)
-	}
-	if _, out, _ := c.Take(huge.Owner, 0); out != Miss {
-		t.Fatal("an oversize entry was cached")
+	if _, out, _ := leaser.Take(victim, 0); out != Hit {
+		t.Fatalf("the victim's lease was overwritten by a denial: %v", out)
 	}
 }
 
-func TestSipHashVector(t *testing.T) {
-	// SipHash-2-4-128 of the empty message under key 00..0f (the authors'
-	// reference vector).
-	h := newSip(0x0706050403020100, 0x0f0e0d0c0b0a0908)
-	h0, h1 := h.sum128()
-	var out [16]byte
-	binary.LittleEndian.PutUint64(out[:8], h0)
-	binary.LittleEndian.PutUint64(out[8:], h1)
-	want := [16]byte{0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6, 0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02, 0x93}
-	if out != want {
-		t.Fatalf("%x, want %x", out, want)
-	}
-	// Fed in any chunking, the same bytes give the same hash.
-	msg := "the quick brown fox jumps over the lazy dog"
-	whole := newSip(1, 2)
-	whole.writeString(msg)
-	w0, w1 := whole.sum128()
-	for split := 0; split <= len(msg); split++ {
-		p := newSip(1, 2)
-		p.writeString(msg[:split])
-		p.writeString(msg[split:])
-		if a, b := p.sum128(); a != w0 || b != w1 {
-			t.Fatalf("split at %d changes the hash", split)
+// Long identities are cached whole, and two that differ only past 255 bytes
+// are two entries; an entry too large for a slot is refused, not truncated,
+// and leaves what the slot held.
+func TestLongFieldsAreNeverTruncated(t *testing.T) {
+	c := newCache(t, newMemStore(), 1)
+	longest := "user:" + strings.Repeat("a", 255)
+	same300 := strings.Repeat("b", 300)
+	for _, id := range []string{longest, "key:" + strings.Repeat("k", 255), same300 + "1", same300 + "2", strings.Repeat("m", maxField)} {
+		a := c.Bucket(id)
+		if err := c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: 1 << 40, Identity: id, RuleID: id, Tier: id}, 0); err != nil {
+			t.Fatalf("%d bytes: %v", len(id), err)
+		}
+		if e, out, _ := c.Take(a, 0); out != Hit || e.Identity != id || e.RuleID != id || e.Tier != id {
+			t.Fatalf("%v, identity of %d bytes back as %d", out, len(id), len(e.Identity))
 		}
 	}
+	held := Entry{Owner: c.Bucket("held"), Tokens: 1, ExpiresMs: 1 << 40, Identity: "user:held"}
+	huge := strings.Repeat("z", maxField+1)
+	for _, e := range []Entry{
+		{Tokens: 1, Identity: huge},
+		{Tokens: 1, RuleID: huge},
+		{Tokens: 1, Tier: huge},
+		{DeniedUntilMs: 1 << 40, Identity: huge},
+	} {
+		c.Put(held, 0)
+		e.Owner, e.ExpiresMs = c.Bucket("huge"), 1<<40
+		if err := c.Put(e, 0); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("Put of an oversize entry: %v", err)
+		}
+		if _, out, _ := c.Take(e.Owner, 0); out != Miss {
+			t.Fatal("an oversize entry was cached")
+		}
+		if _, out, _ := c.Take(held.Owner, 0); out != Hit {
+			t.Fatal("a refused entry disturbed the slot")
+		}
+	}
+}
+
+// referenceSip is SipHash-2-4-128 of msg, byte by byte as in the paper.
+func referenceSip(k0, k1 uint64, msg []byte) [16]byte {
+	v0, v1, v2, v3 := k0^0x736f6d6570736575, k1^0x646f72616e646f6d^0xee, k0^0x6c7967656e657261, k1^0x7465646279746573
+	i := 0
+	for ; i+8 <= len(msg); i += 8 {
+		v0, v1, v2, v3 = compress(v0, v1, v2, v3, binary.LittleEndian.Uint64(msg[i:]))
+	}
+	last := uint64(len(msg)) << 56
+	for j := i; j < len(msg); j++ {
+		last |= uint64(msg[j]) << (8 * (j - i))
+	}
+	v0, v1, v2, v3 = compress(v0, v1, v2, v3, last)
+	v2 ^= 0xee
+	for range 4 {
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	}
+	var out [16]byte
+	binary.LittleEndian.PutUint64(out[:8], v0^v1^v2^v3)
+	v1 ^= 0xdd
+	for range 4 {
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	}
+	binary.LittleEndian.PutUint64(out[8:], v0^v1^v2^v3)
+	return out
+}
+
+// encodeParts is the message bucketHash hashes, spelled out.
+func encodeParts(parts []string) []byte {
+	var b []byte
+	for _, p := range parts {
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+		b = append(b, make([]byte, (8-len(p)%8)%8)...)
+	}
+	return b
+}
+
+// decodeParts inverts encodeParts: the encoding is injective.
+func decodeParts(b []byte) ([]string, bool) {
+	var parts []string
+	for len(b) > 0 {
+		if len(b) < 8 {
+			return nil, false
+		}
+		n := binary.LittleEndian.Uint64(b)
+		padded := (n + 7) &^ 7
+		if n > uint64(len(b)-8) || padded > uint64(len(b)-8) {
+			return nil, false
+		}
+		parts = append(parts, string(b[8:8+n]))
+		b = b[8+padded:]
+	}
+	return parts, true
+}
+
+func TestSipHashVectors(t *testing.T) {
+	// SipHash-2-4-128 under key 00..0f of the message 00, 01, ..., n-1:
+	// the authors' reference vectors (github.com/veorq/SipHash, vectors.h).
+	k0, k1 := keyWords([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	for n, want := range map[int]string{
+		0:  "a3817f04ba25a8e66df67214c7550293",
+		1:  "da87c1d86b99af44347659119b22fc45",
+		7:  "a1f1ebbed8dbc153c0b84aa61ff08239",
+		8:  "3b62a9ba6258f5610f83e264f31497b4",
+		15: "5493e99933b0a8117e08ec0f97cfc3d9",
+		63: "5150d1772f50834a503e069a973fbd7c",
+	} {
+		msg := make([]byte, n)
+		for i := range msg {
+			msg[i] = byte(i)
+		}
+		if got := referenceSip(k0, k1, msg); hex.EncodeToString(got[:]) != want {
+			t.Errorf("%d bytes: %x, want %s", n, got, want)
+		}
+	}
+}
+
+// bucketHash, fed the parts where they lie, is SipHash of their encoding.
+func checkBucketHash(t *testing.T, parts []string) {
+	k0, k1 := uint64(0x0706050403020100), uint64(0x0f0e0d0c0b0a0908)
+	h0, h1 := bucketHash(k0, k1, parts)
+	var got [16]byte
+	binary.LittleEndian.PutUint64(got[:8], h0)
+	binary.LittleEndian.PutUint64(got[8:], h1)
+	msg := encodeParts(parts)
+	if want := referenceSip(k0, k1, msg); got != want {
+		t.Fatalf("bucketHash(%q) = %x, SipHash of its encoding %x", parts, got, want)
+	}
+	if back, ok := decodeParts(msg); !ok || strings.Join(back, "\xff|") != strings.Join(parts, "\xff|") || len(back) != len(parts) {
+		t.Fatalf("encoding of %q decodes to %q", parts, back)
+	}
+}
+
+func TestBucketHashIsSipHashOfEncoding(t *testing.T) {
+	for _, parts := range [][]string{
+		nil, {""}, {"", ""}, {"a"}, {"abcdefg"}, {"abcdefgh"}, {"abcdefghi"},
+		{"ip:203.0.113.5", "", "", "", "GET", "/api/v1/items"},
+		{strings.Repeat("q", 300), "x"},
+	} {
+		checkBucketHash(t, parts)
+	}
+}
+
+func FuzzBucket(f *testing.F) {
+	f.Add("ip:203.0.113.5", "GET", "/api/v1/items", uint8(3))
+	f.Add("", "", "", uint8(0))
+	f.Add("abcdefgh", "\x00", "", uint8(2))
+	f.Fuzz(func(t *testing.T, a, b, c string, n uint8) {
+		parts := []string{a, b, c}[:n%4]
+		checkBucketHash(t, parts)
+	})
+}
+
+// Every slot decode accepts is the encoding of what it decodes to, byte for
+// byte, and decoding with or without the strings agrees.
+func FuzzDecode(f *testing.F) {
+	f.Add(encode(Entry{Owner: Owner{3}, RuleID: "r", Identity: "user:x"}))
+	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
+	f.Add(encode(Entry{Identity: strings.Repeat("y", maxField)}))
+	f.Add(make([]byte, minLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, ok := decode(b, true)
+		if !ok {
+			return
+		}
+		if !bytes.Equal(encode(e), b) {
+			t.Fatalf("decoded %+v re-encodes differently", e)
+		}
+		fixed, ok := decode(b, false)
+		fixed.RuleID, fixed.Identity, fixed.Tier = e.RuleID, e.Identity, e.Tier
+		if !ok || fixed != e {
+			t.Fatalf("decoding without strings gave %+v, with %+v", fixed, e)
+		}
+	})
+}
+
+// Any entry Put accepts comes back from Take exactly (less the token spent);
+// any it refuses leaves nothing behind.
+func FuzzPutTake(f *testing.F) {
+	f.Add(int64(1), int64(5), int64(7), "r", "user:x", "free")
+	f.Add(int64(math.MaxInt64), int64(-1), int64(math.MinInt64), "", strings.Repeat("x", maxField+1), "")
+	f.Add(int64(2), int64(3), int64(4), strings.Repeat("r", maxField), strings.Repeat("i", 260), "t")
+	f.Fuzz(func(t *testing.T, tokens, limit, resetAt int64, rule, id, tier string) {
+		c := newCache(t, newMemStore(), 4)
+		e := Entry{Owner: c.Bucket(rule, id, tier), Tokens: tokens, ExpiresMs: 1 << 40, Limit: limit, Remaining: -limit,
+			ResetAt: resetAt, WindowSeconds: 60, RetryAfter: 1, RuleID: rule, Identity: id, Tier: tier}
+		err := c.Put(e, 0)
+		got, out, _ := c.Take(e.Owner, 0)
+		if len(rule) > maxField || len(id) > maxField || len(tier) > maxField {
+			if !errors.Is(err, ErrTooLarge) || out != Miss {
+				t.Fatalf("oversize entry: Put %v, Take %v", err, out)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tokens <= 0 {
+			if out != Miss {
+				t.Fatalf("%d tokens gave %v", tokens, out)
+			}
+			return
+		}
+		e.Tokens--
+		if out != Hit || got != e {
+			t.Fatalf("put %+v, took %v %+v", e, out, got)
+		}
+	})
 }
 
 // The hot path of a lease hit: the bucket's owner, then one token taken.
@@ -298,6 +612,7 @@ func BenchmarkHit(b *testing.B) {
 	c := newCache(b, newMemStore(), 1024)
 	parts := [...]string{"ip:203.0.113.5", "", "", "", "GET", "/api/v1/items"}
 	b.Run("Bucket", func(b *testing.B) {
+		b.ReportAllocs()
 		for b.Loop() {
 			c.Bucket(parts[:]...)
 		}

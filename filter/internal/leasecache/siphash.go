@@ -5,92 +5,91 @@ import (
 	"math/bits"
 )
 
-// sip is SipHash-2-4 with a 128-bit output (Aumasson and Bernstein), fed
-// incrementally so that a bucket's parts are hashed where they lie, without
-// joining them. With a secret key it is a PRF: without the key nobody can
-// choose inputs that land in one slot or share an owner. It lives on the
-// caller's stack; the hot path allocates nothing.
-type sip struct {
-	v0, v1, v2, v3 uint64
-	tail           [8]byte
-	ntail          int
-	length         int
-}
-
-func newSip(k0, k1 uint64) sip {
-	return sip{
-		v0: k0 ^ 0x736f6d6570736575,
-		v1: k1 ^ 0x646f72616e646f6d ^ 0xee, // 0xee: the 128-bit variant
-		v2: k0 ^ 0x6c7967656e657261,
-		v3: k1 ^ 0x7465646279746573,
+// bucketHash is SipHash-2-4 with its 128-bit output (Aumasson and Bernstein)
+// of the parts' encoding: for each part, its length as a little-endian
+// 64-bit word, then its bytes zero-padded to a whole number of words.
+//
+// The encoding is injective (the length says where a part ends and how much
+// padding follows), so two different lists of parts are two different
+// messages, and under a secret key SipHash is a PRF: nobody without the key
+// can pick a bucket that lands in a given slot or shares an owner. Keeping
+// every part word-aligned lets the hash consume whole words straight from
+// the strings, with its state in locals: no tail buffer, no byte-at-a-time
+// path, no allocation (this runs on every request).
+func bucketHash(k0, k1 uint64, parts []string) (h0, h1 uint64) {
+	v0 := k0 ^ 0x736f6d6570736575
+	v1 := k1 ^ 0x646f72616e646f6d ^ 0xee // 0xee: the 128-bit variant
+	v2 := k0 ^ 0x6c7967656e657261
+	v3 := k1 ^ 0x7465646279746573
+	var n uint64 // message length in bytes, always a multiple of 8
+	for _, p := range parts {
+		v0, v1, v2, v3 = compress(v0, v1, v2, v3, uint64(len(p)))
+		i := 0
+		for ; i+8 <= len(p); i += 8 {
+			v0, v1, v2, v3 = compress(v0, v1, v2, v3, load64(p, i))
+		}
+		if i < len(p) {
+			var m uint64
+			for j := len(p) - 1; j >= i; j-- {
+				m = m<<8 | uint64(p[j])
+			}
+			v0, v1, v2, v3 = compress(v0, v1, v2, v3, m)
+		}
+		n += 8 + uint64(len(p)+7)&^7
 	}
-}
-
-func (s *sip) round() {
-	s.v0 += s.v1
-	s.v1 = bits.RotateLeft64(s.v1, 13)
-	s.v1 ^= s.v0
-	s.v0 = bits.RotateLeft64(s.v0, 32)
-	s.v2 += s.v3
-	s.v3 = bits.RotateLeft64(s.v3, 16)
-	s.v3 ^= s.v2
-	s.v0 += s.v3
-	s.v3 = bits.RotateLeft64(s.v3, 21)
-	s.v3 ^= s.v0
-	s.v2 += s.v1
-	s.v1 = bits.RotateLeft64(s.v1, 17)
-	s.v1 ^= s.v2
-	s.v2 = bits.RotateLeft64(s.v2, 32)
-}
-
-func (s *sip) block(m uint64) {
-	s.v3 ^= m
-	s.round()
-	s.round()
-	s.v0 ^= m
-}
-
-func (s *sip) writeByte(c byte) {
-	s.tail[s.ntail] = c
-	s.ntail++
-	s.length++
-	if s.ntail == 8 {
-		s.block(binary.LittleEndian.Uint64(s.tail[:]))
-		s.ntail = 0
-	}
-}
-
-func (s *sip) writeString(p string) {
-	i := 0
-	for ; i < len(p) && s.ntail != 0; i++ {
-		s.writeByte(p[i])
-	}
-	for ; i+8 <= len(p); i += 8 {
-		s.block(uint64(p[i]) | uint64(p[i+1])<<8 | uint64(p[i+2])<<16 | uint64(p[i+3])<<24 |
-			uint64(p[i+4])<<32 | uint64(p[i+5])<<40 | uint64(p[i+6])<<48 | uint64(p[i+7])<<56)
-		s.length += 8
-	}
-	for ; i < len(p); i++ {
-		s.writeByte(p[i])
-	}
-}
-
-// sum128 finishes the hash; s is not usable afterwards.
-func (s *sip) sum128() (h0, h1 uint64) {
-	b := uint64(s.length) << 56
-	for i := 0; i < s.ntail; i++ {
-		b |= uint64(s.tail[i]) << (8 * i)
-	}
-	s.block(b)
-	s.v2 ^= 0xee
-	for i := 0; i < 4; i++ {
-		s.round()
-	}
-	h0 = s.v0 ^ s.v1 ^ s.v2 ^ s.v3
-	s.v1 ^= 0xdd
-	for i := 0; i < 4; i++ {
-		s.round()
-	}
-	h1 = s.v0 ^ s.v1 ^ s.v2 ^ s.v3
+	// The message is whole words: the last block is only its length (mod
+	// 256, in the top byte), as SipHash pads any message.
+	v0, v1, v2, v3 = compress(v0, v1, v2, v3, n<<56)
+	v2 ^= 0xee
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	h0 = v0 ^ v1 ^ v2 ^ v3
+	v1 ^= 0xdd
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	h1 = v0 ^ v1 ^ v2 ^ v3
 	return h0, h1
+}
+
+// load64 is the little-endian word at p[i:i+8].
+func load64(p string, i int) uint64 {
+	p = p[i : i+8]
+	return uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
+		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
+}
+
+// compress absorbs one message word (two SipRounds).
+func compress(v0, v1, v2, v3, m uint64) (uint64, uint64, uint64, uint64) {
+	v3 ^= m
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0 ^= m
+	return v0, v1, v2, v3
+}
+
+func round(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
+	v0 += v1
+	v1 = bits.RotateLeft64(v1, 13)
+	v1 ^= v0
+	v0 = bits.RotateLeft64(v0, 32)
+	v2 += v3
+	v3 = bits.RotateLeft64(v3, 16)
+	v3 ^= v2
+	v0 += v3
+	v3 = bits.RotateLeft64(v3, 21)
+	v3 ^= v0
+	v2 += v1
+	v1 = bits.RotateLeft64(v1, 17)
+	v1 ^= v2
+	v2 = bits.RotateLeft64(v2, 32)
+	return v0, v1, v2, v3
+}
+
+// keyWords splits a 16-byte hash key into SipHash's two key words.
+func keyWords(k []byte) (k0, k1 uint64) {
+	return binary.LittleEndian.Uint64(k[:8]), binary.LittleEndian.Uint64(k[8:16])
 }
