@@ -22,9 +22,10 @@ type window struct {
 	prev, next *window
 }
 
-// New returns a limiter of limit requests per window per caller.
+// New returns a limiter of limit requests per window per caller, tracking at
+// most maxCallers callers (at least one).
 func New(limit, windowSeconds int64, maxCallers int) *Limiter {
-	return &Limiter{limit: limit, windowMs: windowSeconds * 1000, maxCallers: maxCallers, counts: map[string]*window{}}
+	return &Limiter{limit: limit, windowMs: max(windowSeconds, 1) * 1000, maxCallers: max(maxCallers, 1), counts: map[string]*window{}}
 }
 
 // Allow counts one request of caller at nowMs; when denied it also returns the
@@ -32,14 +33,18 @@ func New(limit, windowSeconds int64, maxCallers int) *Limiter {
 func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
 	start := nowMs - nowMs%l.windowMs
 	w, ok := l.counts[caller]
-	if ok {
+	switch {
+	case ok:
 		l.unlink(w)
-	} else {
-		if len(l.counts) >= l.maxCallers {
-			oldest := l.head.prev
-			l.unlink(oldest)
-			delete(l.counts, oldest.caller)
-		}
+	case len(l.counts) >= l.maxCallers:
+		// Full: the least recently seen caller's window is recycled for
+		// this one (no allocation while a flood of new callers goes on).
+		w = l.head.prev
+		l.unlink(w)
+		delete(l.counts, w.caller)
+		*w = window{caller: caller, start: start}
+		l.counts[caller] = w
+	default:
 		w = &window{caller: caller, start: start}
 		l.counts[caller] = w
 	}

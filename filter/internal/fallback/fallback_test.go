@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"testing"
 )
@@ -56,4 +57,88 @@ func TestSingleCaller(t *testing.T) {
 			t.Fatalf("ring of one broken after %d", i)
 		}
 	}
+}
+
+// model is the limiter spelled out the slow way: callers in a slice, most
+// recent last, the first one forgotten when a new caller finds it full.
+type model struct {
+	limit, windowMs int64
+	max             int
+	callers         []modelCaller
+}
+
+type modelCaller struct {
+	name     string
+	start, n int64
+}
+
+func (m *model) allow(caller string, now int64) (bool, int64) {
+	start := now - now%m.windowMs
+	c, found := modelCaller{name: caller, start: start}, false
+	for i, old := range m.callers {
+		if old.name == caller {
+			c, found = old, true
+			m.callers = append(m.callers[:i], m.callers[i+1:]...)
+			break
+		}
+	}
+	if !found && len(m.callers) >= m.max {
+		m.callers = m.callers[1:]
+	}
+	if c.start != start {
+		c.start, c.n = start, 0
+	}
+	ok := c.n < m.limit
+	if ok {
+		c.n++
+	}
+	m.callers = append(m.callers, c)
+	if !ok {
+		return false, c.start + m.windowMs - now
+	}
+	return true, 0
+}
+
+// checkAgainstModel replays ops (a caller number and a time step each) on
+// the limiter and the model and fails at the first answer that differs.
+func checkAgainstModel(t *testing.T, limit int64, maxCallers int, ops []byte) {
+	l := New(limit, 1, maxCallers)
+	m := &model{limit: limit, windowMs: 1000, max: maxCallers}
+	now := int64(0)
+	for i := 0; i+1 < len(ops); i += 2 {
+		caller := "c" + strconv.Itoa(int(ops[i]%16))
+		now += int64(ops[i+1]) * 7 // steps of up to 1.8 s cross windows
+		gotOK, gotWait := l.Allow(caller, now)
+		wantOK, wantWait := m.allow(caller, now)
+		if gotOK != wantOK || gotWait != wantWait {
+			t.Fatalf("op %d (%s at %d): got %v/%d, model %v/%d", i/2, caller, now, gotOK, gotWait, wantOK, wantWait)
+		}
+		if len(l.counts) > maxCallers {
+			t.Fatalf("%d callers tracked, max %d", len(l.counts), maxCallers)
+		}
+	}
+}
+
+func TestMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tt := range []struct {
+		limit      int64
+		maxCallers int
+	}{{1, 1}, {1, 3}, {2, 5}, {3, 16}, {5, 20}} {
+		ops := make([]byte, 4000)
+		for i := range ops {
+			ops[i] = byte(rng.IntN(256))
+			if i%2 == 1 && rng.IntN(4) > 0 {
+				ops[i] = 0 // mostly the same millisecond, so limits bite
+			}
+		}
+		checkAgainstModel(t, tt.limit, tt.maxCallers, ops)
+	}
+}
+
+func FuzzAllow(f *testing.F) {
+	f.Add(uint8(1), uint8(2), []byte{0, 0, 1, 0, 2, 0, 0, 0, 3, 200, 0, 0})
+	f.Fuzz(func(t *testing.T, limit, maxCallers uint8, ops []byte) {
+		checkAgainstModel(t, int64(limit%4)+1, int(maxCallers%8)+1, ops)
+	})
 }
