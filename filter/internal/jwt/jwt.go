@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"strings"
 	"time"
@@ -314,17 +315,25 @@ func audienceOK(aud any, want []string) bool {
 const maxNumericDate = 253402300799
 
 // numericDate reads a registered date claim (RFC 7519 NumericDate: seconds,
-// possibly fractional). ok is false when the claim is absent.
+// possibly fractional). ok is false when the claim is absent; anything else
+// that is not a number in 0..maxNumericDate (null, a string, a boolean, an
+// object, a negative or absurd number) is an error, never skipped: a check
+// an issuer asked for must not vanish because the value is odd. JSON has no
+// NaN or infinity, and a number too large for a float64 already fails the
+// payload's decoding.
 func numericDate(claims map[string]any, name string) (t time.Time, ok bool, err error) {
 	v, present := claims[name]
 	if !present {
 		return time.Time{}, false, nil
 	}
 	f, isNum := v.(float64)
-	if !isNum || f != f || f < 0 || f > maxNumericDate {
+	if !isNum || math.IsNaN(f) || f < 0 || f > maxNumericDate {
 		return time.Time{}, false, fmt.Errorf("%w: %s is not a date", ErrInvalid, name)
 	}
-	return time.Unix(int64(f), 0), true, nil
+	// The fraction counts: truncating it would let a token in up to a
+	// second before its nbf.
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(frac*1e9)), true, nil
 }
 
 func b64(s string) ([]byte, error) {

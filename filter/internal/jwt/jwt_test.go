@@ -2,7 +2,9 @@ package jwt_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,26 @@ func TestVerify(t *testing.T) {
 		{"absurd exp", testKeys.Sign("HS256", with("exp", 1e300)), "exp is not a date"},
 		{"iat as an object", testKeys.Sign("HS256", with("iat", map[string]any{})), "iat is not a date"},
 		{"fractional dates", testKeys.Sign("HS256", with("nbf", float64(now.Unix())-0.5)), ""},
+		// Every registered date, every way of being malformed: a claim the
+		// issuer wrote is checked or the token is refused, never skipped.
+		{"exp as a boolean", testKeys.Sign("HS256", with("exp", false)), "exp is not a date"},
+		{"exp as a numeric string", testKeys.Sign("HS256", with("exp", strconv.FormatInt(now.Unix()+600, 10))), "exp is not a date"},
+		{"exp null", testKeys.Sign("HS256", with("exp", json.RawMessage("null"))), "exp is not a date"},
+		{"exp as an array", testKeys.Sign("HS256", with("exp", []int64{now.Unix() + 600})), "exp is not a date"},
+		{"negative exp", testKeys.Sign("HS256", with("exp", -1)), "exp is not a date"},
+		{"exp past year 9999", testKeys.Sign("HS256", with("exp", 253402300800)), "exp is not a date"},
+		{"exp beyond float64", testKeys.Sign("HS256", with("exp", json.RawMessage("1e400"))), "payload"},
+		{"exp in year 9999", testKeys.Sign("HS256", with("exp", 253402300799)), ""},
+		{"nbf null", testKeys.Sign("HS256", with("nbf", json.RawMessage("null"))), "nbf is not a date"},
+		{"nbf beyond float64", testKeys.Sign("HS256", with("nbf", json.RawMessage("-1e999"))), "payload"},
+		{"iat as a string", testKeys.Sign("HS256", with("iat", "yesterday")), "iat is not a date"},
+		{"iat as a boolean", testKeys.Sign("HS256", with("iat", true)), "iat is not a date"},
+		{"negative iat", testKeys.Sign("HS256", with("iat", -1e9)), "iat is not a date"},
+		{"absurd iat", testKeys.Sign("HS256", with("iat", 1e300)), "iat is not a date"},
+		{"iat in the past", testKeys.Sign("HS256", with("iat", now.Unix()-60)), ""},
+		// Fractions are not rounded away in the caller's favour.
+		{"nbf half a second ahead", testKeys.Sign("HS256", with("nbf", float64(now.Unix())+0.5)), "not valid yet"},
+		{"exp half a second ahead", testKeys.Sign("HS256", with("exp", float64(now.Unix())+0.5)), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +159,8 @@ func TestParseJWKSErrorsNameThePart(t *testing.T) {
 func FuzzVerify(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	f.Add(testKeys.Sign("HS256", map[string]any{"sub": "a", "exp": now.Unix() + 60}))
+	f.Add(testKeys.Sign("HS256", map[string]any{"sub": "a", "exp": now.Unix() + 60, "nbf": "soon"}))
+	f.Add(testKeys.Sign("ES256", map[string]any{"sub": "a", "exp": 1e300}))
 	f.Add("a.b.c")
 	f.Add("..")
 	v := verifier(f, jwt.Options{})
@@ -175,4 +199,61 @@ func mustKeys(b *testing.B) *jwt.KeySet {
 		b.Fatal(err)
 	}
 	return ks
+}
+
+// claimsOracle is RFC 7519's rule for the registered dates, written apart
+// from the verifier: the payload must be a JSON object with a non-empty
+// string sub; exp must be a number in 0..year 9999 and after now; nbf and iat,
+// when present, numbers in that range, and nbf not after now.
+func claimsOracle(payload []byte, now time.Time) bool {
+	var m map[string]any
+	if json.Unmarshal(payload, &m) != nil || m == nil {
+		return false
+	}
+	if sub, _ := m["sub"].(string); sub == "" {
+		return false
+	}
+	date := func(name string) (float64, bool, bool) { // value, present, well-formed
+		v, present := m[name]
+		f, isNum := v.(float64)
+		return f, present, !present || (isNum && f >= 0 && f <= 253402300799)
+	}
+	exp, hasExp, expOK := date("exp")
+	nbf, hasNbf, nbfOK := date("nbf")
+	_, _, iatOK := date("iat")
+	nowS := float64(now.Unix())
+	return hasExp && expOK && nbfOK && iatOK && exp > nowS && (!hasNbf || nbf <= nowS)
+}
+
+// A correctly signed payload is accepted exactly when the oracle says so:
+// no malformed date is skipped, no well-formed token refused.
+func FuzzVerifyPayload(f *testing.F) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, p := range []string{
+		`{"sub":"a","exp":1800000060}`,
+		`{"sub":"a","exp":1800000060,"nbf":"x"}`,
+		`{"sub":"a","exp":1800000060,"nbf":1800000000.5}`,
+		`{"sub":"a","exp":1800000060,"iat":null}`,
+		`{"sub":"a","exp":1e300}`,
+		`{"sub":"a","exp":1800000060,"exp":"x"}`,
+		`{"sub":"","exp":1800000060}`,
+		`[]`,
+		`null`,
+	} {
+		f.Add([]byte(p))
+	}
+	v := verifier(f, jwt.Options{CacheSize: 1})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		token := testKeys.SignPayload("HS256", payload)
+		if len(token) > jwt.MaxTokenLen {
+			return
+		}
+		c, err := v.Verify(token, now)
+		if want := claimsOracle(payload, now); (err == nil) != want {
+			t.Fatalf("%s: verify says %v, the oracle %v", payload, err, want)
+		}
+		if err == nil && c.Subject == "" {
+			t.Fatalf("%s: accepted without a subject", payload)
+		}
+	})
 }

@@ -56,10 +56,16 @@ func (k *Keys) JWKS() json.RawMessage {
 
 // Sign returns a compact JWS of claims with alg HS256, RS256 or ES256.
 func (k *Keys) Sign(alg string, claims map[string]any) string {
+	p, _ := json.Marshal(claims)
+	return k.SignPayload(alg, p)
+}
+
+// SignPayload signs payload as it is, JSON or not: for tests of what a
+// correctly signed but malformed token does.
+func (k *Keys) SignPayload(alg string, payload []byte) string {
 	kid := map[string]string{"HS256": "hs", "RS256": "rs", "ES256": "es"}[alg]
 	h, _ := json.Marshal(map[string]string{"alg": alg, "typ": "JWT", "kid": kid})
-	p, _ := json.Marshal(claims)
-	signed := enc.EncodeToString(h) + "." + enc.EncodeToString(p)
+	signed := enc.EncodeToString(h) + "." + enc.EncodeToString(payload)
 	sum := sha256.Sum256([]byte(signed))
 	var sig []byte
 	switch alg {
