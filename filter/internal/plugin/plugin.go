@@ -86,7 +86,11 @@ func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
 	return &httpContext{p: p}
 }
 
-// sharedData is the lease cache's store: proxy-wasm shared data.
+// sharedData is the lease cache's store: proxy-wasm shared data, process-wide
+// per vm_id, with the host's CAS rules (a non-zero CAS on a missing key
+// inserts, which the cache relies on to create its hash key and fill empty
+// slots without overwriting another VM's write). GetSharedData copies the
+// value into a fresh slice per call, so the cache may patch it in place.
 type sharedData struct{}
 
 func (sharedData) Get(key string) ([]byte, uint32, error) {
