@@ -277,27 +277,95 @@ func TestScriptFlushFallsBackToEval(t *testing.T) {
 	}
 }
 
-// A sliding-log call writes one weighted entry whatever it spends, and the
-// log's running total counts the weights.
-func TestSlidingLogOneEntryPerCall(t *testing.T) {
+// However many entries leave the window at once, the next call counts exactly
+// what is still inside it (the count never waits for the lazy sweep).
+func TestSlidingLogExactAfterMassExpiry(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
-	r := req(rules.SlidingLog, "weights", 1000, 60)
-	r.Cost = 400
-	for i, want := range []bool{true, true, false} {
-		res, err := l.Do(ctx, r)
-		if err != nil || res.Allowed != want {
-			t.Fatalf("call %d: %+v %v; want allowed %v", i, res, err, want)
-		}
-		if want && res.Remaining != 1000-400*int64(i+1) {
-			t.Fatalf("call %d: remaining %d", i, res.Remaining)
-		}
+	for _, tc := range []struct {
+		name          string
+		entries, aged int64
+	}{
+		{"all expired", 300, 300},
+		{"some expired", 300, 100},
+		{"more expired than one sweep", 1000, 999},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := req(rules.SlidingLog, "mass-"+tc.name, tc.entries, 3600)
+			for i := int64(0); i < tc.entries; i++ {
+				if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+					t.Fatalf("fill %d: %+v %v", i, res, err)
+				}
+			}
+			// Age the oldest entries past the window instead of sleeping.
+			old := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "(0", Max: "+inf", Count: tc.aged}).Val()
+			for _, m := range old {
+				rdb.ZAdd(ctx, r.Key, redis.Z{Score: 1, Member: m})
+			}
+			for i := int64(1); i <= 3; i++ {
+				res, err := l.Do(ctx, r)
+				if err != nil || !res.Allowed || res.Remaining != tc.aged-i {
+					t.Fatalf("call %d after %d of %d expired: %+v %v; want allowed, %d remaining", i, tc.aged, tc.entries, res, err, tc.aged-i)
+				}
+			}
+			if n := rdb.ZCard(ctx, r.Key).Val(); n > tc.entries-tc.aged+3+2+max(0, tc.aged-3*64) {
+				t.Fatalf("%d members left; the sweep should have removed up to 64 expired per call", n)
+			}
+		})
 	}
-	entries := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Val()
-	if len(entries) != 2 {
-		t.Fatalf("entries %v; want one per admitted call", entries)
+}
+
+// A log written by an earlier version (one member per token) keeps counting
+// its live weight once, and is rewritten into one entry.
+func TestSlidingLogReadsAnOlderLog(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.SlidingLog, "legacy", 10, 3600)
+	now := float64(time.Now().UnixMilli())
+	for i := 0; i < 4; i++ {
+		rdb.ZAdd(ctx, r.Key, redis.Z{Score: now - float64(i), Member: fmt.Sprintf("%.3f-%d", now, i)})
 	}
-	if total := rdb.ZScore(ctx, r.Key, "#total").Val(); total != -800 {
-		t.Fatalf("running total %v, want -800", total)
+	res, err := l.Do(ctx, r)
+	if err != nil || !res.Allowed || res.Remaining != 5 {
+		t.Fatalf("%+v %v; want the 4 old tokens counted (5 remaining)", res, err)
+	}
+	if n := rdb.ZCard(ctx, r.Key).Val(); n != 3 {
+		t.Fatalf("%d members; want the old log folded into one entry plus the new one and '#c'", n)
+	}
+}
+
+// A refund gives back at most what is still leased in the counter, however
+// much the caller says it returns.
+func TestRefundNeverExceedsLeased(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "refund-"+string(a), 100, 3600)
+			r.Cost, r.Returned = 10, 1000
+			// Nothing was leased: returning 1000 tokens credits nothing.
+			if res, err := l.Do(ctx, r); err != nil || res.Remaining != 90 {
+				t.Fatalf("refund without a lease: %+v %v; want 90 remaining", res, err)
+			}
+			if a == rules.SlidingLog {
+				return // the log takes no refunds at all
+			}
+			r.Cost, r.Returned, r.Lease, r.LeaseFraction = 1, 0, 50, 0.1
+			res, err := l.Do(ctx, r) // 89 left; a tenth leased
+			if err != nil || res.Granted != 8 || res.Remaining != 81 {
+				t.Fatalf("lease: %+v %v; want 8 granted, 81 remaining", res, err)
+			}
+			r.Lease = 0
+			for i, tc := range []struct{ returned, remaining int64 }{
+				{3, 83},   // 3 of 8 back, minus this call's cost
+				{100, 87}, // only the 5 still leased
+				{100, 86}, // nothing leased any more
+			} {
+				r.Returned = tc.returned
+				if res, err := l.Do(ctx, r); err != nil || res.Remaining != tc.remaining {
+					t.Fatalf("refund %d (%d): %+v %v; want %d remaining", i, tc.returned, res, err, tc.remaining)
+				}
+			}
+		})
 	}
 }

@@ -1,71 +1,100 @@
--- Sliding log: exact over the window, and the costliest in memory. One ZSET
--- entry per admitted call, scored by its time, its member "<time>-<seq>:<weight>"
--- carrying what the call spent (cost + lease), so a call writes one entry
--- whatever its cost. The running total of the weights lives in the same ZSET
--- as the member "#total" with a negative score (-total): times are positive,
--- so range queries by time never see it, and the count costs O(1).
+-- Sliding log: exact over the window. One ZSET entry per admitted call, scored
+-- by its time; its member is the running sum ("cum") of every weight (cost +
+-- lease) this log has admitted, this call's included, zero-padded so that the
+-- members of one instant sort by it. The weight inside the window is then
+--   C - cum(newest expired entry)
+-- where C is the running sum now: two O(log n) lookups, whatever the call
+-- costs and however many entries have expired. A call writes one entry.
 --
--- Work per call is bounded: at most `sweep` expired entries are removed (and
--- subtracted) per call. If more are expired, the total still counts them until
--- later calls sweep them, which can only under-admit. Leases are not given back
--- here (a refund cannot tell leased weight from spent), so a lease may only
--- under-admit.
+-- Bookkeeping lives in the same ZSET under negative scores (times are
+-- positive, and every time range below starts above 0): '#c' holds -C, '#b'
+-- holds -(cum of the newest entry already removed).
+--
+-- Expired entries are removed lazily, at most `sweep` per call: no count
+-- depends on them, so removing them later changes no decision, and removing
+-- more per call than a call adds keeps the log at its live size.
+-- Leases are not given back here (a refund cannot tell leased weight from
+-- spent), so a lease may only under-admit.
 local sweep = 64
-local TOTAL = '#total'
 
-local function weight_of(member)
-  return tonumber(string.match(member, ':(%d+)$')) or 1
+local function member(cum) return string.format('%017.0f', cum) end
+
+local function meta(name)
+  local v = redis.call('ZSCORE', KEYS[1], name)
+  if v then return -tonumber(v) end
+  return nil
 end
 
 local function decide()
   local from = now - window
-  local total = tonumber(redis.call('ZSCORE', KEYS[1], TOTAL))
-  if total == nil then
-    -- A new log (or one written before weights): count what is there.
-    total = redis.call('ZCOUNT', KEYS[1], 0, '+inf')
-  else
-    total = -total
+  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local last = 0
+  if newest[2] and tonumber(newest[2]) > 0 then last = tonumber(newest[2]) end
+  local c, swept = meta('#c'), meta('#b') or 0
+
+  if c == nil and last > 0 then
+    -- A log written by an older version (one entry per token, or weighted
+    -- entries with '#total'): its weight becomes one entry at its newest time,
+    -- which counts it a little longer than exactly (under-admits, once).
+    c = meta('#total') or redis.call('ZCOUNT', KEYS[1], '(' .. num(from), '+inf')
+    swept = 0
+    if not peek then
+      redis.call('UNLINK', KEYS[1]) -- freed off the main thread, however large
+      redis.call('ZADD', KEYS[1], num(last), member(c), num(-c), '#c')
+      redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(last + window - now)))
+    elseif last <= from then
+      c = 0
+    end
   end
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[1], 0, num(from), 'LIMIT', 0, sweep)
-  local gone = 0
-  for _, m in ipairs(expired) do gone = gone + weight_of(m) end
-  local n = math.max(0, total - gone)
-  if not peek and #expired > 0 then
-    redis.call('ZREM', KEYS[1], unpack(expired))
+  c = c or 0
+
+  local base = swept
+  local exp = redis.call('ZREVRANGEBYSCORE', KEYS[1], num(from), '(0', 'LIMIT', 0, 1)
+  if exp[1] and tonumber(exp[1]) then base = math.max(base, tonumber(exp[1])) end
+  local n = math.max(0, c - base)
+
+  if not peek then
+    local old = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', num(from), 'LIMIT', 0, sweep)
+    if #old > 0 then
+      redis.call('ZREM', KEYS[1], unpack(old))
+      -- Entries go oldest first, so the last one removed has the largest cum.
+      local top = tonumber(old[#old])
+      if top and top > swept then
+        redis.call('ZADD', KEYS[1], num(-top), '#b')
+      end
+    end
   end
 
   local allowed, granted, retry = 0, 0, 0
   if n + cost <= limit then
     allowed = 1
     granted = grant(limit - n - cost)
-    n = n + cost + granted
-    if not peek then
-      local stamp = num(now)
-      -- n only grows within one instant, so the member is unique.
-      redis.call('ZADD', KEYS[1], stamp, stamp .. '-' .. n .. ':' .. (cost + granted), -n, TOTAL)
-      redis.call('PEXPIRE', KEYS[1], math.ceil(window))
+    local w = cost + granted
+    n = n + w
+    if not peek and w > 0 then
+      c = c + w
+      -- A clock that moved back (failover) stamps at the newest time, so
+      -- time order stays cum order.
+      last = math.max(now, last)
+      redis.call('ZADD', KEYS[1], num(last), member(c), num(-c), '#c')
+      redis.call('PEXPIRE', KEYS[1], math.ceil(last + window - now))
     end
   else
     -- Wait until enough of the oldest entries have left the window: walk at
-    -- most `sweep` of them; beyond that, a whole window frees everything.
+    -- most `sweep` of them; beyond that, the newest entry's expiry frees all.
     local need = n + cost - limit
-    retry = math.ceil(window)
-    local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. num(from), '+inf', 'WITHSCORES', 'LIMIT', 0, sweep)
-    local freed = 0
-    for i = 1, #oldest, 2 do
-      freed = freed + weight_of(oldest[i])
-      if freed >= need then
-        retry = math.ceil(tonumber(oldest[i + 1]) + window - now)
+    retry = math.ceil(last + window - now)
+    local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. num(from), '+inf', 'WITHSCORES', 'LIMIT', 0, sweep)
+    for i = 1, #live, 2 do
+      local cum = tonumber(live[i])
+      if cum and cum - base >= need then
+        retry = math.ceil(tonumber(live[i + 1]) + window - now)
         break
       end
     end
     retry = math.max(1, retry)
-    if not peek and #expired > 0 then
-      redis.call('ZADD', KEYS[1], -n, TOTAL)
-    end
   end
   local reset = 0
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if newest[2] and tonumber(newest[2]) > 0 then reset = math.ceil(tonumber(newest[2]) + window - now) end
+  if n > 0 and last > 0 then reset = math.max(0, math.ceil(last + window - now)) end
   return allowed, limit - n, reset, retry, granted
 end
