@@ -400,8 +400,13 @@ func (c *Config) Validate() error {
 		}
 		for _, p := range sortedKeys(t.Endpoints) {
 			field := fmt.Sprintf("%s.endpoints[%q]", at, p)
-			if !endpointRE.MatchString(p) || rules.ValidateGlob(p) != nil {
-				return bad(field, "endpoint path must start with '/' (globs: *, **, ?)")
+			if !endpointRE.MatchString(p) {
+				return bad(field, "endpoint path must start with '/' and hold printable ASCII only (globs: *, **, ?)")
+			}
+			// ValidateGlob also refuses a pattern that is not spelled as
+			// requests are normalised ("/items/" would never match).
+			if err := rules.ValidateGlob(p); err != nil {
+				return bad(field, "%v", err)
 			}
 			if t.Endpoints[p] <= 0 {
 				return bad(field, "%d must be > 0", t.Endpoints[p])
@@ -495,6 +500,10 @@ func loopback(listen string) bool {
 	return err == nil && a.IsLoopback()
 }
 
+// MaxViolations is how many violations the penalty log of one owner keeps
+// (epilogue.lua trims it to this).
+const MaxViolations = 1000
+
 func (p *Penalties) validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &rules.FieldError{Field: "penalties." + field, Message: fmt.Sprintf(format, args...)}
@@ -502,8 +511,10 @@ func (p *Penalties) validate() error {
 	if p.DetectionWindowSeconds < 1 || p.DetectionWindowSeconds > 86_400 {
 		return bad("detection_window_seconds", "%d must be in 1..86400", p.DetectionWindowSeconds)
 	}
-	if p.ViolationThreshold < 1 {
-		return bad("violation_threshold", "%d must be >= 1", p.ViolationThreshold)
+	// The violation log keeps at most MaxViolations entries (its work per
+	// denial is bounded), so a higher threshold could never be reached.
+	if p.ViolationThreshold < 1 || p.ViolationThreshold > MaxViolations {
+		return bad("violation_threshold", "%d must be in 1..%d", p.ViolationThreshold, MaxViolations)
 	}
 	if len(p.Multipliers) == 0 || len(p.Multipliers) > 32 {
 		return bad("multipliers", "need 1..32 entries")
