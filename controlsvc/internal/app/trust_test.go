@@ -2,14 +2,21 @@ package app_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // countersExcept serialises every rate-limit key outside an identity's hash
@@ -235,5 +242,51 @@ func TestWorstAcceptedCheckIsCheapInRedis(t *testing.T) {
 	t.Logf("slowest script call: %d µs of Redis time", slowest)
 	if slowest >= 500 {
 		t.Fatalf("a script call took %d µs of Redis time; the bound is well under a millisecond (500 µs)", slowest)
+	}
+}
+
+// An idempotency key replays its first answer to the same checks only: other
+// checks under it, or the same ones while the first request is still being
+// answered, are refused and count nothing.
+func TestBatchIdempotencyBoundToChecks(t *testing.T) {
+	s := startService(t, "", nil)
+	ctx := context.Background()
+	first := `{"idempotency_key":"k-7","checks":[{"user_id":"u1","endpoint":"/x","limit":1,"window_seconds":60}]}`
+	if r := s.do(http.MethodPost, "/v1/rate-limit/batch-check", first); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	counters := s.countersExcept("\x00") // every counter
+	sum := sha256.Sum256([]byte("k-pending"))
+	claimed := keys.Idempotency(hex.EncodeToString(sum[:]))
+	pending, _ := json.Marshal([]wire.CheckRequest{{UserID: "u3", Endpoint: "/x"}})
+	d := sha256.Sum256(pending)
+	s.rdb.Set(ctx, claimed, fmt.Sprintf(`{"digest":%q}`, hex.EncodeToString(d[:])), time.Minute)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		replayed   bool
+	}{
+		{"same checks, other spacing and an unknown field", `{ "checks" : [ {"window_seconds":60, "limit":1, "endpoint":"/x", "user_id":"u1", "extra":1} ], "idempotency_key":"k-7" }`, 200, true},
+		{"another user", `{"idempotency_key":"k-7","checks":[{"user_id":"u2","endpoint":"/x","limit":1,"window_seconds":60}]}`, 409, false},
+		{"another limit", `{"idempotency_key":"k-7","checks":[{"user_id":"u1","endpoint":"/x","limit":2,"window_seconds":60}]}`, 409, false},
+		{"one more check", `{"idempotency_key":"k-7","checks":[{"user_id":"u1","endpoint":"/x","limit":1,"window_seconds":60},{"user_id":"u1","endpoint":"/y"}]}`, 409, false},
+		{"same checks while the first is in flight", `{"idempotency_key":"k-pending","checks":[{"user_id":"u3","endpoint":"/x"}]}`, 409, false},
+		{"other checks while the first is in flight", `{"idempotency_key":"k-pending","checks":[{"user_id":"u4","endpoint":"/x"}]}`, 409, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(http.MethodPost, "/v1/rate-limit/batch-check", tc.body)
+			if r.status != tc.status {
+				t.Fatalf("%d %s; want %d", r.status, r.body, tc.status)
+			}
+			if tc.status == 409 && r.errorCode(t) != "IDEMPOTENCY_KEY_REUSED" {
+				t.Fatalf("code %s", r.body)
+			}
+			if tc.replayed && r.json(t)["replayed"] != true {
+				t.Fatalf("not a replay: %s", r.body)
+			}
+			if after := s.countersExcept("\x00"); after != counters {
+				t.Fatalf("counters moved:\n%s\n---\n%s", counters, after)
+			}
+		})
 	}
 }

@@ -118,11 +118,12 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 }
 
 // Batch runs several checks. An invalid check gets its own error and does not
-// stop the others. With an idempotency key, the first answer is stored with a
-// digest of the checks it answered and replayed for five minutes to the same
-// checks; other checks under a used key are refused (409) and count nothing.
-// A concurrent duplicate may be counted twice (the claim and the answer are
-// separate steps).
+// stop the others. With an idempotency key, the key is first claimed with a
+// digest of the checks, then the answer is stored under it and replayed for
+// five minutes to the same checks. Other checks under a used key are refused
+// (409 IDEMPOTENCY_KEY_REUSED) and count nothing, as is a duplicate that
+// arrives while the first is still being answered: the claim comes before any
+// counter is touched, so no key is ever counted twice.
 func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust Trust) (wire.BatchCheckResponse, error) {
 	p := s.policy.Load()
 	if len(req.Checks) == 0 {
@@ -138,26 +139,13 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust 
 		}
 		sum := sha256.Sum256([]byte(req.IdempotencyKey))
 		idemKey = keys.Idempotency(hex.EncodeToString(sum[:]))
-		// The decoded checks, marshalled again, are one canonical form of
-		// the request: spacing and key order do not change it.
-		b, _ := json.Marshal(req.Checks)
-		d := sha256.Sum256(b)
-		digest = hex.EncodeToString(d[:])
-		stored, err := s.rdb.Get(ctx, idemKey).Bytes()
-		switch {
-		case err == nil:
-			var st storedBatch
-			if json.Unmarshal(stored, &st) == nil {
-				if st.Digest != digest {
-					return wire.BatchCheckResponse{}, &apierr.Error{Status: http.StatusConflict, Code: wire.CodeIdempotencyKeyReused,
-						Message: "this idempotency_key was used for other checks; use a new key", Details: map[string]any{"field": "idempotency_key"}}
-				}
-				st.Answer.Replayed = true
-				return st.Answer, nil
+		digest = batchDigest(req.Checks)
+		replay, err := s.claimBatch(ctx, idemKey, digest)
+		if err != nil || replay != nil {
+			if replay != nil {
+				return *replay, nil
 			}
-		case !errors.Is(err, redis.Nil):
-			s.m.RedisErrors.WithLabelValues("batch").Inc()
-			return wire.BatchCheckResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+			return wire.BatchCheckResponse{}, err
 		}
 	}
 	out := wire.BatchCheckResponse{Results: make([]wire.BatchResult, len(req.Checks))}
@@ -178,9 +166,10 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust 
 		out.Results[i] = r
 	}
 	if idemKey != "" {
-		b, err := json.Marshal(storedBatch{Digest: digest, Answer: out})
+		b, err := json.Marshal(storedBatch{Digest: digest, Answer: &out})
 		if err == nil {
-			err = s.rdb.SetNX(ctx, idemKey, b, IdempotencyTTL).Err()
+			// The claim is this request's own: the answer replaces it.
+			err = s.rdb.Set(ctx, idemKey, b, IdempotencyTTL).Err()
 		}
 		if err != nil {
 			// The decisions are made; losing the replay copy only loses
@@ -192,9 +181,65 @@ func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust 
 	return out, nil
 }
 
-// storedBatch is a batch answer kept for its idempotency key, with the
-// digest of the checks it answered.
+// storedBatch is what an idempotency key holds: the digest of the checks it
+// was first used for and, once they are answered, the answer (nil while the
+// first request is still being answered).
 type storedBatch struct {
-	Digest string                  `json:"digest"`
-	Answer wire.BatchCheckResponse `json:"answer"`
+	Digest string                   `json:"digest"`
+	Answer *wire.BatchCheckResponse `json:"answer,omitempty"`
+}
+
+// claimTTL bounds how long a claim waits for its answer: a service that died
+// mid-batch does not lock the key for the whole IdempotencyTTL.
+const claimTTL = 30 * time.Second
+
+// batchDigest is the SHA-256 of the decoded checks marshalled again: one
+// canonical form of the request, whatever its spacing, key order or unknown
+// fields.
+func batchDigest(checks []wire.CheckRequest) string {
+	b, _ := json.Marshal(checks) // plain strings and numbers: cannot fail
+	d := sha256.Sum256(b)
+	return hex.EncodeToString(d[:])
+}
+
+// claimBatch takes an idempotency key for the checks with this digest. It
+// returns (nil, nil) when the key is this request's to answer, the stored
+// answer when the same checks were answered before, and an error otherwise.
+func (s *Service) claimBatch(ctx context.Context, key, digest string) (*wire.BatchCheckResponse, error) {
+	pending, err := json.Marshal(storedBatch{Digest: digest})
+	if err != nil {
+		return nil, fmt.Errorf("encode idempotency claim: %w", err)
+	}
+	reused := func(msg string) error {
+		return &apierr.Error{Status: http.StatusConflict, Code: wire.CodeIdempotencyKeyReused,
+			Message: msg, Details: map[string]any{"field": "idempotency_key"}}
+	}
+	// Two rounds: a claim may expire between the SET NX and the GET.
+	for range 2 {
+		ok, err := s.rdb.SetNX(ctx, key, pending, claimTTL).Result()
+		if err == nil && ok {
+			return nil, nil
+		}
+		var stored []byte
+		if err == nil {
+			stored, err = s.rdb.Get(ctx, key).Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+		}
+		if err != nil {
+			s.m.RedisErrors.WithLabelValues("batch").Inc()
+			return nil, apierr.Unavailable("rate limiter unavailable", fmt.Errorf("idempotency key: %w", err))
+		}
+		var st storedBatch
+		switch {
+		case json.Unmarshal(stored, &st) != nil || st.Digest != digest:
+			return nil, reused("this idempotency_key was used for other checks; use a new key")
+		case st.Answer == nil:
+			return nil, reused("a request with this idempotency_key is still being answered; retry it shortly")
+		}
+		st.Answer.Replayed = true
+		return st.Answer, nil
+	}
+	return nil, reused("this idempotency_key is changing hands; retry it shortly")
 }
