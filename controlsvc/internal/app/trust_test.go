@@ -39,62 +39,124 @@ func (s *service) countersExcept(identity string) string {
 	return strings.Join(lines, "\n")
 }
 
-// An attacker who reaches the decision API directly: each row asserts the
-// status and code, and that the victim's counters did not move.
+// An attacker who reaches the decision API directly, or a client the filter
+// forwards, tries every class of hostile request against two services on one
+// Redis: "filter", which requires the decision token (the shipped setup), and
+// "open", on loopback without a token (plain seed shape only). Each row
+// asserts the status, the code (and the field named), and that no counter of
+// any other identity moved: the victim's keys, dumped before and after.
 func TestDecisionAPIHostile(t *testing.T) {
-	s := startService(t, "", nil)
-	if r := s.check(map[string]any{"user_id": "user:victim", "endpoint": "/api/v1/items", "lease": 5}); r.status != 200 {
+	filter := startService(t, "", nil)
+	open := startServiceOn(t, filter.redis, "redis://"+filter.redis.Addr+"/0", "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	const attacker = "user:mallory"
+	const items = `"endpoint":"/api/v1/items"`
+	if r := filter.check(`{"user_id":"user:victim",` + items + `,"lease":5}`); r.status != 200 {
 		t.Fatalf("victim: %d %s", r.status, r.body)
 	}
-	const attacker = "user:mallory"
-	noAuth := []string{"Authorization", ""}
+	// The victim's API key: its identity must not be reachable without it.
+	if r := filter.check(`{"user_id":"key:k_victim",` + items + `}`); r.status != 200 {
+		t.Fatalf("victim key: %d %s", r.status, r.body)
+	}
+	// The attacker's own counter for the path, spent: every other spelling
+	// of the path must land on it and be denied.
+	adhoc := `,"strategy":"fixed_window","limit":1,"window_seconds":60`
+	if r := filter.check(`{"user_id":"user:mallory",` + items + adhoc + `}`); r.status != 200 {
+		t.Fatalf("attacker: %d %s", r.status, r.body)
+	}
+	// The attacker's own batch claims an idempotency key first.
 	batch := func(key string, ids ...string) string {
 		var checks []string
 		for _, id := range ids {
-			checks = append(checks, fmt.Sprintf(`{"user_id":%q,"endpoint":"/api/v1/items"}`, id))
+			checks = append(checks, fmt.Sprintf(`{"user_id":%q,`+items+`}`, id))
 		}
 		return fmt.Sprintf(`{"idempotency_key":%q,"checks":[%s]}`, key, strings.Join(checks, ","))
 	}
-	// The attacker's own batch claims an idempotency key first.
-	if r := s.do(http.MethodPost, "/v1/rate-limit/batch-check", batch("k-1", attacker)); r.status != 200 {
+	if r := filter.do(http.MethodPost, "/v1/rate-limit/batch-check", batch("k-1", attacker)); r.status != 200 {
 		t.Fatalf("first batch: %d %s", r.status, r.body)
 	}
+	noAuth := []string{"Authorization", ""}
+	const check, batchPath = "/v1/rate-limit/check", "/v1/rate-limit/batch-check"
+	mallory := func(extra string) string { return `{"user_id":"user:mallory",` + items + extra + `}` }
+	victim := func(extra string) string { return `{"user_id":"user:victim",` + items + extra + `}` }
 	for _, tc := range []struct {
 		name   string
+		svc    *service
+		method string
 		path   string
 		body   string
 		header []string
 		status int
 		code   string
+		field  string
 	}{
-		{"no credential", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, noAuth, 401, "UNAUTHORIZED"},
-		{"wrong credential", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, []string{"Authorization", "Bearer " + strings.Repeat("x", 40)}, 401, "UNAUTHORIZED"},
-		{"admin token is not the decision token", "/v1/rate-limit/check", `{"user_id":"user:victim","endpoint":"/api/v1/items"}`, []string{"Authorization", "Bearer " + adminToken}, 401, "UNAUTHORIZED"},
-		{"status without credential", "/v1/rate-limit/status/user:victim/api/v1/items", "", noAuth, 401, "UNAUTHORIZED"},
-		{"batch without credential", "/v1/rate-limit/batch-check", batch("", "user:victim"), noAuth, 401, "UNAUTHORIZED"},
-		{"idempotency key reused for the victim", "/v1/rate-limit/batch-check", batch("k-1", "user:victim"), nil, 409, "IDEMPOTENCY_KEY_REUSED"},
-		{"cost above the limit", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/v1/items","cost":101}`, nil, 400, "INVALID_INPUT"},
-		{"huge ad-hoc limit", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/v1/items","strategy":"sliding_log","limit":9223372036854775807,"cost":1000000}`, nil, 400, "INVALID_LIMIT"},
-		{"crlf identity", "/v1/rate-limit/check", `{"user_id":"user:victim\r\nx: 1","endpoint":"/api/v1/items"}`, nil, 400, "INVALID_INPUT"},
-		{"brace identity", "/v1/rate-limit/check", `{"user_id":"user:mallory}{identity:user:victim","endpoint":"/api/v1/items"}`, nil, 200, ""},
-		{"10 kB endpoint", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/` + strings.Repeat("a", 10_000) + `"}`, nil, 400, "INVALID_INPUT"},
-		{"malformed escape in endpoint", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/api/%zz"}`, nil, 400, "INVALID_INPUT"},
-		{"malformed json", "/v1/rate-limit/check", `{"user_id":`, nil, 400, "INVALID_INPUT"},
-		{"oversize body", "/v1/rate-limit/check", `{"user_id":"user:mallory","endpoint":"/x","pad":"` + strings.Repeat("a", 1<<20) + `"}`, nil, 413, "PAYLOAD_TOO_LARGE"},
+		// The service credential.
+		{"no credential", filter, "POST", check, victim(""), noAuth, 401, "UNAUTHORIZED", ""},
+		{"wrong credential", filter, "POST", check, victim(""), []string{"Authorization", "Bearer " + strings.Repeat("x", 40)}, 401, "UNAUTHORIZED", ""},
+		{"credential as a prefix", filter, "POST", check, victim(""), []string{"Authorization", "Bearer " + decisionToken[:20]}, 401, "UNAUTHORIZED", ""},
+		{"credential not as a bearer", filter, "POST", check, victim(""), []string{"Authorization", "Basic " + decisionToken}, 401, "UNAUTHORIZED", ""},
+		{"admin token is not the decision token", filter, "POST", check, victim(""), []string{"Authorization", "Bearer " + adminToken}, 401, "UNAUTHORIZED", ""},
+		{"status without credential", filter, "GET", "/v1/rate-limit/status/user:victim/api/v1/items", "", noAuth, 401, "UNAUTHORIZED", ""},
+		{"batch without credential", filter, "POST", batchPath, batch("", "user:victim"), noAuth, 401, "UNAUTHORIZED", ""},
+		{"decision token on an admin route", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `}`, nil, 401, "UNAUTHORIZED", ""},
+		// What only a trusted filter may say.
+		{"caller-chosen tier", open, "POST", check, mallory(`,"tier":"premium"`), nil, 403, "FORBIDDEN", "tier"},
+		{"caller-chosen tier, field name in capitals", open, "POST", check, mallory(`,"TIER":"premium"`), nil, 403, "FORBIDDEN", "tier"},
+		{"caller-chosen tenant", open, "POST", check, mallory(`,"tenant":"acme"`), nil, 403, "FORBIDDEN", "tenant"},
+		{"caller-chosen cost", open, "POST", check, mallory(`,"cost":2`), nil, 403, "FORBIDDEN", "cost"},
+		{"key identity without the key", open, "POST", check, `{"user_id":"key:k_victim",` + items + `}`, nil, 403, "FORBIDDEN", "user_id"},
+		{"lease without credential", open, "POST", check, victim(`,"lease":100`), nil, 403, "FORBIDDEN", "lease"},
+		{"refund to a shared bucket without credential", open, "POST", check, victim(`,"returned":100`), nil, 403, "FORBIDDEN", "returned"},
+		{"tier in a status query", open, "GET", "/v1/rate-limit/status/user:victim/api/v1/items?tier=premium", "", nil, 403, "FORBIDDEN", "tier"},
+		{"made-up api key", open, "POST", check, mallory(`,"api_key":"tg_nope"`), nil, 400, "INVALID_API_KEY", ""},
+		// Bounded work.
+		{"cost above the limit", filter, "POST", check, mallory(`,"cost":101`), nil, 400, "INVALID_INPUT", "cost"},
+		{"cost above an ad-hoc limit", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/y","limit":10,"cost":11}`, nil, 400, "INVALID_INPUT", "cost"},
+		{"huge ad-hoc limit", filter, "POST", check, mallory(`,"strategy":"sliding_log","limit":9223372036854775807,"cost":1000000`), nil, 400, "INVALID_LIMIT", "limit"},
+		{"ad-hoc limit above max_adhoc_limit", open, "POST", check, mallory(`,"strategy":"sliding_log","limit":1000001`), nil, 400, "INVALID_LIMIT", "limit"},
+		{"ad-hoc window beyond an hour", open, "POST", check, mallory(`,"limit":5,"window_seconds":3601`), nil, 400, "INVALID_LIMIT", "window_seconds"},
+		{"cost beyond an int64", filter, "POST", check, mallory(`,"cost":1e30`), nil, 400, "INVALID_INPUT", "cost"},
+		// Idempotency.
+		{"idempotency key reused for the victim", filter, "POST", batchPath, batch("k-1", "user:victim"), nil, 409, "IDEMPOTENCY_KEY_REUSED", "idempotency_key"},
+		// One resource, one counter, however it is spelled.
+		{"escaped letter", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/%69tems"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"double slash", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1//items"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"parameter", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/items;a"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"dot segment", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/./items"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"dot-dot segment", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/x/../items"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"trailing slash and query", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/items/?a=1"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
+		{"malformed escape in endpoint", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/%zz"}`, nil, 400, "INVALID_INPUT", "endpoint"},
+		// Identities and endpoints that try to break out of their key.
+		{"crlf identity", filter, "POST", check, `{"user_id":"user:victim\r\nx: 1",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
+		{"brace identity", filter, "POST", check, `{"user_id":"user:mallory}{identity:user:victim",` + items + `}`, nil, 200, "", ""},
+		{"10 kB identity", filter, "POST", check, `{"user_id":"user:` + strings.Repeat("a", 10_000) + `",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
+		{"crlf endpoint", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/items\r\nHost: x"}`, nil, 400, "INVALID_INPUT", "endpoint"},
+		{"10 kB endpoint", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/` + strings.Repeat("a", 10_000) + `"}`, nil, 400, "INVALID_INPUT", "endpoint"},
+		// Bodies.
+		{"malformed json", filter, "POST", check, `{"user_id":`, nil, 400, "INVALID_INPUT", "body"},
+		{"two json values", filter, "POST", check, mallory("") + victim(""), nil, 400, "INVALID_INPUT", "body"},
+		{"unknown field on the decision API is ignored", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/z","identity":"user:victim"}`, nil, 200, "", ""},
+		{"unknown field on an admin route is refused", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `,"everyone":true}`, []string{"Authorization", "Bearer " + adminToken}, 400, "INVALID_INPUT", "everyone"},
+		{"oversize body", filter, "POST", check, mallory(`,"pad":"` + strings.Repeat("a", 1<<20) + `"`), nil, 413, "PAYLOAD_TOO_LARGE", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := s.countersExcept(attacker)
-			r := s.do(http.MethodPost, tc.path, tc.body, tc.header...)
-			if strings.Contains(tc.path, "/status/") {
-				r = s.do(http.MethodGet, tc.path, nil, tc.header...)
+			before := filter.countersExcept(attacker)
+			var body any
+			if tc.body != "" {
+				body = tc.body
 			}
+			r := tc.svc.do(tc.method, tc.path, body, tc.header...)
 			if r.status != tc.status || (tc.code != "" && r.errorCode(t) != tc.code) {
 				t.Fatalf("%d %s; want %d %s", r.status, truncate(r.body), tc.status, tc.code)
 			}
-			if tc.status == 401 && r.header.Get("WWW-Authenticate") == "" {
-				t.Fatal("401 without WWW-Authenticate")
+			if tc.field != "" {
+				if f := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"]; f != tc.field {
+					t.Fatalf("details.field %v, want %s: %s", f, tc.field, r.body)
+				}
 			}
-			if after := s.countersExcept(attacker); after != before {
+			if tc.status == 401 && !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("401 with WWW-Authenticate %q", r.header.Get("WWW-Authenticate"))
+			}
+			if after := filter.countersExcept(attacker); after != before {
 				t.Fatalf("other callers' counters moved:\n%s\n---\n%s", before, after)
 			}
 		})
