@@ -165,3 +165,57 @@ func TestCalloutCredentialAndImplausibleAnswers(t *testing.T) {
 		t.Fatalf("logs %v", s.Logs())
 	}
 }
+
+// A crafted request that shares a victim's slot (forced here: one slot)
+// cannot evict the victim's live lease by getting itself denied.
+func TestDenialCannotEvictAVictimsLease(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10,"slots":1}}`, 1)
+	victim := req{source: "198.51.100.7:1"}
+	attacker := req{source: "203.0.113.66:1"}
+	e.start(victim)
+	e.answer(0, "200", decision(true, 50, 10, 0))
+	for i := 0; i < 5; i++ {
+		s, _ := e.start(attacker)
+		e.answer(0, "429", decision(false, 0, 0, 60))
+		if s.Local == nil || s.Local.Status != 429 {
+			t.Fatalf("attacker request %d: %+v", i, s.Local)
+		}
+	}
+	hits := e.host.Counter("tollgate_lease_hits_total")
+	for i := 0; i < 9; i++ {
+		if _, act := e.start(victim); act != wasmhost.Continue {
+			t.Fatalf("victim request %d called out: the lease was evicted", i)
+		}
+	}
+	e.noCallout(0)
+	if got := e.host.Counter("tollgate_lease_hits_total") - hits; got != 9 {
+		t.Fatalf("%d lease hits, want 9", got)
+	}
+}
+
+// Long identities are cached whole: a 255-byte user id reaches upstream
+// intact on a lease hit, and two users differing only in their last byte
+// are two callers.
+func TestLongIdentitiesOnLeaseHits(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":5}}`, 1)
+	long := "user:" + strings.Repeat("u", 254)
+	answer := func(id string) string {
+		return strings.Replace(decision(true, 50, 5, 0), `"user:alice"`, strconv.Quote(id), 1)
+	}
+	e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_a"}}})
+	e.answer(0, "200", answer(long+"a"))
+	s, act := e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_a"}}})
+	if act != wasmhost.Continue || s.RequestHeaders.Value("x-tollgate-identity") != long+"a" {
+		t.Fatalf("lease hit identity %d bytes: %.40q", len(s.RequestHeaders.Value("x-tollgate-identity")), s.RequestHeaders.Value("x-tollgate-identity"))
+	}
+	// Another caller (another key digest) whose identity differs only at the
+	// end is not served from the first one's lease.
+	if _, act := e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_b"}}}); act != wasmhost.Pause {
+		t.Fatal("a second caller was served from the first one's lease")
+	}
+	e.answer(0, "200", answer(long+"b"))
+	s, _ = e.start(req{headers: wasmhost.Headers{{"x-api-key", "tg_b"}}})
+	if got := s.RequestHeaders.Value("x-tollgate-identity"); got != long+"b" {
+		t.Fatalf("second caller's identity ends %q", got[len(got)-3:])
+	}
+}
