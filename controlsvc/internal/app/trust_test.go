@@ -242,6 +242,13 @@ func TestEndpointSpellingsShareACounter(t *testing.T) {
 	if r.status != 200 || num(t, r.json(t), "remaining") != 93 {
 		t.Fatalf("status through another spelling: %d %s", r.status, r.body)
 	}
+	r = s.admin(http.MethodPost, "/v1/rate-limit/reset", `{"user_id":"u","endpoint":"/api/v1/./%69tems/"}`)
+	if r.status != 200 || num(t, r.json(t), "keys_deleted") != 1 || r.json(t)["endpoint"] != "/api/v1/items" {
+		t.Fatalf("reset through another spelling: %d %s", r.status, r.body)
+	}
+	if ks := s.rdb.Keys(context.Background(), "rl:{*").Val(); len(ks) != 0 {
+		t.Fatalf("keys %v after the reset", ks)
+	}
 }
 
 // The worst check the API accepts stays cheap in Redis: measured by Redis

@@ -110,8 +110,9 @@ const (
 	// Untrusted callers (no service credential) may use the seed's plain
 	// check shape only.
 	Untrusted Trust = false
-	// Trusted callers hold the decision token (the filter) or the admin
-	// token: they may name tiers, tenants, costs, leases and key identities.
+	// Trusted callers hold a decision token (the filter): they may name
+	// tiers, tenants, costs, leases, refunds and key identities. Admin
+	// routes (reset, overrides) act as trusted behind the admin token.
 	Trusted Trust = true
 )
 
