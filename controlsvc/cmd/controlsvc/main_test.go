@@ -94,3 +94,21 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatalf("after SIGHUP: %q", got)
 	}
 }
+
+// -check-config refuses credentials an attacker could guess, naming the
+// setting and never echoing the value.
+func TestCheckConfigRefusesShortTokens(t *testing.T) {
+	for _, tc := range []struct{ env, field string }{
+		{"TOLLGATE_ADMIN_TOKEN", "admin_token"},
+		{"TOLLGATE_DECISION_TOKEN", "decision_token[0]"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, "a")
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), []string{"-check-config"}, &out, &errOut)
+			if err == nil || !strings.Contains(err.Error(), tc.field+": is 1 bytes") {
+				t.Fatalf("got %v; want an error naming %s", err, tc.field)
+			}
+		})
+	}
+}
