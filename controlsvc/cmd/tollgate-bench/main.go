@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/csv"
 	"flag"
 	"fmt"
@@ -48,8 +49,13 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-redis %s: benchmarks only run against loopback", *redisAddr)
 	}
 
+	// The checks carry a decision token, as the filter's do: the benchmark
+	// measures the credentialed path.
+	token := "bench-" + rand.Text()
 	lookup := func(k string) (string, bool) {
 		switch k {
+		case "TOLLGATE_DECISION_TOKEN":
+			return token, true
 		case "TOLLGATE_LISTEN":
 			return "127.0.0.1:0", true
 		case "TOLLGATE_REDIS_URL":
@@ -83,7 +89,11 @@ func run(ctx context.Context) error {
 		Requests: int64(*requests), Concurrency: *concurrency, MaxTime: *maxTime,
 		Request: func(i int64) (*http.Request, error) {
 			body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
-			return http.NewRequest(http.MethodPost, base, strings.NewReader(body))
+			req, err := http.NewRequest(http.MethodPost, base, strings.NewReader(body))
+			if err == nil {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			return req, err
 		},
 	})
 	if err != nil {
