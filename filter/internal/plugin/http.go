@@ -3,8 +3,6 @@ package plugin
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -115,13 +113,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if !h.resolveIdentity(auth, xff, realIP) {
 		return types.ActionPause // answered 401
 	}
-	keyPart := ""
-	if h.apiKey != "" {
-		// The service maps the key to its id; locally a digest stands for it.
-		sum := sha256.Sum256([]byte(h.apiKey))
-		keyPart = hex.EncodeToString(sum[:12])
-	}
-	h.bucket = p.cache.Bucket(h.id, keyPart, h.tier, h.tenant, method, path)
+	// The raw API key goes into the keyed hash: only its 128-bit digest
+	// reaches shared data, and the hash is secret per process.
+	h.bucket = p.cache.Bucket(h.id, h.apiKey, h.tier, h.tenant, method, path)
 
 	now := h.now()
 	var returned int64
