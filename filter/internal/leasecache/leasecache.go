@@ -23,6 +23,8 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
 // Store is shared data: proxywasm.GetSharedData / SetSharedData, with the
@@ -49,6 +51,14 @@ var ErrTooLarge = errors.New("leasecache: entry does not fit a slot")
 // longer string is refused by Put, never cut: two identities that agree on
 // their first bytes must not come back from the cache as one.
 const maxField = 512
+
+// Every legal identity fits a slot: this fails to compile if shared/identity
+// ever allows ids longer than a slot holds (Put would then refuse them all,
+// and those callers would call out on every request).
+const _ = uint(maxField - len(identity.KindUser+":") - identity.MaxIDLen)
+
+// The length prefix is a uint16: maxField must fit it.
+const _ = uint16(maxField)
 
 // maxCASRetries bounds the retries of one operation under contention.
 const maxCASRetries = 8

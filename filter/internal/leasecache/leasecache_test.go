@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
 // memStore is shared data with cpp-host's rules (the host Envoy embeds): one
@@ -404,9 +406,9 @@ func TestDenialIntoEmptySlotRace(t *testing.T) {
 // and leaves what the slot held.
 func TestLongFieldsAreNeverTruncated(t *testing.T) {
 	c := newCache(t, newMemStore(), 1)
-	longest := "user:" + strings.Repeat("a", 255)
+	longest := "user:" + strings.Repeat("a", identity.MaxIDLen)
 	same300 := strings.Repeat("b", 300)
-	for _, id := range []string{longest, "key:" + strings.Repeat("k", 255), same300 + "1", same300 + "2", strings.Repeat("m", maxField)} {
+	for _, id := range []string{longest, "key:" + strings.Repeat("k", identity.MaxIDLen), same300 + "1", same300 + "2", strings.Repeat("m", maxField)} {
 		a := c.Bucket(id)
 		if err := c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: 1 << 40, Identity: id, RuleID: id, Tier: id}, 0); err != nil {
 			t.Fatalf("%d bytes: %v", len(id), err)
