@@ -308,8 +308,8 @@ func TestSlidingLogExactAfterMassExpiry(t *testing.T) {
 					t.Fatalf("call %d after %d of %d expired: %+v %v; want allowed, %d remaining", i, tc.aged, tc.entries, res, err, tc.aged-i)
 				}
 			}
-			if n := rdb.ZCard(ctx, r.Key).Val(); n > tc.entries-tc.aged+3+2+max(0, tc.aged-3*64) {
-				t.Fatalf("%d members left; the sweep should have removed up to 64 expired per call", n)
+			if n := rdb.ZCard(ctx, r.Key).Val(); n > tc.entries-tc.aged+3+2+max(0, tc.aged-3*logSweep) {
+				t.Fatalf("%d members left; the sweep should have removed up to %d expired per call", n, logSweep)
 			}
 		})
 	}
@@ -367,5 +367,43 @@ func TestRefundNeverExceedsLeased(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A denial's wait is the time until the oldest entries that cover what is
+// missing have left the window, however many entries that takes: a wait of a
+// whole window instead would keep a filter's cached denial (and the caller)
+// out far longer than the limit says.
+func TestSlidingLogRetryIsExact(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.SlidingLog, "retry", 1000, 3600)
+	for i := 0; i < 1000; i++ {
+		if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+			t.Fatalf("fill %d: %+v %v", i, res, err)
+		}
+	}
+	// Spread the entries instead of sleeping: the i-th oldest leaves the
+	// window i+1 seconds from now (the scripts' clock is Redis's).
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMS := float64(now.UnixMicro()) / 1000
+	entries := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Val()
+	for i, m := range entries {
+		rdb.ZAdd(ctx, r.Key, redis.Z{Score: nowMS - 3600_000 + float64(1000*(i+1)), Member: m})
+	}
+	for _, cost := range []int64{1, 16, 17, 100, 999, 1000} {
+		c := r
+		c.Cost = cost
+		res, err := l.Do(ctx, c)
+		if err != nil || res.Allowed {
+			t.Fatalf("cost %d: %+v %v; want denied", cost, res, err)
+		}
+		want := time.Duration(cost) * time.Second
+		if res.RetryAfter > want || res.RetryAfter < want-time.Second {
+			t.Fatalf("cost %d: retry after %v; want just under %v, when the %d oldest tokens have left", cost, res.RetryAfter, want, cost)
+		}
 	}
 }

@@ -14,15 +14,26 @@ local penalized = 0
 if allowed == 0 and pen then
   -- Progressive penalty: remember the violation; from the threshold on, the
   -- wait is multiplied and enforced by a block key that expires with it.
+  -- The work is bounded whatever the log holds: at most `keep` entries (the
+  -- config bounds the threshold by it), expired ones removed at most
+  -- `sweep` per violation (ZREMRANGEBYSCORE could remove a whole log at
+  -- once), and the live ones counted, not listed.
+  local keep, sweep = 1000, 16
   local pwin = tonumber(ARGV[10])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', num(now - pwin))
-  local n = redis.call('ZCARD', KEYS[2])
-  redis.call('ZADD', KEYS[2], num(now), num(now) .. '-' .. n)
-  n = n + 1
-  if n > 1000 then
-    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1001)
-    n = 1000
+  local from = num(now - pwin)
+  local stale = redis.call('ZCOUNT', KEYS[2], '-inf', from)
+  if stale > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, math.min(stale, sweep) - 1)
   end
+  local n = redis.call('ZCOUNT', KEYS[2], '(' .. from, '+inf') + 1
+  -- The log's size makes the member unique within one instant.
+  local size = redis.call('ZCARD', KEYS[2])
+  redis.call('ZADD', KEYS[2], num(now), num(now) .. '-' .. size)
+  if size + 1 > keep then
+    -- Oldest first: expired entries go before live ones.
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, size - keep)
+  end
+  n = math.min(n, keep)
   redis.call('PEXPIRE', KEYS[2], math.ceil(pwin))
   local threshold = tonumber(ARGV[11])
   if n >= threshold then

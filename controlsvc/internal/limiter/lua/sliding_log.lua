@@ -10,12 +10,15 @@
 -- positive, and every time range below starts above 0): '#c' holds -C, '#b'
 -- holds -(cum of the newest entry already removed).
 --
--- Expired entries are removed lazily, at most `sweep` per call: no count
+-- Expired entries are removed lazily, at most `sweep` per call (freeing an
+-- entry is the costliest step of a call, a microsecond or two): no count
 -- depends on them, so removing them later changes no decision, and removing
--- more per call than a call adds keeps the log at its live size.
+-- more per call than a call adds keeps the log at its live size. A denial's
+-- wait is a binary search over the live ranks (O(log^2 n)), so no step of a
+-- call grows with its cost, its lease or the limit.
 -- Leases are not given back here (a refund cannot tell leased weight from
 -- spent), so a lease may only under-admit.
-local sweep = 64
+local sweep = 16
 
 local function member(cum) return string.format('%017.0f', cum) end
 
@@ -54,11 +57,14 @@ local function decide()
   local n = math.max(0, c - base)
 
   if not peek then
-    local old = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', num(from), 'LIMIT', 0, sweep)
-    if #old > 0 then
-      redis.call('ZREM', KEYS[1], unpack(old))
+    local stale = redis.call('ZCOUNT', KEYS[1], '(0', num(from))
+    if stale > 0 then
+      -- The oldest entries, by rank: the bookkeeping members come first.
+      local first = redis.call('ZCOUNT', KEYS[1], '-inf', '(0')
+      local last_gone = first + math.min(stale, sweep) - 1
       -- Entries go oldest first, so the last one removed has the largest cum.
-      local top = tonumber(old[#old])
+      local top = tonumber(redis.call('ZRANGE', KEYS[1], last_gone, last_gone)[1])
+      redis.call('ZREMRANGEBYRANK', KEYS[1], first, last_gone)
       if top and top > swept then
         redis.call('ZADD', KEYS[1], num(-top), '#b')
       end
@@ -80,17 +86,25 @@ local function decide()
       redis.call('PEXPIRE', KEYS[1], math.ceil(last + window - now))
     end
   else
-    -- Wait until enough of the oldest entries have left the window: walk at
-    -- most `sweep` of them; beyond that, the newest entry's expiry frees all.
+    -- Wait until the oldest entries whose weights cover what is missing have
+    -- left the window: the first live rank whose cum reaches base + need. Cum
+    -- grows with the rank (time order is cum order), so a binary search finds
+    -- it in O(log n) probes of O(log n) each, however many entries it takes.
+    -- Below the live ranks sit the bookkeeping members and expired entries
+    -- not yet swept. A cost above the limit itself (never sent: the service
+    -- refuses it) waits for the newest entry.
     local need = n + cost - limit
     retry = math.ceil(last + window - now)
-    local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. num(from), '+inf', 'WITHSCORES', 'LIMIT', 0, sweep)
-    for i = 1, #live, 2 do
-      local cum = tonumber(live[i])
-      if cum and cum - base >= need then
-        retry = math.ceil(tonumber(live[i + 1]) + window - now)
-        break
+    if need <= n then
+      local lo = redis.call('ZCOUNT', KEYS[1], '-inf', num(from))
+      local hi = redis.call('ZCARD', KEYS[1]) - 1
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        local cum = tonumber(redis.call('ZRANGE', KEYS[1], mid, mid)[1])
+        if cum and cum - base >= need then hi = mid else lo = mid + 1 end
       end
+      local e = redis.call('ZRANGE', KEYS[1], lo, lo, 'WITHSCORES')
+      if e[2] and tonumber(e[2]) > from then retry = math.ceil(tonumber(e[2]) + window - now) end
     end
     retry = math.max(1, retry)
   end
