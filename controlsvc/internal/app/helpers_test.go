@@ -181,7 +181,14 @@ func (s *service) tryDo(method, path string, body any, header ...string) (*respo
 	// The filter's credential unless the test says otherwise: most tests
 	// speak for the filter.
 	req.Header.Set("Authorization", "Bearer "+decisionToken)
+	// A name given twice is sent twice (the first replaces the default).
+	given := map[string]bool{}
 	for i := 0; i+1 < len(header); i += 2 {
+		if given[http.CanonicalHeaderKey(header[i])] {
+			req.Header.Add(header[i], header[i+1])
+			continue
+		}
+		given[http.CanonicalHeaderKey(header[i])] = true
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := client.Do(req)

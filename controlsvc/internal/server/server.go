@@ -197,13 +197,17 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if want == "" {
 			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
-		got := c.Request().Header.Get("X-Admin-Token")
-		if b, ok := bearer(c); ok && got == "" {
-			got = b
+		got, repeated := onlyHeader(c, "X-Admin-Token")
+		if got == "" && !repeated {
+			got, repeated = bearer(c)
 		}
-		if !tokenMatches(got, want) {
+		if repeated || !tokenMatches(got, want) {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "a valid admin token is required")
+			msg := "a valid admin token is required"
+			if repeated {
+				msg = "send the admin token once: the request repeats its credential header"
+			}
+			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, msg)
 		}
 		return next(c)
 	}
@@ -222,7 +226,7 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Set(trustKey, decision.Untrusted)
 			return next(c)
 		}
-		got, _ := bearer(c)
+		got, repeated := bearer(c)
 		gh := sha256.Sum256([]byte(got))
 		ok := 0
 		for i := range digests {
@@ -232,7 +236,11 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if got == "" || ok != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-decision"`)
-			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "the decision API needs its service credential (Authorization: Bearer)")
+			msg := "the decision API needs its service credential (Authorization: Bearer)"
+			if repeated {
+				msg = "send one Authorization header: the request repeats it"
+			}
+			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, msg)
 		}
 		c.Set(trustKey, decision.Trusted)
 		return next(c)
@@ -244,12 +252,30 @@ func trustOf(c echo.Context) decision.Trust {
 	return t
 }
 
-func bearer(c echo.Context) (string, bool) {
-	auth := c.Request().Header.Get("Authorization")
+// bearer returns the token of the request's Bearer Authorization header
+// ("" without one), and whether the header was repeated: then no token is
+// returned. Picking one of several would be a guess, and whatever sits in
+// front of the service may have read another (the filter refuses such
+// requests from clients for the same reason).
+func bearer(c echo.Context) (token string, repeated bool) {
+	auth, repeated := onlyHeader(c, "Authorization")
 	if len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-		return auth[7:], true
+		return auth[7:], false
 	}
-	return "", false
+	return "", repeated
+}
+
+// onlyHeader returns the value of a header sent once ("" when absent), or
+// reports that it was sent more than once.
+func onlyHeader(c echo.Context, name string) (value string, repeated bool) {
+	switch vs := c.Request().Header.Values(name); len(vs) {
+	case 0:
+		return "", false
+	case 1:
+		return vs[0], false
+	default:
+		return "", true
+	}
 }
 
 // tokenMatches compares in constant time. Hashing both sides first makes the
