@@ -74,9 +74,11 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 			continue
 		}
 		// Keys of one owner share a slot; deleting one at a time keeps this
-		// correct on a cluster whatever the owners.
+		// correct on a cluster whatever the owners. UNLINK frees a large
+		// value (a sliding log holds up to its limit in entries) off Redis's
+		// main thread, where DEL would stall every other check meanwhile.
 		for _, k := range []string{a.key, keys.Penalty(a.owner), keys.Block(a.owner)} {
-			d, err := s.rdb.Del(ctx, k).Result()
+			d, err := s.rdb.Unlink(ctx, k).Result()
 			if err != nil {
 				s.m.RedisErrors.WithLabelValues("reset").Inc()
 				return wire.ResetResponse{}, apierr.Unavailable("rate limiter unavailable", err)
