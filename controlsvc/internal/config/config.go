@@ -138,27 +138,82 @@ func Default() Config {
 	}
 }
 
-// Env lists every environment variable and the field it sets.
-var Env = []struct{ Name, Field string }{
-	{"TOLLGATE_CONFIG", "(the config file's path)"},
-	{"TOLLGATE_LISTEN", "listen"},
-	{"TOLLGATE_REDIS_URL", "redis_url"},
-	{"TOLLGATE_REDIS_TIMEOUT_MS", "redis_timeout_ms"},
-	{"TOLLGATE_REDIS_POOL_SIZE", "redis_pool_size"},
-	{"TOLLGATE_REDIS_BREAKER_THRESHOLD", "redis_breaker_threshold"},
-	{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", "redis_breaker_cooldown_ms"},
-	{"TOLLGATE_ADMIN_TOKEN", "admin_token"},
-	{"TOLLGATE_DECISION_TOKEN", "decision_token"},
-	{"TOLLGATE_MAX_ADHOC_LIMIT", "max_adhoc_limit"},
-	{"TOLLGATE_FAILURE_MODE", "failure_mode"},
-	{"TOLLGATE_LOG_LEVEL", "log_level"},
-	{"TOLLGATE_MAX_BODY_BYTES", "max_body_bytes"},
-	{"TOLLGATE_DEFAULT_TIER", "default_tier"},
-	{"TOLLGATE_DEFAULT_ALGORITHM", "default_algorithm"},
-	{"TOLLGATE_LEASE_FRACTION", "lease.fraction"},
-	{"TOLLGATE_LEASE_MAX", "lease.max"},
-	{"TOLLGATE_LEASE_TTL_MS", "lease.ttl_ms"},
-	{"TOLLGATE_PENALTIES_ENABLED", "penalties.enabled"},
+// EnvVar is one environment variable: its name, the setting it overrides
+// (spelled as in the file), and how its value is read.
+type EnvVar struct {
+	Name, Field string
+	set         func(c *Config, v string) error // nil: read elsewhere
+}
+
+// Env declares every environment variable, once: applyEnv reads them from
+// this list and UnknownEnv warns about any other TOLLGATE_* name, so the two
+// cannot drift apart.
+var Env = []EnvVar{
+	{Name: "TOLLGATE_CONFIG", Field: "(the config file's path; read by the command)"},
+	text("TOLLGATE_LISTEN", "listen", func(c *Config) *string { return &c.Listen }),
+	text("TOLLGATE_REDIS_URL", "redis_url", func(c *Config) *string { return &c.RedisURL }),
+	integer("TOLLGATE_REDIS_TIMEOUT_MS", "redis_timeout_ms", func(c *Config) *int { return &c.RedisTimeoutMS }),
+	integer("TOLLGATE_REDIS_POOL_SIZE", "redis_pool_size", func(c *Config) *int { return &c.RedisPoolSize }),
+	integer("TOLLGATE_REDIS_BREAKER_THRESHOLD", "redis_breaker_threshold", func(c *Config) *int { return &c.RedisBreakerThreshold }),
+	integer("TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", "redis_breaker_cooldown_ms", func(c *Config) *int { return &c.RedisBreakerCooldownMS }),
+	text("TOLLGATE_ADMIN_TOKEN", "admin_token", func(c *Config) *string { return &c.AdminToken }),
+	text("TOLLGATE_DECISION_TOKEN", "decision_token", func(c *Config) *string { return &c.DecisionToken }),
+	integer("TOLLGATE_MAX_ADHOC_LIMIT", "max_adhoc_limit", func(c *Config) *int64 { return &c.MaxAdhocLimit }),
+	text("TOLLGATE_FAILURE_MODE", "failure_mode", func(c *Config) *string { return &c.FailureMode }),
+	text("TOLLGATE_LOG_LEVEL", "log_level", func(c *Config) *string { return &c.LogLevel }),
+	integer("TOLLGATE_MAX_BODY_BYTES", "max_body_bytes", func(c *Config) *int64 { return &c.MaxBodyBytes }),
+	integer("TOLLGATE_MAX_BATCH", "max_batch", func(c *Config) *int { return &c.MaxBatch }),
+	text("TOLLGATE_DEFAULT_TIER", "default_tier", func(c *Config) *string { return &c.DefaultTier }),
+	text("TOLLGATE_DEFAULT_ALGORITHM", "default_algorithm", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
+	number("TOLLGATE_LEASE_FRACTION", "lease.fraction", func(c *Config) *float64 { return &c.Lease.Fraction }),
+	integer("TOLLGATE_LEASE_MAX", "lease.max", func(c *Config) *int64 { return &c.Lease.Max }),
+	integer("TOLLGATE_LEASE_TTL_MS", "lease.ttl_ms", func(c *Config) *int64 { return &c.Lease.TTLMS }),
+	boolean("TOLLGATE_PENALTIES_ENABLED", "penalties.enabled", func(c *Config) *bool { return &c.Penalties.Enabled }),
+	integer("TOLLGATE_PENALTIES_DETECTION_WINDOW_SECONDS", "penalties.detection_window_seconds", func(c *Config) *int64 { return &c.Penalties.DetectionWindowSeconds }),
+	integer("TOLLGATE_PENALTIES_VIOLATION_THRESHOLD", "penalties.violation_threshold", func(c *Config) *int64 { return &c.Penalties.ViolationThreshold }),
+	integer("TOLLGATE_OVERRIDE_REFRESH_MS", "override_refresh_ms", func(c *Config) *int { return &c.OverrideRefreshMS }),
+}
+
+// text declares a variable taken as it is. A secret's value never appears in
+// an error: there is no parse error to quote it.
+func text[T ~string](name, field string, dst func(*Config) *T) EnvVar {
+	return EnvVar{name, field, func(c *Config, v string) error {
+		*dst(c) = T(v)
+		return nil
+	}}
+}
+
+func integer[T int | int64](name, field string, dst func(*Config) *T) EnvVar {
+	return EnvVar{name, field, func(c *Config, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || int64(T(n)) != n {
+			return fmt.Errorf("%s: %q is not an integer", name, v)
+		}
+		*dst(c) = T(n)
+		return nil
+	}}
+}
+
+func number(name, field string, dst func(*Config) *float64) EnvVar {
+	return EnvVar{name, field, func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, v)
+		}
+		*dst(c) = f
+		return nil
+	}}
+}
+
+func boolean(name, field string, dst func(*Config) *bool) EnvVar {
+	return EnvVar{name, field, func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%s: %q is not true or false", name, v)
+		}
+		*dst(c) = b
+		return nil
+	}}
 }
 
 // UnknownEnv returns the TOLLGATE_* variables of environ ("K=V" entries)
@@ -239,68 +294,15 @@ func decode(data []byte, cfg *Config) error {
 }
 
 func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
-	str := func(name string, dst *string) {
-		if v, ok := lookup(name); ok {
-			*dst = v
+	for _, e := range Env {
+		if e.set == nil {
+			continue
 		}
-	}
-	integer := func(name string, dst *int64) error {
-		v, ok := lookup(name)
-		if !ok {
-			return nil
+		if v, ok := lookup(e.Name); ok {
+			if err := e.set(cfg, v); err != nil {
+				return err
+			}
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not an integer", name, v)
-		}
-		*dst = n
-		return nil
-	}
-	str("TOLLGATE_LISTEN", &cfg.Listen)
-	str("TOLLGATE_REDIS_URL", &cfg.RedisURL)
-	str("TOLLGATE_ADMIN_TOKEN", &cfg.AdminToken)
-	str("TOLLGATE_DECISION_TOKEN", &cfg.DecisionToken)
-	str("TOLLGATE_FAILURE_MODE", &cfg.FailureMode)
-	str("TOLLGATE_LOG_LEVEL", &cfg.LogLevel)
-	str("TOLLGATE_DEFAULT_TIER", &cfg.DefaultTier)
-	algo := string(cfg.DefaultAlgorithm)
-	str("TOLLGATE_DEFAULT_ALGORITHM", &algo)
-	cfg.DefaultAlgorithm = rules.Algorithm(algo)
-
-	timeout, pool := int64(cfg.RedisTimeoutMS), int64(cfg.RedisPoolSize)
-	threshold, cooldown := int64(cfg.RedisBreakerThreshold), int64(cfg.RedisBreakerCooldownMS)
-	for _, e := range []struct {
-		name string
-		dst  *int64
-	}{
-		{"TOLLGATE_REDIS_TIMEOUT_MS", &timeout},
-		{"TOLLGATE_REDIS_POOL_SIZE", &pool},
-		{"TOLLGATE_REDIS_BREAKER_THRESHOLD", &threshold},
-		{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", &cooldown},
-		{"TOLLGATE_MAX_BODY_BYTES", &cfg.MaxBodyBytes},
-		{"TOLLGATE_MAX_ADHOC_LIMIT", &cfg.MaxAdhocLimit},
-		{"TOLLGATE_LEASE_MAX", &cfg.Lease.Max},
-		{"TOLLGATE_LEASE_TTL_MS", &cfg.Lease.TTLMS},
-	} {
-		if err := integer(e.name, e.dst); err != nil {
-			return err
-		}
-	}
-	cfg.RedisTimeoutMS, cfg.RedisPoolSize = int(timeout), int(pool)
-	cfg.RedisBreakerThreshold, cfg.RedisBreakerCooldownMS = int(threshold), int(cooldown)
-	if v, ok := lookup("TOLLGATE_LEASE_FRACTION"); ok {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			return fmt.Errorf("TOLLGATE_LEASE_FRACTION: %q is not a number", v)
-		}
-		cfg.Lease.Fraction = f
-	}
-	if v, ok := lookup("TOLLGATE_PENALTIES_ENABLED"); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("TOLLGATE_PENALTIES_ENABLED: %q is not true or false", v)
-		}
-		cfg.Penalties.Enabled = b
 	}
 	return nil
 }
@@ -357,8 +359,8 @@ func (c *Config) Validate() error {
 	if c.Lease.Fraction < 0 || c.Lease.Fraction > 1 {
 		return bad("lease.fraction", "%v must be in 0..1", c.Lease.Fraction)
 	}
-	if c.Lease.Max < 0 {
-		return bad("lease.max", "%d must be >= 0", c.Lease.Max)
+	if c.Lease.Max < 0 || c.Lease.Max > MaxLease {
+		return bad("lease.max", "%d must be in 0..%d", c.Lease.Max, MaxLease)
 	}
 	if c.Lease.TTLMS < 1 || c.Lease.TTLMS > 60_000 {
 		return bad("lease.ttl_ms", "%d must be in 1..60000", c.Lease.TTLMS)
@@ -432,6 +434,10 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// MaxLease bounds lease.max: as max_adhoc_limit bounds a limit, so that no
+// number a script adds up comes near what a Lua double holds exactly.
+const MaxLease = 1_000_000_000
 
 // MinTokenLen is the shortest credential accepted: a token an attacker can
 // guess protects nothing, and 32 random characters are out of reach.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -148,6 +149,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"token with a space", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": strings.Repeat("k", 32) + " x"}, "admin_token: must be printable"},
 		{"public listen without decision token", `listen = "0.0.0.0:8081"`, nil, "decision_token: is required"},
 		{"adhoc limit", "max_adhoc_limit = 0", nil, "max_adhoc_limit:"},
+		{"lease beyond a billion", "[lease]\nmax = 1000000001", nil, "lease.max:"},
+		{"env integer beyond an int64", "", map[string]string{"TOLLGATE_MAX_BATCH": "99999999999999999999"}, "TOLLGATE_MAX_BATCH:"},
 		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},
 	}
 	for _, tt := range tests {
@@ -236,4 +239,98 @@ func TestUnknownEnv(t *testing.T) {
 	if len(got) != 1 || got[0] != "TOLLGATE_REDIS_ULR" {
 		t.Fatalf("got %v", got)
 	}
+}
+
+// Every single-valued setting of the file has its environment variable,
+// named TOLLGATE_<FIELD> (dots as underscores), and the variable sets that
+// field: the list the variables are read from and the settings cannot
+// drift apart.
+func TestEveryScalarSettingHasItsVariable(t *testing.T) {
+	fields := map[string]reflect.Value{} // toml path -> field of a Default()
+	cfg := Default()
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		for i := 0; i < v.NumField(); i++ {
+			tag := v.Type().Field(i).Tag.Get("toml")
+			f := v.Field(i)
+			switch f.Kind() {
+			case reflect.Struct:
+				walk(prefix+tag+".", f)
+			case reflect.String, reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
+				fields[prefix+tag] = f
+			}
+		}
+	}
+	walk("", reflect.ValueOf(&cfg).Elem())
+	named := map[string]bool{}
+	for _, e := range Env {
+		if e.set == nil {
+			continue
+		}
+		named[e.Field] = true
+		f, ok := fields[e.Field]
+		if !ok {
+			t.Errorf("%s sets %q, which is not a setting", e.Name, e.Field)
+			continue
+		}
+		if want := "TOLLGATE_" + strings.ToUpper(strings.ReplaceAll(e.Field, ".", "_")); e.Name != want {
+			t.Errorf("%s sets %s; name it %s", e.Name, e.Field, want)
+		}
+		// A value of the field's kind, spaced as people write them, and
+		// what the field must hold after it.
+		sample := map[reflect.Kind]struct {
+			value string
+			want  any
+		}{
+			reflect.String:  {" x ", " x "},
+			reflect.Int:     {" 7", 7},
+			reflect.Int64:   {"7 ", int64(7)},
+			reflect.Float64: {"0.5", 0.5},
+			reflect.Bool:    {"true", true},
+		}[f.Kind()]
+		value, want := sample.value, sample.want
+		if err := e.set(&cfg, value); err != nil {
+			t.Errorf("%s=%q: %v", e.Name, value, err)
+			continue
+		}
+		got := f.Interface()
+		if s, ok := got.(rules.Algorithm); ok {
+			got = string(s)
+		}
+		if got != want {
+			t.Errorf("%s=%q set %s to %v, want %v", e.Name, value, e.Field, got, want)
+		}
+	}
+	for field := range fields {
+		if !named[field] {
+			t.Errorf("setting %s has no TOLLGATE_ variable", field)
+		}
+	}
+}
+
+// FuzzDecisionToken: whatever TOLLGATE_DECISION_TOKEN holds, the service
+// either refuses it without quoting it (errors reach logs) or accepts one or
+// two tokens, each long and printable, that are exactly what was given.
+func FuzzDecisionToken(f *testing.F) {
+	for _, s := range []string{"", strings.Repeat("a", 32), strings.Repeat("a", 32) + "," + strings.Repeat("b", 40), "short", "a,b,c", strings.Repeat("k", 32) + ", " + strings.Repeat("k", 32), wire.ExampleDecisionToken} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		cfg, err := Parse(nil, envOf(map[string]string{"TOLLGATE_DECISION_TOKEN": v}))
+		if err != nil {
+			if len(v) >= 16 && strings.Contains(err.Error(), v) {
+				t.Fatalf("the error quotes the token: %v", err)
+			}
+			return
+		}
+		toks := cfg.DecisionTokens()
+		if len(toks) > 2 || strings.Join(toks, ",") != v {
+			t.Fatalf("%q read as %q", v, toks)
+		}
+		for _, tok := range toks {
+			if len(tok) < MinTokenLen || strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r > '~' }) {
+				t.Fatalf("accepted token %q", tok)
+			}
+		}
+	})
 }
