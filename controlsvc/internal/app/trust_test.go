@@ -163,6 +163,15 @@ func TestDecisionAPIHostile(t *testing.T) {
 			}
 		})
 	}
+	// Rows above sent right, wrong, partial and repeated credentials; none
+	// of them may reach a log line.
+	for _, s := range []*service{filter, open} {
+		for _, secret := range []string{decisionToken, decisionToken[:20], adminToken} {
+			if strings.Contains(s.logs.String(), secret) {
+				t.Fatalf("a credential reached the log:\n%s", s.logs.String())
+			}
+		}
+	}
 }
 
 // Without a decision token (a service on loopback only), callers get the
