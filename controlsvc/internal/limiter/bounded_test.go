@@ -147,13 +147,31 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	if len(scripts) != len(calls) {
 		t.Fatalf("SLOWLOG holds %d script calls, want %d", len(scripts), len(calls))
 	}
-	// SLOWLOG lists the newest first.
+	// SLOWLOG lists the newest first. A call over the bound is measured again
+	// (twice at most) before it counts as slow: a moment the machine took
+	// Redis off the CPU is not the script's cost. Past 5 ms it is unbounded
+	// work whatever the noise.
+	var slow []call
 	for i, e := range scripts {
 		c := calls[len(calls)-1-i]
 		t.Logf("%-55s %4d µs", c.name, e.Duration.Microseconds())
-		if e.Duration >= 500*time.Microsecond {
-			t.Errorf("%s took %v of Redis time; the bound is 500 µs", c.name, e.Duration)
+		if e.Duration >= 5*time.Millisecond {
+			t.Errorf("%s took %v of Redis time", c.name, e.Duration)
+		} else if e.Duration >= 500*time.Microsecond {
+			slow = append(slow, c)
 		}
+	}
+	for retry := 0; retry < 2 && len(slow) > 0; retry++ {
+		var still []call
+		for _, c := range slow {
+			if d := redisTime(t, ctx, l, rdb, c.r); d >= 500*time.Microsecond {
+				still = append(still, c)
+			}
+		}
+		slow = still
+	}
+	for _, c := range slow {
+		t.Errorf("%s took over 500 µs of Redis time three times", c.name)
 	}
 	// 200k entries and '#c'; one sweep removed, one entry and '#b' added.
 	if n := rdb.ZCard(ctx, roomy.Key).Val(); n != 200_000+1-logSweep+2 {
@@ -163,4 +181,27 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	if n := rdb.ZCard(ctx, keys.Penalty(full.Owner)).Val(); n != 1000-2*logSweep+2 {
 		t.Errorf("penalty log holds %d violations; want two sweeps of %d and two new", n, logSweep)
 	}
+}
+
+// redisTime runs one request alone and returns its script's Redis time from
+// SLOWLOG.
+func redisTime(t *testing.T, ctx context.Context, l *Limiter, rdb *redis.Client, r Request) time.Duration {
+	t.Helper()
+	if err := rdb.SlowLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Do(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range logs {
+		if len(e.Args) > 0 && strings.HasPrefix(strings.ToLower(e.Args[0]), "evalsha") {
+			return e.Duration
+		}
+	}
+	t.Fatal("no script call in SLOWLOG")
+	return 0
 }
