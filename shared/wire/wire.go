@@ -151,7 +151,7 @@ type ConfigResponse struct {
 }
 
 // ExampleDecisionToken is the placeholder decision token that the shipped
-// filter configurations carry. A filter configured with it refuses to start,
-// and a control service refuses it as its TOLLGATE_DECISION_TOKEN: a token
-// printed in a public example is no credential.
+// filter configurations carry. A control service refuses it as its
+// TOLLGATE_DECISION_TOKEN (a token printed in a public example is no
+// credential), so a filter still carrying it is refused by every service.
 const ExampleDecisionToken = "CHANGE-ME-to-the-control-service-TOLLGATE_DECISION_TOKEN"

@@ -13,7 +13,6 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
-	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // VM is the VM context to install with proxywasm.SetVMContext.
@@ -48,10 +47,6 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	cfg, err := pluginconf.Parse(data)
 	if err != nil {
 		proxywasm.LogCritical("tollgate: invalid plugin configuration: " + err.Error())
-		return types.OnPluginStartStatusFailed
-	}
-	if cfg.DecisionToken == wire.ExampleDecisionToken {
-		proxywasm.LogCritical("tollgate: decision_token is still the example placeholder: set it to the control service's TOLLGATE_DECISION_TOKEN")
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
