@@ -1,7 +1,7 @@
 # Tollgate: `make help` lists the targets.
 SHELL := /bin/bash
 GO ?= go
-MODULES := shared controlsvc filter
+MODULES := shared testkit controlsvc filter
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
@@ -51,7 +51,7 @@ lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no
 ci: lint test ## what .ci/run runs
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
-	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./shared/keys" \
+	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./controlsvc/internal/keys" \
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
 	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn" \
 	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \

@@ -21,6 +21,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tollgate-rl/tollgate/testkit v0.0.0
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
@@ -33,3 +34,5 @@ require (
 )
 
 replace github.com/tollgate-rl/tollgate/shared => ../shared
+
+replace github.com/tollgate-rl/tollgate/testkit => ../testkit

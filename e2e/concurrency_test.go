@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // The filter never admits a request whose token was not consumed in Redis:

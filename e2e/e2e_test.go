@@ -25,7 +25,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/tollgate-rl/tollgate/filter/gateway"
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 var (

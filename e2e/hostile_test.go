@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 const hostileControlConfig = `

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/gateway"
-	"github.com/tollgate-rl/tollgate/shared/loadtest"
+	"github.com/tollgate-rl/tollgate/testkit/loadtest"
 )
 
 func main() {

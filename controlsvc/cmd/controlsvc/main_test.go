@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 func TestCheckConfig(t *testing.T) {

@@ -25,10 +25,10 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
-	"github.com/tollgate-rl/tollgate/shared/keys"
-	"github.com/tollgate-rl/tollgate/shared/loadtest"
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/testkit/loadtest"
 )
 
 func main() {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 )
 
 // Prefix starts every raw key, so that leaked keys are easy to scan for.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 )
 
 // Every bad request gets its status and envelope, and leaves Redis untouched.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // Two instances of the service on one Redis are one limiter: 200 concurrent

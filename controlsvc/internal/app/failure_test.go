@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // With Redis gone, fail_open allows (flagged degraded) and fail_closed answers

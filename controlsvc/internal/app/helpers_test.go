@@ -19,7 +19,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // Credentials of the service under test (as long as the service requires).

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
-	"github.com/tollgate-rl/tollgate/shared/keys"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )

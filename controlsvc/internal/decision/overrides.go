@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/shared/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 

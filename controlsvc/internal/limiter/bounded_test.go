@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/shared/keys"
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // Expired entries removed per call, from the sliding log (sliding_log.lua)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/shared/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 func TestParse(t *testing.T) {

@@ -1,0 +1,3 @@
+module github.com/tollgate-rl/tollgate/testkit
+
+go 1.26.0
