@@ -5,8 +5,9 @@
 package identity
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
@@ -94,17 +95,17 @@ func Parse(s string) (ID, error) {
 // and they are what header and log injection is made of.
 func validateID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty id", ErrInvalid)
+		return invalid("empty id")
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("%w: id is %d bytes, at most %d", ErrInvalid, len(id), MaxIDLen)
+		return invalid("id is %d bytes, at most %d", len(id), MaxIDLen)
 	}
 	if !utf8.ValidString(id) {
-		return fmt.Errorf("%w: id is not valid UTF-8", ErrInvalid)
+		return invalid("id is not valid UTF-8")
 	}
 	for _, r := range id {
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("%w: id contains control character %U", ErrInvalid, r)
+			return invalid("id contains control character %U", r)
 		}
 	}
 	return nil
@@ -115,7 +116,7 @@ func validateID(id string) error {
 func ParseAddr(s string) (netip.Addr, error) {
 	s = strings.TrimSpace(s)
 	if len(s) > 64 {
-		return netip.Addr{}, fmt.Errorf("%w: address is %d bytes", ErrInvalid, len(s))
+		return netip.Addr{}, invalid("address is %d bytes", len(s))
 	}
 	// Only "[v6]:port" and "v4:port" carry a port; trying ParseAddrPort on a
 	// plain address would build an error on every request.
@@ -127,7 +128,14 @@ func ParseAddr(s string) (netip.Addr, error) {
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%w: %q is not an IP address", ErrInvalid, s)
+		return netip.Addr{}, invalid("%q is not an IP address", s)
 	}
 	return a.Unmap().WithZone(""), nil
+}
+
+// invalid is a field error of kind ErrInvalid; the caller names the field.
+func invalid(format string, args ...any) error {
+	e := fielderr.New("", format, args...)
+	e.Kind = ErrInvalid
+	return e
 }

@@ -23,8 +23,9 @@
 package paths
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -41,10 +42,10 @@ func Normalize(p string) (string, error) {
 		p = p[:i]
 	}
 	if p == "" || p[0] != '/' {
-		return "", fmt.Errorf("%w: %q does not start with /", ErrInvalid, clip(p))
+		return "", invalid("%q does not start with /", clip(p))
 	}
 	if len(p) > MaxLen {
-		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(p), MaxLen)
+		return "", invalid("%d bytes, at most %d", len(p), MaxLen)
 	}
 	if canonical(p) {
 		return p, nil
@@ -84,7 +85,7 @@ func rebuild(p string) (string, error) {
 		switch {
 		case c == '%':
 			if i+2 >= len(p) || unhex(p[i+1]) < 0 || unhex(p[i+2]) < 0 {
-				return "", fmt.Errorf("%w: malformed escape at byte %d", ErrInvalid, i)
+				return "", invalid("malformed escape at byte %d", i)
 			}
 			v := byte(unhex(p[i+1])<<4 | unhex(p[i+2]))
 			i += 2
@@ -99,7 +100,7 @@ func rebuild(p string) (string, error) {
 		case c == '\\':
 			decoded = append(decoded, '/')
 		case c <= ' ' || c == 0x7f:
-			return "", fmt.Errorf("%w: control character or space at byte %d", ErrInvalid, i)
+			return "", invalid("control character or space at byte %d", i)
 		case c == '/' || c == ';' || plain(c):
 			decoded = append(decoded, c)
 		default:
@@ -143,7 +144,7 @@ func rebuild(p string) (string, error) {
 	}
 	if b.Len() > MaxLen {
 		// Escaping grew it past the bound: refuse it as if it came so long.
-		return "", fmt.Errorf("%w: %d bytes once escaped, at most %d", ErrInvalid, b.Len(), MaxLen)
+		return "", invalid("%d bytes once escaped, at most %d", b.Len(), MaxLen)
 	}
 	return b.String(), nil
 }
@@ -199,4 +200,11 @@ func clip(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// invalid is a field error of kind ErrInvalid; the caller names the field.
+func invalid(format string, args ...any) error {
+	e := fielderr.New("", format, args...)
+	e.Kind = ErrInvalid
+	return e
 }

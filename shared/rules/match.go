@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"cmp"
 	"fmt"
 	"slices"
@@ -36,13 +38,13 @@ func NewSet(version string, rs []Rule) (*Set, error) {
 	for i := range rs {
 		r := rs[i]
 		if err := r.Validate(); err != nil {
-			if fe, ok := err.(*FieldError); ok {
+			if fe, ok := fielderr.As(err); ok {
 				return nil, fe.In(fmt.Sprintf("[%d]", i))
 			}
 			return nil, err
 		}
 		if j, dup := seen[r.ID]; dup {
-			return nil, &FieldError{Field: fmt.Sprintf("[%d].id", i), Message: fmt.Sprintf("%q is also the id of [%d]", r.ID, j)}
+			return nil, fielderr.New(fmt.Sprintf("[%d].id", i), "%q is also the id of [%d]", r.ID, j)
 		}
 		seen[r.ID] = i
 		if !r.IsEnabled() {

@@ -3,9 +3,10 @@
 package rules
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/tollgate-rl/tollgate/shared/ascii"
 )
@@ -101,22 +102,6 @@ func (r *Rule) Capacity() int64 {
 	return r.Limit
 }
 
-// FieldError names the field of a rule (or of a config) that is wrong.
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
-
-// In returns the error with its field prefixed by parent ("rules[2]").
-func (e *FieldError) In(parent string) *FieldError {
-	if strings.HasPrefix(e.Field, "[") {
-		return &FieldError{Field: parent + e.Field, Message: e.Message}
-	}
-	return &FieldError{Field: parent + "." + e.Field, Message: e.Message}
-}
-
 // Name patterns (no regexp: this package compiles into the filter's module).
 const (
 	idPattern   = "^[a-z0-9][a-z0-9_.-]{0,127}$"
@@ -135,10 +120,10 @@ func validID(s string) bool { return len(s) > 0 && idFirst[s[0]] && idChars.Matc
 // ValidTierName reports whether s is a valid tier name (seed 001: ^[a-z0-9_]+$).
 func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 
-// Validate checks one rule and returns a *FieldError naming the bad field.
+// Validate checks one rule and returns a *fielderr.Error naming the bad field.
 func (r *Rule) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+		return fielderr.New(field, format, args...)
 	}
 	if !validID(r.ID) {
 		return bad("id", "%q must match %s", r.ID, idPattern)

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"errors"
 	"fmt"
 	"strings"
@@ -64,7 +66,7 @@ func TestValidate(t *testing.T) {
 		r := good
 		tt.mutate(&r)
 		err := r.Validate()
-		var fe *FieldError
+		var fe *fielderr.Error
 		switch {
 		case tt.field == "" && err != nil:
 			t.Errorf("valid rule refused: %v", err)

@@ -6,9 +6,9 @@ import (
 )
 
 // Exceeded is seed 003's body for a request refused by a rate limit, built
-// from a denial. The filter sends it to clients; the control service adds it
+// from a denial's limits. The filter sends it to clients; the control service adds it
 // to its own 429 answers, so both say the same thing.
-func Exceeded(d *CheckResponse) ErrorBody {
+func Exceeded(d *Limits) ErrorBody {
 	return ErrorBody{
 		Code:    CodeRateLimitExceeded,
 		Message: "You have exceeded the rate limit of " + strconv.FormatInt(d.Limit, 10) + requests(d.Limit) + " per " + windowText(d.WindowSeconds),

@@ -6,7 +6,7 @@ import (
 )
 
 func ExampleExceeded() {
-	body := Exceeded(&CheckResponse{Limit: 1000, WindowSeconds: 60, ResetAt: 1735689720, RetryAfter: 42})
+	body := Exceeded(&Limits{Limit: 1000, WindowSeconds: 60, ResetAt: 1735689720, RetryAfter: 42})
 	b, _ := json.Marshal(ErrorEnvelope{Error: body})
 	fmt.Println(string(b))
 	// Output:

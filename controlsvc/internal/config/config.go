@@ -4,8 +4,9 @@
 package config
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -311,11 +312,11 @@ var logLevels = []string{"debug", "info", "warn", "error"}
 
 var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
 
-// Validate checks every field and returns a *rules.FieldError naming the first
+// Validate checks every field and returns a *fielderr.Error naming the first
 // bad one.
 func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &rules.FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+		return fielderr.New(field, format, args...)
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || !validPort(port) {
 		return bad("listen", "%q must be host:port", c.Listen)
@@ -426,11 +427,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := rules.NewSet("check", c.Rules); err != nil {
-		var fe *rules.FieldError
-		if errors.As(err, &fe) {
-			return fe.In("rules")
-		}
-		return fmt.Errorf("rules: %w", err)
+		return fielderr.At("rules", err)
 	}
 	return nil
 }
@@ -454,7 +451,7 @@ func (c *Config) DecisionTokens() []string {
 
 func (c *Config) validateTokens() error {
 	bad := func(field, format string, args ...any) error {
-		return &rules.FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+		return fielderr.New(field, format, args...)
 	}
 	if t := c.AdminToken; t != "" {
 		if err := checkToken(t); err != nil {
@@ -512,7 +509,7 @@ const MaxViolations = 1000
 
 func (p *Penalties) validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &rules.FieldError{Field: "penalties." + field, Message: fmt.Sprintf(format, args...)}
+		return fielderr.New("penalties."+field, format, args...)
 	}
 	if p.DetectionWindowSeconds < 1 || p.DetectionWindowSeconds > 86_400 {
 		return bad("detection_window_seconds", "%d must be in 1..86400", p.DetectionWindowSeconds)
@@ -536,17 +533,17 @@ func (p *Penalties) validate() error {
 func (e *Exemptions) validate() error {
 	for i, s := range e.IPs {
 		if _, err := ParseIPOrPrefix(s); err != nil {
-			return &rules.FieldError{Field: fmt.Sprintf("exemptions.ips[%d]", i), Message: fmt.Sprintf("%q is not an IP address or CIDR", s)}
+			return fielderr.New(fmt.Sprintf("exemptions.ips[%d]", i), "%q is not an IP address or CIDR", s)
 		}
 	}
 	for i, s := range e.Users {
 		if _, err := identity.User(s); err != nil {
-			return &rules.FieldError{Field: fmt.Sprintf("exemptions.users[%d]", i), Message: err.Error()}
+			return fielderr.At(fmt.Sprintf("exemptions.users[%d]", i), err)
 		}
 	}
 	for i, s := range e.Keys {
 		if _, err := identity.Key(s); err != nil {
-			return &rules.FieldError{Field: fmt.Sprintf("exemptions.keys[%d]", i), Message: err.Error()}
+			return fielderr.At(fmt.Sprintf("exemptions.keys[%d]", i), err)
 		}
 	}
 	return nil

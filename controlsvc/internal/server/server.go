@@ -91,7 +91,8 @@ func (s *Server) check(c echo.Context) error {
 	setLimitHeaders(c.Response().Header(), &resp)
 	if !resp.Allowed {
 		c.Response().Header().Set("Retry-After", strconv.FormatInt(resp.RetryAfter, 10))
-		body := wire.Exceeded(&resp)
+		l := resp.Limits()
+		body := wire.Exceeded(&l)
 		body.RequestID = requestID(c)
 		return c.JSON(http.StatusTooManyRequests, struct {
 			wire.CheckResponse
@@ -107,10 +108,11 @@ func setLimitHeaders(h http.Header, d *wire.CheckResponse) {
 	if d.Limit <= 0 || d.Degraded {
 		return
 	}
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(d.ResetAt, 10))
-	h.Set("X-RateLimit-Strategy", d.Strategy)
+	l := d.Limits()
+	var buf [4][2]string
+	for _, kv := range wire.AppendHeaders(buf[:0], &l, wire.HeaderSet{XRateLimit: true, Strategy: true}, 0, !d.Allowed) {
+		h.Set(kv[0], kv[1])
+	}
 }
 
 func (s *Server) batch(c echo.Context) error {

@@ -423,7 +423,7 @@ func (h *httpContext) allow(e *leasecache.Entry, decision string) {
 // deny answers 429 locally with seed 003's body.
 func (h *httpContext) deny(e *leasecache.Entry) {
 	h.p.m.denied.Increment(1)
-	d := wire.CheckResponse{Limit: e.Limit, Remaining: 0, ResetAt: e.ResetAt, RetryAfter: e.RetryAfter, WindowSeconds: e.WindowSeconds}
+	d := wire.Limits{Limit: e.Limit, ResetAt: e.ResetAt, RetryAfter: e.RetryAfter, WindowSeconds: e.WindowSeconds}
 	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.Exceeded(&d)})
 	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(e.RetryAfter, 10)}}
 	headers = h.limitHeaders(headers, e, true)
@@ -515,24 +515,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // IETF RateLimit-Policy and RateLimit fields (Retry-After wins over t on 429).
 func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied bool) [][2]string {
 	cfg := h.p.cfg.Headers
-	remaining := max(e.Remaining, 0)
-	if cfg.XRateLimitOn() {
-		dst = append(dst,
-			[2]string{"x-ratelimit-limit", strconv.FormatInt(e.Limit, 10)},
-			[2]string{"x-ratelimit-remaining", strconv.FormatInt(remaining, 10)},
-			[2]string{"x-ratelimit-reset", strconv.FormatInt(e.ResetAt, 10)})
-	}
-	if cfg.IETF {
-		name := strconv.Quote(e.RuleID)
-		t := max(e.ResetAt-h.now().Unix(), 0)
-		if denied {
-			t = e.RetryAfter
-		}
-		dst = append(dst,
-			[2]string{"ratelimit-policy", name + ";q=" + strconv.FormatInt(e.Limit, 10) + ";w=" + strconv.FormatInt(e.WindowSeconds, 10)},
-			[2]string{"ratelimit", name + ";r=" + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(t, 10)})
-	}
-	return dst
+	l := wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Remaining: e.Remaining, ResetAt: e.ResetAt, WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter}
+	return wire.AppendHeaders(dst, &l, wire.HeaderSet{XRateLimit: cfg.XRateLimitOn(), IETF: cfg.IETF}, h.now().Unix(), denied)
 }
 
 // headerIs compares a header name with a lower-case hyphenated one, ASCII
