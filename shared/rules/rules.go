@@ -117,7 +117,19 @@ var (
 
 func validID(s string) bool { return len(s) > 0 && idFirst[s[0]] && idChars.Match(s, 1, 128) }
 
-// ValidTierName reports whether s is a valid tier name (seed 001: ^[a-z0-9_]+$).
+// Rule ids the service gives decisions no configured rule made. The filter
+// reads IDExempt in an answer as "not rate limited", so no configured rule
+// may take one of these names.
+const (
+	IDExempt   = "exempt"   // the caller is exempt
+	IDOverride = "override" // a per-caller quota set through the admin API
+	IDRequest  = "request"  // a limit given in the check itself
+)
+
+// Reserved reports whether id is one of the ids no configured rule may take.
+func Reserved(id string) bool { return id == IDExempt || id == IDOverride || id == IDRequest }
+
+// ValidTierName reports whether s is a valid tier name: ^[a-z0-9_]{1,64}$.
 func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 
 // Validate checks one rule and returns a *fielderr.Error naming the bad field.
@@ -127,6 +139,9 @@ func (r *Rule) Validate() error {
 	}
 	if !validID(r.ID) {
 		return bad("id", "%q must match %s", r.ID, idPattern)
+	}
+	if Reserved(r.ID) {
+		return bad("id", "%q is reserved for decisions no configured rule makes", r.ID)
 	}
 	for i, t := range r.Tiers {
 		if !ValidTierName(t) {

@@ -49,6 +49,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"", func(r *Rule) {}},
 		{"id", func(r *Rule) { r.ID = "Bad Id" }},
+		{"id", func(r *Rule) { r.ID = IDExempt }},
+		{"id", func(r *Rule) { r.ID = IDOverride }},
 		{"scope", func(r *Rule) { r.Scope = "planet" }},
 		{"algorithm", func(r *Rule) { r.Algorithm = "leaky" }},
 		{"limit", func(r *Rule) { r.Limit = 0 }},

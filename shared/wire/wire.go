@@ -116,6 +116,12 @@ type StatusResponse struct {
 	UsagePercentage float64 `json:"usage_percentage"`
 }
 
+// StatusRequest is what GET PathStatus/{user_id}/{endpoint} names: the path's
+// two segments and the query's method, tier and tenant.
+type StatusRequest struct {
+	UserID, Endpoint, Method, Tier, Tenant string
+}
+
 // ResetRequest clears the counters of one identity and endpoint.
 type ResetRequest struct {
 	UserID   string `json:"user_id"`

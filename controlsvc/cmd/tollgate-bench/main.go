@@ -176,13 +176,12 @@ func redisBenchmark(addr, sha string, c int) (float64, error) {
 func memoryPerKey(ctx context.Context, rdb *redis.Client, lim *limiter.Limiter, n int) (float64, error) {
 	var total int64
 	for i := 0; i < n; i++ {
-		o := keys.NewOwner("identity", fmt.Sprintf("user:mem-%06d", i))
-		k := keys.Counter(o, "tier_free", "/api/v1/items", "token_bucket", 60)
-		if _, err := lim.Do(ctx, limiter.Request{Owner: o, Key: k, Cost: 1,
-			Quota: limiter.Quota{Algorithm: rules.TokenBucket, Limit: 100, WindowSeconds: 60}}); err != nil {
+		r := limiter.Request{Owner: keys.NewOwner("identity", fmt.Sprintf("user:mem-%06d", i)), Endpoint: "/api/v1/items", Cost: 1,
+			Rule: &rules.Rule{ID: "tier_free", Algorithm: rules.TokenBucket, Limit: 100, WindowSeconds: 60, PerEndpoint: true}}
+		if _, err := lim.Do(ctx, r); err != nil {
 			return 0, err
 		}
-		u, err := rdb.MemoryUsage(ctx, k).Result()
+		u, err := rdb.MemoryUsage(ctx, r.Key()).Result()
 		if err != nil {
 			return 0, fmt.Errorf("MEMORY USAGE: %w", err)
 		}

@@ -1,21 +1,38 @@
-// Package apierr is the one error type the control service's handlers return.
-// The HTTP layer turns it into the seed envelope in exactly one place.
+// Package apierr is the one error type the control service's layers return to
+// a client: what went wrong (a Kind), the envelope code and the message. It
+// knows nothing of HTTP: the server maps a Kind to a status, in one place.
 package apierr
 
 import (
-	"net/http"
-
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Error is an error with an HTTP status and an envelope code.
+// Kind is the class of a failure, which the server answers with a status.
+type Kind int
+
+// Kinds. The zero value is KindInternal: an error built without a kind is the
+// service's fault, never blamed on the client.
+const (
+	KindInternal     Kind = iota // the service failed
+	KindInvalid                  // the request is malformed or out of bounds
+	KindUnauthorized             // a credential is missing or wrong
+	KindForbidden                // the credential does not allow this
+	KindNotFound                 // the thing named does not exist
+	KindConflict                 // the request clashes with the stored state
+	KindTooLarge                 // the body is over the limit
+	KindUnavailable              // a dependency (Redis) is not answering
+)
+
+// ClientError reports whether the kind blames the request, not the service.
+func (k Kind) ClientError() bool { return k != KindInternal && k != KindUnavailable }
+
+// Error is an error for a client: a kind and an envelope code.
 type Error struct {
-	Status  int
+	Kind    Kind
 	Code    string
 	Message string
 	Details map[string]any
-	// Headers are added to the response (Retry-After...).
-	Headers map[string]string
 	// Err is the cause, for logs; it never reaches the client.
 	Err error
 }
@@ -30,26 +47,29 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // New builds an error.
-func New(status int, code, message string) *Error {
-	return &Error{Status: status, Code: code, Message: message}
+func New(kind Kind, code, message string) *Error {
+	return &Error{Kind: kind, Code: code, Message: message}
 }
 
-// Invalid is a 400 INVALID_INPUT naming the bad field.
+// Invalid is an INVALID_INPUT naming the bad field.
 func Invalid(field, reason string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidInput, Message: "invalid " + field + ": " + reason,
+	return &Error{Kind: KindInvalid, Code: wire.CodeInvalidInput, Message: "invalid " + field + ": " + reason,
 		Details: map[string]any{"field": field, "reason": reason}}
 }
 
-// InvalidLimit is a 400 INVALID_LIMIT naming the bad field.
+// InvalidField is Invalid for a field error (its path and reason).
+func InvalidField(fe *fielderr.Error) *Error { return Invalid(fe.Field, fe.Reason) }
+
+// InvalidLimit is an INVALID_LIMIT naming the bad field.
 func InvalidLimit(field, reason string) *Error {
 	e := Invalid(field, reason)
 	e.Code = wire.CodeInvalidLimit
 	return e
 }
 
-// Forbidden is a 403 FORBIDDEN: field needs the decision API's credential.
+// Forbidden is a FORBIDDEN: field needs the decision API's credential.
 func Forbidden(field string) *Error {
-	return &Error{Status: http.StatusForbidden, Code: wire.CodeForbidden,
+	return &Error{Kind: KindForbidden, Code: wire.CodeForbidden,
 		Message: field + " may only be sent with the decision API's service credential",
 		Details: map[string]any{"field": field}}
 }
@@ -61,9 +81,14 @@ func ForbiddenBecause(field, reason string) *Error {
 	return e
 }
 
-// Unavailable is a 503 SERVICE_UNAVAILABLE caused by err.
+// Unavailable is a SERVICE_UNAVAILABLE caused by err.
 func Unavailable(message string, err error) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: wire.CodeServiceUnavailable, Message: message, Err: err}
+	return &Error{Kind: KindUnavailable, Code: wire.CodeServiceUnavailable, Message: message, Err: err}
+}
+
+// Failed is an INTERNAL_ERROR caused by err, which only the log sees.
+func Failed(err error) *Error {
+	return &Error{Kind: KindInternal, Code: wire.CodeInternal, Message: "internal error", Err: err}
 }
 
 // Body is the envelope's inside, without a request id.

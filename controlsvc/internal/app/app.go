@@ -20,13 +20,16 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 )
 
 // App is a running control service.
@@ -38,7 +41,7 @@ type App struct {
 
 	rdb       redis.UniversalClient
 	svc       *decision.Service
-	overrides *decision.Overrides
+	overrides *overrides.Store
 	metrics   *metrics.Metrics
 	http      *http.Server
 	ln        net.Listener
@@ -71,12 +74,13 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	if err != nil {
 		return nil, fmt.Errorf("compile config: %w", err)
 	}
-	a.overrides = decision.NewOverrides(rdb)
+	a.overrides = overrides.New(rdb)
 	keys := apikeys.New(rdb, time.Now)
-	a.svc = decision.New(decision.Deps{Redis: rdb, Limiter: lim, Keys: keys, Overrides: a.overrides, Metrics: a.metrics, Log: log, Now: time.Now,
+	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMS) * time.Millisecond}, policy)
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
-	srv := server.New(server.Deps{Service: a.svc, Keys: keys, Redis: rdb, Metrics: a.metrics, Log: log, Now: time.Now})
+	ops := admin.New(admin.Deps{Keys: keys, Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now})
+	srv := server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -5,32 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"regexp"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
-	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
-)
-
-// Rule ids that do not come from the configuration.
-const (
-	RuleExempt   = "exempt"
-	RuleOverride = "override" // PUT /v1/rate-limit/config
-	RuleRequest  = "request"  // limit given in the check itself
 )
 
 // Input bounds.
@@ -40,12 +27,38 @@ const (
 	MaxReturned    = 1_000_000_000
 )
 
-// Service decides. It is safe for concurrent use.
+// Counters runs rules' counters (the limiter).
+type Counters interface {
+	Do(ctx context.Context, r limiter.Request) (limiter.Result, error)
+	Reset(ctx context.Context, r limiter.Request) (int64, error)
+	Ping(ctx context.Context) error
+}
+
+// KeyStore finds the record of a raw API key.
+type KeyStore interface {
+	Lookup(ctx context.Context, raw string) (apikeys.Record, error)
+}
+
+// OverrideStore holds per-identity, per-endpoint quotas. Get must not wait
+// on Redis: it is on every check's path.
+type OverrideStore interface {
+	Get(identity, endpoint string) (overrides.Override, bool)
+	Set(ctx context.Context, identity, endpoint string, ov overrides.Override) error
+}
+
+// ReplayStore keeps the answers of batches under their idempotency key.
+type ReplayStore interface {
+	Claim(ctx context.Context, idemKey, digest string) (*wire.BatchCheckResponse, error)
+	Save(ctx context.Context, idemKey, digest string, answer *wire.BatchCheckResponse) error
+}
+
+// Service decides. It orchestrates the policy, the stores and the counters;
+// it speaks no Redis itself. It is safe for concurrent use.
 type Service struct {
-	rdb       redis.UniversalClient
-	lim       *limiter.Limiter
-	keys      *apikeys.Store
-	overrides *Overrides
+	counters  Counters
+	keys      KeyStore
+	overrides OverrideStore
+	replays   ReplayStore
 	m         *metrics.Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -61,10 +74,10 @@ var ErrBreakerOpen = errors.New("redis circuit breaker is open")
 
 // Deps are the service's collaborators.
 type Deps struct {
-	Redis     redis.UniversalClient
-	Limiter   *limiter.Limiter
-	Keys      *apikeys.Store
-	Overrides *Overrides
+	Counters  Counters
+	Keys      KeyStore
+	Overrides OverrideStore
+	Replays   ReplayStore
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	Now       func() time.Time
@@ -76,7 +89,7 @@ type Deps struct {
 
 // New returns a service deciding with policy p.
 func New(d Deps, p *Policy) *Service {
-	s := &Service{rdb: d.Redis, lim: d.Limiter, keys: d.Keys, overrides: d.Overrides, m: d.Metrics, log: d.Log, now: d.Now,
+	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, m: d.Metrics, log: d.Log, now: d.Now,
 		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
 	s.policy.Store(p)
 	return s
@@ -88,166 +101,14 @@ func (s *Service) SetPolicy(p *Policy) { s.policy.Store(p) }
 // Policy returns the live policy.
 func (s *Service) Policy() *Policy { return s.policy.Load() }
 
-// caller is a validated check request.
-type caller struct {
-	id       identity.ID
-	tier     string
-	tenant   string
-	endpoint string
-	method   string
-	cost     int64
-	lease    int64
-	returned int64
-	adhoc    *rules.Rule // the check's own limit, if it gave one
-}
-
-var methodRE = regexp.MustCompile(`^[A-Z]{1,16}$`)
-
-// Trust is what a caller of the decision API proved.
-type Trust bool
-
-const (
-	// Untrusted callers (no service credential) may use the seed's plain
-	// check shape only.
-	Untrusted Trust = false
-	// Trusted callers hold a decision token (the filter): they may name
-	// tiers, tenants, costs, leases, refunds and key identities. Admin
-	// routes (reset, overrides) act as trusted behind the admin token.
-	Trusted Trust = true
-)
-
-// validate checks everything the request says before anything touches Redis.
-func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
-	c := &caller{method: req.Method}
-	if req.UserID == "" {
-		return nil, apierr.Invalid("user_id", "is required")
-	}
-	id, err := identity.Parse(req.UserID)
-	if err != nil {
-		return nil, apierr.Invalid("user_id", strings.TrimPrefix(err.Error(), identity.ErrInvalid.Error()+": "))
-	}
-	c.id = id
-	if trust == Untrusted {
-		// What a caller without the credential could buy with these: another
-		// tier's quota, another tenant's, an API key's identity without the
-		// key, tokens credited to a shared bucket, a costly script run.
-		switch {
-		case req.Tier != "":
-			return nil, apierr.Forbidden("tier")
-		case req.Tenant != "":
-			return nil, apierr.Forbidden("tenant")
-		case req.Cost > 1:
-			return nil, apierr.Forbidden("cost")
-		case req.Lease != 0:
-			return nil, apierr.Forbidden("lease")
-		case req.Returned != 0:
-			return nil, apierr.Forbidden("returned")
-		case id.Kind == identity.KindKey:
-			return nil, apierr.ForbiddenBecause("user_id", "an API-key identity needs the service credential; present the key itself as api_key")
-		}
-	}
-	ep, aerr := validEndpoint(req.Endpoint)
-	if aerr != nil {
-		return nil, aerr
-	}
-	c.endpoint = ep
-	if req.Method != "" && !methodRE.MatchString(req.Method) {
-		return nil, apierr.Invalid("method", "must be an upper-case HTTP method")
-	}
-	if req.Tier != "" && !rules.ValidTierName(req.Tier) {
-		return nil, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
-	}
-	c.tier = p.tier(req.Tier)
-	if req.Tenant != "" {
-		if _, err := identity.User(req.Tenant); err != nil {
-			return nil, apierr.Invalid("tenant", "must be 1..255 printable characters")
-		}
-		c.tenant = req.Tenant
-	}
-	switch {
-	case req.Cost < 0 || req.Cost > MaxCost:
-		return nil, apierr.Invalid("cost", fmt.Sprintf("must be in 0..%d", MaxCost))
-	case req.Lease < 0:
-		return nil, apierr.Invalid("lease", "must be >= 0")
-	case req.Returned < 0 || req.Returned > MaxReturned:
-		return nil, apierr.Invalid("returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
-	}
-	c.cost = max(req.Cost, 1)
-	c.lease = min(req.Lease, p.Config.Lease.Max)
-	if p.Config.Lease.Fraction == 0 {
-		c.lease = 0
-	}
-	c.returned = req.Returned
-	if req.Strategy != "" && !rules.ValidAlgorithm(rules.Algorithm(req.Strategy)) {
-		e := apierr.Invalid("strategy", fmt.Sprintf("%q is not one of %v", req.Strategy, rules.Algorithms))
-		e.Code = wire.CodeInvalidStrategy
-		return nil, e
-	}
-	if req.Limit != nil || req.WindowSeconds != nil {
-		r, aerr := p.adhocRule(RuleRequest, req.Limit, req.WindowSeconds, req.Strategy, 0)
-		if aerr != nil {
-			return nil, aerr
-		}
-		if c.cost > r.Capacity() {
-			return nil, apierr.Invalid("cost", "is larger than the limit")
-		}
-		c.adhoc = r
-	}
-	return c, nil
-}
-
-// adhocRule builds the identity-scoped, per-endpoint rule of a limit given in
-// a request (check or override). The limit is bounded by max_adhoc_limit, so
-// no caller sizes a counter (or a sliding log) at will.
-func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, burst int64) (*rules.Rule, *apierr.Error) {
-	if limit == nil {
-		return nil, apierr.InvalidLimit("limit", "is required with window_seconds")
-	}
-	if *limit <= 0 || *limit > p.Config.MaxAdhocLimit {
-		return nil, apierr.InvalidLimit("limit", fmt.Sprintf("must be in 1..%d", p.Config.MaxAdhocLimit))
-	}
-	if burst > p.Config.MaxAdhocLimit {
-		return nil, apierr.InvalidLimit("burst_capacity", fmt.Sprintf("must be in 0..%d", p.Config.MaxAdhocLimit))
-	}
-	w := int64(60)
-	if window != nil {
-		w = *window
-	}
-	if w < rules.MinWindowSeconds || w > rules.MaxWindowSeconds {
-		return nil, apierr.InvalidLimit("window_seconds", fmt.Sprintf("must be in %d..%d", rules.MinWindowSeconds, rules.MaxWindowSeconds))
-	}
-	if burst < 0 {
-		return nil, apierr.InvalidLimit("burst_capacity", "must be >= 0")
-	}
-	algo := rules.Algorithm(strategy)
-	if algo == "" {
-		algo = p.Config.DefaultAlgorithm
-	}
-	return &rules.Rule{ID: id, Scope: rules.ScopeIdentity, Algorithm: algo, Limit: *limit, WindowSeconds: w, Burst: burst, PerEndpoint: true}, nil
-}
-
-// validEndpoint normalises the endpoint (shared/paths, as the filter does):
-// one resource is one counter however it is spelled.
-func validEndpoint(ep string) (string, *apierr.Error) {
-	if ep == "" {
-		return "", apierr.Invalid("endpoint", "is required")
-	}
-	n, err := paths.Normalize(ep)
-	if err != nil {
-		return "", apierr.Invalid("endpoint", strings.TrimPrefix(err.Error(), paths.ErrInvalid.Error()+": "))
-	}
-	if len(n) > MaxEndpointLen {
-		return "", apierr.Invalid("endpoint", fmt.Sprintf("is longer than %d bytes", MaxEndpointLen))
-	}
-	return n, nil
-}
+// Ping reports whether Redis answers (health checks).
+func (s *Service) Ping(ctx context.Context) error { return s.counters.Ping(ctx) }
 
 // resolveKey checks an API key and makes it the caller's identity (unless a
 // verified JWT subject came first) and tier (unless the JWT gave one).
 func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, reqTier string) error {
 	if !apikeys.ValidFormat(raw) {
-		return &apierr.Error{Status: http.StatusBadRequest, Code: wire.CodeInvalidAPIKey,
-			Message: "The provided API key format is invalid. Expected format: tg_<43 characters>"}
+		return apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: tg_<43 characters>")
 	}
 	var rec apikeys.Record
 	found := true
@@ -264,15 +125,15 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 		return err // Redis: the failure mode decides
 	}
 	if !found {
-		return &apierr.Error{Status: http.StatusUnauthorized, Code: wire.CodeInvalidAPIKey, Message: "The provided API key is not recognised"}
+		return apierr.New(apierr.KindUnauthorized, wire.CodeInvalidAPIKey, "The provided API key is not recognised")
 	}
 	if rec.Status == apikeys.StatusRevoked {
-		return &apierr.Error{Status: http.StatusForbidden, Code: wire.CodeAPIKeyRevoked,
+		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyRevoked,
 			Message: "This API key has been revoked and can no longer be used",
 			Details: map[string]any{"revoked_at": rec.RevokedAt.Format(time.RFC3339)}}
 	}
 	if rec.Expired(s.now()) {
-		return &apierr.Error{Status: http.StatusForbidden, Code: wire.CodeAPIKeyExpired,
+		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyExpired,
 			Message: "This API key has expired", Details: map[string]any{"expired_at": rec.ExpiresAt.Format(time.RFC3339)}}
 	}
 	if c.id.Kind != identity.KindUser {
@@ -284,39 +145,32 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 	return nil
 }
 
-// applied is one rule's outcome for one check.
+// applied is one rule's outcome for one check: its counter and the answer.
 type applied struct {
-	rule  *rules.Rule
-	owner keys.Owner
-	key   string
-	res   limiter.Result
+	req limiter.Request
+	res limiter.Result
 }
 
 // selectRules returns the rules of a caller, with their counters.
-func (s *Service) selectRules(p *Policy, c *caller) []applied {
+func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied {
 	var matched []*rules.Rule
 	switch {
-	case c.adhoc != nil:
-		matched = []*rules.Rule{c.adhoc}
+	case adhoc != nil:
+		matched = []*rules.Rule{adhoc}
 	default:
-		if ov, ok := s.overrides.Get(c.id.String(), c.endpoint); ok {
-			r, _ := p.adhocRule(RuleOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
+		if ov, ok := s.overrides.Get(t.id.String(), t.endpoint); ok {
+			r, _ := p.adhocRule(rules.IDOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
 			if r != nil {
 				matched = []*rules.Rule{r}
 				break
 			}
 		}
 		var buf [6]*rules.Rule
-		matched = p.match(buf[:0], rules.Request{Tier: c.tier, Method: c.method, Path: c.endpoint, IdentityKind: string(c.id.Kind), Tenant: c.tenant})
+		matched = p.match(buf[:0], rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: string(t.id.Kind), Tenant: t.tenant})
 	}
 	out := make([]applied, len(matched))
 	for i, r := range matched {
-		owner := keys.NewOwner(string(r.Scope), rules.Subject(r.Scope, c.id.String(), c.id.Value, c.tenant))
-		ep := ""
-		if r.PerEndpoint {
-			ep = c.endpoint
-		}
-		out[i] = applied{rule: r, owner: owner, key: keys.Counter(owner, r.ID, ep, string(r.Algorithm), r.WindowSeconds)}
+		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.id, t.tenant), Rule: r, Endpoint: t.endpoint}}
 	}
 	return out
 }
@@ -340,11 +194,11 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		}
 	}
 	if p.exempt(c.id) {
-		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, RuleExempt).Inc()
-		return wire.CheckResponse{Allowed: true, RuleID: RuleExempt, Identity: c.id.String(), Tier: c.tier,
+		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
+		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.id.String(), Tier: c.tier,
 			Lease: wire.Lease{Granted: c.lease, TTLMillis: p.Config.Lease.TTLMS}}, nil
 	}
-	rs := s.selectRules(p, c)
+	rs := s.selectRules(p, &c.target, c.adhoc)
 	if len(rs) == 0 {
 		// Unreachable with a valid config (every tier has a default rule),
 		// but an empty answer must still be a decision.
@@ -352,32 +206,29 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 	}
 	for i := range rs {
 		// Refuse before anything is spent: a rejected request touches nothing.
-		if cost := c.cost * rs[i].rule.EffectiveCost(); cost > rs[i].rule.Capacity() {
-			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d is more than rule %s can ever allow (%d)", cost, rs[i].rule.ID, rs[i].rule.Capacity()))
+		if cost := c.cost * rs[i].req.Rule.EffectiveCost(); cost > rs[i].req.Rule.Capacity() {
+			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d is more than rule %s can ever allow (%d)", cost, rs[i].req.Rule.ID, rs[i].req.Rule.Capacity()))
 		}
 	}
 	single := len(rs) == 1
 	for i := range rs {
 		a := &rs[i]
-		lr := limiter.Request{
-			Owner: a.owner, Key: a.key,
-			Quota: limiter.Quota{Algorithm: a.rule.Algorithm, Limit: a.rule.Limit, WindowSeconds: a.rule.WindowSeconds, Capacity: a.rule.Capacity()},
-			Cost:  c.cost * a.rule.EffectiveCost(), LeaseFraction: p.Config.Lease.Fraction,
-		}
+		lr := a.req
+		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Config.Lease.Fraction
 		// A lease belongs to one bucket: with several rules, no lease.
 		if single {
 			lr.Lease, lr.Returned = c.lease, c.returned
 		}
-		if a.rule.Scope != rules.ScopeGlobal && a.rule.Scope != rules.ScopeTenant {
+		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
 			lr.Penalty = p.penalty
 		}
 		res, err := s.limit(ctx, lr)
 		if err != nil {
-			return s.failure(p, c, a.rule, err)
+			return s.failure(p, c, a.req.Rule, err)
 		}
 		a.res = res
 	}
-	resp, result := s.verdict(p, c, rs)
+	resp, result := s.verdict(p, &c.target, rs)
 	s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
 	s.m.LeaseGranted.Add(float64(resp.Lease.Granted))
 	for i := range rs {
@@ -392,7 +243,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 // limit runs one counter through the circuit breaker.
 func (s *Service) limit(ctx context.Context, lr limiter.Request) (res limiter.Result, err error) {
 	err = s.guarded(ctx, "check", func() error {
-		res, err = s.lim.Do(ctx, lr)
+		res, err = s.counters.Do(ctx, lr)
 		return err
 	})
 	return res, err
@@ -427,7 +278,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
 // rule reported is the denial with the longest wait, or else the one with the
 // least left. It also names the result for the decisions metric.
-func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckResponse, string) {
+func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckResponse, string) {
 	var decider *applied
 	denied, logOnly := false, false
 	for i := range rs {
@@ -435,7 +286,7 @@ func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckRespons
 		if a.res.Allowed {
 			continue
 		}
-		if a.rule.Action == rules.ActionLogOnly {
+		if a.req.Rule.Action == rules.ActionLogOnly {
 			logOnly = true
 			continue
 		}
@@ -447,7 +298,7 @@ func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckRespons
 	if !denied {
 		for i := range rs {
 			a := &rs[i]
-			if decider == nil || a.res.Remaining*decider.rule.Limit < decider.res.Remaining*a.rule.Limit {
+			if decider == nil || a.res.Remaining*decider.req.Rule.Limit < decider.res.Remaining*a.req.Rule.Limit {
 				decider = a
 			}
 		}
@@ -455,14 +306,14 @@ func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckRespons
 	now := s.now()
 	resp := wire.CheckResponse{
 		Allowed:       !denied,
-		Limit:         decider.rule.Limit,
+		Limit:         decider.req.Rule.Limit,
 		Remaining:     decider.res.Remaining,
 		ResetAt:       ceilUnix(now.Add(decider.res.ResetAfter)),
-		Strategy:      string(decider.rule.Algorithm),
-		WindowSeconds: decider.rule.WindowSeconds,
-		RuleID:        decider.rule.ID,
-		Identity:      c.id.String(),
-		Tier:          c.tier,
+		Strategy:      string(decider.req.Rule.Algorithm),
+		WindowSeconds: decider.req.Rule.WindowSeconds,
+		RuleID:        decider.req.Rule.ID,
+		Identity:      t.id.String(),
+		Tier:          t.tier,
 		LogOnly:       logOnly,
 	}
 	result := metrics.Allowed
@@ -475,7 +326,7 @@ func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckRespons
 	}
 	if len(rs) == 1 && rs[0].res.Granted > 0 {
 		ttl := time.Duration(p.Config.Lease.TTLMS) * time.Millisecond
-		if a := rs[0]; a.rule.Algorithm != rules.TokenBucket && a.rule.Algorithm != rules.GCRA {
+		if a := rs[0]; a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
 			// Tokens of a window must not be spent in the next one.
 			ttl = min(ttl, a.res.ResetAfter)
 		}
@@ -487,7 +338,7 @@ func (s *Service) verdict(p *Policy, c *caller, rs []applied) (wire.CheckRespons
 // failure applies the failure mode to a Redis error.
 func (s *Service) failure(p *Policy, c *caller, r *rules.Rule, err error) (wire.CheckResponse, error) {
 	if errors.Is(err, limiter.ErrBadRequest) {
-		return wire.CheckResponse{}, &apierr.Error{Status: http.StatusInternalServerError, Code: wire.CodeInternal, Message: "internal error", Err: err}
+		return wire.CheckResponse{}, apierr.Failed(err)
 	}
 	if !errors.Is(err, ErrBreakerOpen) {
 		s.log.Warn("redis unavailable for a check", "mode", p.Config.FailureMode, "err", err)

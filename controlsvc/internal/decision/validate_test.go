@@ -42,7 +42,7 @@ func FuzzValidate(f *testing.F) {
 		}
 		c, aerr := p.validate(&req, Trust(trusted))
 		if aerr != nil {
-			if aerr.Status < 400 || aerr.Status > 499 || aerr.Code == "" {
+			if !aerr.Kind.ClientError() || aerr.Code == "" {
 				t.Fatalf("refusal %+v is not a client error with a code", aerr)
 			}
 			return

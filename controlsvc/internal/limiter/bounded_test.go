@@ -95,8 +95,8 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	}
 	full := worst(rules.SlidingLog, "full")   // 100k live entries fill the limit: denials search it
 	roomy := worst(rules.SlidingLog, "roomy") // 100k live entries of weight 1: calls pass
-	fillLog(t, rdb, full.Key, 100_000, 100_000, worstLimit/100_000)
-	fillLog(t, rdb, roomy.Key, 100_000, 100_000, 1)
+	fillLog(t, rdb, full.Key(), 100_000, 100_000, worstLimit/100_000)
+	fillLog(t, rdb, roomy.Key(), 100_000, 100_000, 1)
 	type call struct {
 		name string
 		r    Request
@@ -174,7 +174,7 @@ func TestScriptWorkIsBounded(t *testing.T) {
 		t.Errorf("%s took over 500 µs of Redis time three times", c.name)
 	}
 	// 200k entries and '#c'; one sweep removed, one entry and '#b' added.
-	if n := rdb.ZCard(ctx, roomy.Key).Val(); n != 200_000+1-logSweep+2 {
+	if n := rdb.ZCard(ctx, roomy.Key()).Val(); n != 200_000+1-logSweep+2 {
 		t.Errorf("roomy log holds %d members; want one sweep of %d and one entry", n, logSweep)
 	}
 	// The penalty logs shrink by one sweep per violation, never at once.

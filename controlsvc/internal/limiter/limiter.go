@@ -15,24 +15,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// Scripter is the part of a Redis client the limiter needs. A single client, a
+// Client is the part of a Redis client the limiter needs. A single client, a
 // sentinel-backed client and a cluster client all satisfy it.
-type Scripter = redis.Scripter
-
-// Quota is what a counter allows.
-type Quota struct {
-	Algorithm     rules.Algorithm
-	Limit         int64 // tokens per window
-	WindowSeconds int64
-	// Capacity is the bucket size of token_bucket and gcra (the burst); the
-	// window algorithms ignore it. 0 means Limit.
-	Capacity int64
+type Client interface {
+	redis.Scripter
+	Unlink(ctx context.Context, keys ...string) *redis.IntCmd
+	Ping(ctx context.Context) *redis.StatusCmd
 }
 
 // Penalty is the progressive penalty policy: from the Threshold-th violation
@@ -44,12 +39,18 @@ type Penalty struct {
 	Multipliers []int64
 }
 
-// Request is one call to a counter.
+// Request is one call to a counter: Rule's counter of Owner. The limiter
+// builds every key it touches from these (the counter, and the owner's
+// penalty and block records).
 type Request struct {
-	// Owner names the counter's owner (its hash tag); Key is the counter.
 	Owner keys.Owner
-	Key   string
-	Quota Quota
+	// Rule gives the algorithm, the limit, the window, the capacity (the
+	// bucket size of token_bucket and gcra; the window algorithms ignore it)
+	// and the counter's name.
+	Rule *rules.Rule
+	// Endpoint is the normalised path; it names the counter only when the
+	// rule counts per endpoint.
+	Endpoint string
 	// Cost is what this request spends; 0 reads the counter without spending.
 	Cost int64
 	// Lease is how many extra tokens to take for the caller's local cache;
@@ -62,6 +63,21 @@ type Request struct {
 	Peek bool
 	// Penalty is nil when progressive penalties are off.
 	Penalty *Penalty
+}
+
+// Key is the request's counter.
+func (r *Request) Key() string {
+	ep := ""
+	if r.Rule.PerEndpoint {
+		ep = r.Endpoint
+	}
+	return keys.Counter(r.Owner, r.Rule.ID, ep, string(r.Rule.Algorithm), r.Rule.WindowSeconds)
+}
+
+// Owner is the owner of rule r's counters for a caller: what the rule's scope
+// counts (the identity, its address, its tenant, everyone).
+func Owner(r *rules.Rule, id identity.ID, tenant string) keys.Owner {
+	return keys.NewOwner(string(r.Scope), rules.Subject(r.Scope, id.String(), id.Value, tenant))
 }
 
 // Result is a counter's answer.
@@ -85,13 +101,13 @@ type Result struct {
 
 // Limiter runs the scripts against one Redis client.
 type Limiter struct {
-	rdb     Scripter
+	rdb     Client
 	scripts map[rules.Algorithm]*redis.Script
 }
 
 // New loads the embedded scripts. It does not talk to Redis; scripts are sent
 // with EVALSHA and loaded on the first NOSCRIPT.
-func New(rdb Scripter) (*Limiter, error) {
+func New(rdb Client) (*Limiter, error) {
 	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
 	if err != nil {
 		return nil, fmt.Errorf("read prelude: %w", err)
@@ -136,22 +152,22 @@ var ErrBadRequest = errors.New("bad limiter request")
 
 // Do runs one counter.
 func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
-	s, ok := l.scripts[r.Quota.Algorithm]
+	q := r.Rule
+	if q == nil {
+		return Result{}, fmt.Errorf("%w: no rule", ErrBadRequest)
+	}
+	s, ok := l.scripts[q.Algorithm]
 	if !ok {
-		return Result{}, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, r.Quota.Algorithm)
+		return Result{}, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
 	}
-	if r.Quota.Limit <= 0 || r.Quota.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
+	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
 		return Result{}, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
-	}
-	capacity := r.Quota.Capacity
-	if capacity <= 0 {
-		capacity = r.Quota.Limit
 	}
 	args := make([]any, 0, 12)
 	args = append(args,
-		r.Quota.Limit,
-		r.Quota.WindowSeconds*1000,
-		capacity,
+		q.Limit,
+		q.WindowSeconds*1000,
+		q.Capacity(),
 		r.Cost,
 		r.Lease,
 		r.Returned,
@@ -163,7 +179,7 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 	} else {
 		args = append(args, "0", 0, 0, "1")
 	}
-	ks := []string{r.Key, keys.Penalty(r.Owner), keys.Block(r.Owner)}
+	ks := []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)}
 	var v any
 	var err error
 	if r.Peek {
@@ -174,9 +190,34 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		v, err = s.Run(ctx, l.rdb, ks, args...).Result()
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("run %s script: %w", r.Quota.Algorithm, err)
+		return Result{}, fmt.Errorf("run %s script: %w", q.Algorithm, err)
 	}
 	return parseResult(v)
+}
+
+// Reset deletes the request's counter and its owner's penalty record, and
+// returns how many keys existed. Keys of one owner share a slot; deleting
+// one at a time keeps this correct on a cluster whatever the owners. UNLINK
+// frees a large value (a sliding log holds up to its limit in entries) off
+// Redis's main thread, where DEL would stall every other check meanwhile.
+func (l *Limiter) Reset(ctx context.Context, r Request) (int64, error) {
+	var n int64
+	for _, k := range []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)} {
+		d, err := l.rdb.Unlink(ctx, k).Result()
+		if err != nil {
+			return n, fmt.Errorf("reset %s: %w", r.Rule.ID, err)
+		}
+		n += d
+	}
+	return n, nil
+}
+
+// Ping reports whether Redis answers.
+func (l *Limiter) Ping(ctx context.Context) error {
+	if err := l.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w", err)
+	}
+	return nil
 }
 
 func parseResult(v any) (Result, error) {

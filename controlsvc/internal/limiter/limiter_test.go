@@ -28,11 +28,9 @@ func newLimiter(t testing.TB) (*Limiter, *redis.Client) {
 }
 
 func req(a rules.Algorithm, subject string, limit, window int64) Request {
-	o := keys.NewOwner("user", subject)
 	return Request{
-		Owner: o,
-		Key:   keys.Counter(o, "r", "", string(a), window),
-		Quota: Quota{Algorithm: a, Limit: limit, WindowSeconds: window},
+		Owner: keys.NewOwner("user", subject),
+		Rule:  &rules.Rule{ID: "r", Algorithm: a, Limit: limit, WindowSeconds: window},
 		Cost:  1,
 	}
 }
@@ -134,16 +132,16 @@ func TestSeed000TokenBucketLifecycle(t *testing.T) {
 	}
 	// Move the bucket's last refill one second into the past instead of
 	// sleeping: the script must refill to capacity, not beyond.
-	ts, err := rdb.HGet(ctx, r.Key, "ts").Float64()
+	ts, err := rdb.HGet(ctx, r.Key(), "ts").Float64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb.HSet(ctx, r.Key, "ts", fmt.Sprintf("%.3f", ts-5000))
+	rdb.HSet(ctx, r.Key(), "ts", fmt.Sprintf("%.3f", ts-5000))
 	res, _ = l.Do(ctx, r)
 	if !res.Allowed || res.Remaining != 9 {
 		t.Fatalf("after refill: %+v; want allowed with 9 remaining (capacity 10)", res)
 	}
-	if ttl := rdb.PTTL(ctx, r.Key).Val(); ttl <= 0 || ttl > 2*time.Second {
+	if ttl := rdb.PTTL(ctx, r.Key()).Val(); ttl <= 0 || ttl > 2*time.Second {
 		t.Fatalf("TTL %v; want about twice the refill time", ttl)
 	}
 }
@@ -298,9 +296,9 @@ func TestSlidingLogExactAfterMassExpiry(t *testing.T) {
 				}
 			}
 			// Age the oldest entries past the window instead of sleeping.
-			old := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "(0", Max: "+inf", Count: tc.aged}).Val()
+			old := rdb.ZRangeByScore(ctx, r.Key(), &redis.ZRangeBy{Min: "(0", Max: "+inf", Count: tc.aged}).Val()
 			for _, m := range old {
-				rdb.ZAdd(ctx, r.Key, redis.Z{Score: 1, Member: m})
+				rdb.ZAdd(ctx, r.Key(), redis.Z{Score: 1, Member: m})
 			}
 			for i := int64(1); i <= 3; i++ {
 				res, err := l.Do(ctx, r)
@@ -308,7 +306,7 @@ func TestSlidingLogExactAfterMassExpiry(t *testing.T) {
 					t.Fatalf("call %d after %d of %d expired: %+v %v; want allowed, %d remaining", i, tc.aged, tc.entries, res, err, tc.aged-i)
 				}
 			}
-			if n := rdb.ZCard(ctx, r.Key).Val(); n > tc.entries-tc.aged+3+2+max(0, tc.aged-3*logSweep) {
+			if n := rdb.ZCard(ctx, r.Key()).Val(); n > tc.entries-tc.aged+3+2+max(0, tc.aged-3*logSweep) {
 				t.Fatalf("%d members left; the sweep should have removed up to %d expired per call", n, logSweep)
 			}
 		})
@@ -323,13 +321,13 @@ func TestSlidingLogReadsAnOlderLog(t *testing.T) {
 	r := req(rules.SlidingLog, "legacy", 10, 3600)
 	now := float64(time.Now().UnixMilli())
 	for i := 0; i < 4; i++ {
-		rdb.ZAdd(ctx, r.Key, redis.Z{Score: now - float64(i), Member: fmt.Sprintf("%.3f-%d", now, i)})
+		rdb.ZAdd(ctx, r.Key(), redis.Z{Score: now - float64(i), Member: fmt.Sprintf("%.3f-%d", now, i)})
 	}
 	res, err := l.Do(ctx, r)
 	if err != nil || !res.Allowed || res.Remaining != 5 {
 		t.Fatalf("%+v %v; want the 4 old tokens counted (5 remaining)", res, err)
 	}
-	if n := rdb.ZCard(ctx, r.Key).Val(); n != 3 {
+	if n := rdb.ZCard(ctx, r.Key()).Val(); n != 3 {
 		t.Fatalf("%d members; want the old log folded into one entry plus the new one and '#c'", n)
 	}
 }
@@ -390,9 +388,9 @@ func TestSlidingLogRetryIsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	nowMS := float64(now.UnixMicro()) / 1000
-	entries := rdb.ZRangeByScore(ctx, r.Key, &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Val()
+	entries := rdb.ZRangeByScore(ctx, r.Key(), &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Val()
 	for i, m := range entries {
-		rdb.ZAdd(ctx, r.Key, redis.Z{Score: nowMS - 3600_000 + float64(1000*(i+1)), Member: m})
+		rdb.ZAdd(ctx, r.Key(), redis.Z{Score: nowMS - 3600_000 + float64(1000*(i+1)), Member: m})
 	}
 	for _, cost := range []int64{1, 16, 17, 100, 999, 1000} {
 		c := r

@@ -27,7 +27,7 @@ func (s *Server) decode(c echo.Context, dst any, strict bool) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			e := apierr.New(http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
+			e := apierr.New(apierr.KindTooLarge, wire.CodePayloadTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
 			e.Details = map[string]any{"max_bytes": limit}
 			return e
 		}

@@ -33,7 +33,7 @@ func TestDecodeJSON(t *testing.T) {
 		switch {
 		case tt.field == "" && err != nil:
 			t.Errorf("%s: refused: %v", tt.body, err)
-		case tt.field != "" && (!errors.As(err, &ae) || ae.Details["field"] != tt.field || ae.Status != 400):
+		case tt.field != "" && (!errors.As(err, &ae) || ae.Details["field"] != tt.field || httpStatus(ae) != 400):
 			t.Errorf("%s: got %v; want a 400 naming %q", tt.body, err, tt.field)
 		}
 	}
@@ -46,7 +46,7 @@ func FuzzDecodeCheck(f *testing.F) {
 		var req wire.CheckRequest
 		if err := decodeJSON(body, &req, strict); err != nil {
 			var ae *apierr.Error
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != wire.CodeInvalidInput {
+			if !errors.As(err, &ae) || httpStatus(ae) != 400 || ae.Code != wire.CodeInvalidInput {
 				t.Fatalf("decode error is not a 400 INVALID_INPUT: %v", err)
 			}
 		}

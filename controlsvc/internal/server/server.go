@@ -18,10 +18,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -29,20 +28,17 @@ import (
 
 // Server holds the handlers' collaborators.
 type Server struct {
-	e    *echo.Echo
-	svc  *decision.Service
-	keys *apikeys.Store
-	rdb  redis.UniversalClient
-	m    *metrics.Metrics
-	log  *slog.Logger
-	now  func() time.Time
+	e     *echo.Echo
+	svc   *decision.Service
+	admin *admin.Service
+	log   *slog.Logger
+	now   func() time.Time
 }
 
 // Deps are the server's collaborators.
 type Deps struct {
 	Service *decision.Service
-	Keys    *apikeys.Store
-	Redis   redis.UniversalClient
+	Admin   *admin.Service
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 	Now     func() time.Time
@@ -50,7 +46,7 @@ type Deps struct {
 
 // New builds the router.
 func New(d Deps) *Server {
-	s := &Server{e: echo.New(), svc: d.Service, keys: d.Keys, rdb: d.Redis, m: d.Metrics, log: d.Log, now: d.Now}
+	s := &Server{e: echo.New(), svc: d.Service, admin: d.Admin, log: d.Log, now: d.Now}
 	e := s.e
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -59,20 +55,28 @@ func New(d Deps) *Server {
 
 	decide := s.decisionCaller
 	e.POST(wire.PathCheck, decide(s.check))
-	e.POST(wire.PathBatchCheck, decide(s.batch))
+	e.POST(wire.PathBatchCheck, decide(jsonRoute(s, false, http.StatusOK, func(c echo.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
+		return s.svc.Batch(c.Request().Context(), req, trustOf(c))
+	})))
 	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
 	e.GET("/health", s.health)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
 	// Admin routes take the middleware one by one: a group with an empty
 	// prefix would also put it in front of unknown paths (401 for a 404).
-	admin := s.requireAdmin
-	e.POST(wire.PathReset, admin(s.reset))
-	e.PUT(wire.PathConfig, admin(s.setConfig))
-	e.POST("/admin/v1/api-keys", admin(s.createKey))
-	e.GET("/admin/v1/api-keys/:id", admin(s.getKey))
-	e.POST("/admin/v1/api-keys/:id/revoke", admin(s.revokeKey))
-	e.GET("/admin/v1/rules", admin(s.listRules))
+	operator := s.requireAdmin
+	e.POST(wire.PathReset, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
+		return s.svc.Reset(c.Request().Context(), req)
+	})))
+	e.PUT(wire.PathConfig, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
+		return s.svc.SetOverride(c.Request().Context(), req)
+	})))
+	e.POST("/admin/v1/api-keys", operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.CreateKeyRequest) (admin.CreateKeyResponse, error) {
+		return s.admin.CreateKey(c.Request().Context(), req)
+	})))
+	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
+	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
+	e.GET("/admin/v1/rules", operator(func(c echo.Context) error { return c.JSON(http.StatusOK, s.admin.Rules()) }))
 	return s
 }
 
@@ -115,18 +119,6 @@ func setLimitHeaders(h http.Header, d *wire.CheckResponse) {
 	}
 }
 
-func (s *Server) batch(c echo.Context) error {
-	var req wire.BatchCheckRequest
-	if err := s.decode(c, &req, false); err != nil {
-		return err
-	}
-	resp, err := s.svc.Batch(c.Request().Context(), &req, trustOf(c))
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, &resp)
-}
-
 func (s *Server) status(c echo.Context) error {
 	id, err := url.PathUnescape(c.Param("id"))
 	if err != nil {
@@ -137,41 +129,12 @@ func (s *Server) status(c echo.Context) error {
 		return apierr.Invalid("endpoint", "is not a valid path")
 	}
 	q := c.QueryParams()
-	req := wire.CheckRequest{UserID: id, Endpoint: "/" + ep, Method: q.Get("method"), Tier: q.Get("tier"), Tenant: q.Get("tenant")}
+	req := wire.StatusRequest{UserID: id, Endpoint: "/" + ep, Method: q.Get("method"), Tier: q.Get("tier"), Tenant: q.Get("tenant")}
 	resp, err := s.svc.Status(c.Request().Context(), &req, trustOf(c))
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, &resp)
-}
-
-func (s *Server) reset(c echo.Context) error {
-	var req wire.ResetRequest
-	if err := s.decode(c, &req, true); err != nil {
-		return err
-	}
-	resp, err := s.svc.Reset(c.Request().Context(), &req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, &resp)
-}
-
-func (s *Server) setConfig(c echo.Context) error {
-	var req wire.ConfigRequest
-	if err := s.decode(c, &req, true); err != nil {
-		return err
-	}
-	resp, err := s.svc.SetOverride(c.Request().Context(), &req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, &resp)
-}
-
-func (s *Server) listRules(c echo.Context) error {
-	p := s.svc.Policy()
-	return c.JSON(http.StatusOK, map[string]any{"version": p.Rules.Version(), "rules": p.Rules.Rules(), "tiers": p.Config.Tiers, "default_tier": p.Config.DefaultTier})
 }
 
 // health reports each component; 503 when Redis does not answer.
@@ -181,7 +144,7 @@ func (s *Server) health(c echo.Context) error {
 	status, code := "healthy", http.StatusOK
 	comps := map[string]string{"redis": "healthy", "rate_limiter": "healthy"}
 	body := map[string]any{"components": comps, "timestamp": s.now().UTC().Format(time.RFC3339)}
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	if err := s.svc.Ping(ctx); err != nil {
 		status, code = "unhealthy", http.StatusServiceUnavailable
 		comps["redis"] = "unhealthy"
 		comps["rate_limiter"] = "degraded"
@@ -197,7 +160,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		want := s.svc.Policy().Config.AdminToken
 		if want == "" {
-			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
+			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
 		got, repeated := onlyHeader(c, "X-Admin-Token")
 		if got == "" && !repeated {
@@ -209,7 +172,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			if repeated {
 				msg = "send the admin token once: the request repeats its credential header"
 			}
-			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, msg)
+			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
 		}
 		return next(c)
 	}
@@ -242,7 +205,7 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 			if repeated {
 				msg = "send one Authorization header: the request repeats it"
 			}
-			return apierr.New(http.StatusUnauthorized, wire.CodeUnauthorized, msg)
+			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
 		}
 		c.Set(trustKey, decision.Trusted)
 		return next(c)
@@ -287,6 +250,54 @@ func tokenMatches(got, want string) bool {
 	return got != "" && subtle.ConstantTimeCompare(gh[:], wh[:]) == 1
 }
 
+// jsonRoute is the shape of a route with a JSON body: decode it into Req
+// (strict: unknown fields refused), call, answer the result with status.
+func jsonRoute[Req, Resp any](s *Server, strict bool, status int, call func(echo.Context, *Req) (Resp, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req Req
+		if err := s.decode(c, &req, strict); err != nil {
+			return err
+		}
+		resp, err := call(c, &req)
+		if err != nil {
+			return err
+		}
+		return c.JSON(status, &resp)
+	}
+}
+
+// idRoute is the shape of a route about one thing named by its :id segment.
+func idRoute[Resp any](call func(context.Context, string) (Resp, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		resp, err := call(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &resp)
+	}
+}
+
+// statusOf is the HTTP status of each kind of error: the one place an error
+// kind becomes a status.
+var statusOf = [...]int{
+	apierr.KindInternal:     http.StatusInternalServerError,
+	apierr.KindInvalid:      http.StatusBadRequest,
+	apierr.KindUnauthorized: http.StatusUnauthorized,
+	apierr.KindForbidden:    http.StatusForbidden,
+	apierr.KindNotFound:     http.StatusNotFound,
+	apierr.KindConflict:     http.StatusConflict,
+	apierr.KindTooLarge:     http.StatusRequestEntityTooLarge,
+	apierr.KindUnavailable:  http.StatusServiceUnavailable,
+}
+
+// httpStatus is the status an error is answered with.
+func httpStatus(ae *apierr.Error) int {
+	if int(ae.Kind) < len(statusOf) {
+		return statusOf[ae.Kind]
+	}
+	return http.StatusInternalServerError
+}
+
 // handleError is the one place errors become HTTP answers.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -294,42 +305,45 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	var ae *apierr.Error
 	var he *echo.HTTPError
+	var status int
 	switch {
 	case errors.As(err, &ae):
+		status = httpStatus(ae)
 	case errors.As(err, &he):
-		ae = fromHTTPError(he)
+		// An error echo raised itself (no route, wrong method): its status
+		// stays echo's.
+		ae, status = fromHTTPError(he), he.Code
 	default:
-		ae = &apierr.Error{Status: http.StatusInternalServerError, Code: wire.CodeInternal, Message: "internal error", Err: err}
+		ae = apierr.Failed(err)
+		status = httpStatus(ae)
 	}
-	if ae.Status >= 500 {
-		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", ae.Status, "err", err, "request_id", requestID(c))
-	}
-	for k, v := range ae.Headers {
-		c.Response().Header().Set(k, v)
+	if status >= 500 {
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", status, "err", err, "request_id", requestID(c))
 	}
 	body := ae.Body()
 	body.RequestID = requestID(c)
 	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(ae.Status)
+		_ = c.NoContent(status)
 		return
 	}
-	_ = c.JSON(ae.Status, wire.ErrorEnvelope{Error: body})
+	_ = c.JSON(status, wire.ErrorEnvelope{Error: body})
 }
 
 func fromHTTPError(he *echo.HTTPError) *apierr.Error {
-	msg := http.StatusText(he.Code)
 	switch he.Code {
 	case http.StatusNotFound:
-		return apierr.New(he.Code, wire.CodeNotFound, "no such route")
+		return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no such route")
 	case http.StatusMethodNotAllowed:
-		return apierr.New(he.Code, wire.CodeInvalidInput, "method not allowed on this route")
+		return apierr.New(apierr.KindInvalid, wire.CodeInvalidInput, "method not allowed on this route")
 	case http.StatusRequestEntityTooLarge:
-		return apierr.New(he.Code, wire.CodePayloadTooLarge, "request body is too large")
+		return apierr.New(apierr.KindTooLarge, wire.CodePayloadTooLarge, "request body is too large")
 	}
 	if he.Code < 500 {
-		return apierr.New(he.Code, wire.CodeInvalidInput, msg)
+		return apierr.New(apierr.KindInvalid, wire.CodeInvalidInput, http.StatusText(he.Code))
 	}
-	return &apierr.Error{Status: he.Code, Code: wire.CodeInternal, Message: msg, Err: he}
+	e := apierr.Failed(he)
+	e.Message = http.StatusText(he.Code)
+	return e
 }
 
 func requestID(c echo.Context) string {

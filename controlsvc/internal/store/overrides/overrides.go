@@ -1,4 +1,6 @@
-package decision
+// Package overrides stores per-identity, per-endpoint quotas set through
+// PUT /v1/rate-limit/config, kept in memory for the hot path.
+package overrides
 
 import (
 	"context"
@@ -24,23 +26,23 @@ type Override struct {
 	UpdatedAt     time.Time       `json:"updated_at"`
 }
 
-// Overrides keeps every override in memory, read from one Redis hash. Writes go
+// Store keeps every override in memory, read from one Redis hash. Writes go
 // to Redis and to memory at once; other instances' writes arrive with the next
 // refresh. Overrides are few (set by operators), so a full read is cheap, and
 // the hot path never waits on Redis for them.
-type Overrides struct {
+type Store struct {
 	rdb redis.UniversalClient
 	mu  sync.RWMutex
 	m   map[string]Override
 }
 
-// NewOverrides returns an empty store; call Refresh to load it.
-func NewOverrides(rdb redis.UniversalClient) *Overrides {
-	return &Overrides{rdb: rdb, m: map[string]Override{}}
+// New returns an empty store; call Refresh to load it.
+func New(rdb redis.UniversalClient) *Store {
+	return &Store{rdb: rdb, m: map[string]Override{}}
 }
 
 // Get returns the override of identity and endpoint.
-func (o *Overrides) Get(identity, endpoint string) (Override, bool) {
+func (o *Store) Get(identity, endpoint string) (Override, bool) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	if len(o.m) == 0 {
@@ -51,7 +53,7 @@ func (o *Overrides) Get(identity, endpoint string) (Override, bool) {
 }
 
 // Set stores an override.
-func (o *Overrides) Set(ctx context.Context, identity, endpoint string, ov Override) error {
+func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override) error {
 	b, err := json.Marshal(ov)
 	if err != nil {
 		return fmt.Errorf("encode override: %w", err)
@@ -67,7 +69,7 @@ func (o *Overrides) Set(ctx context.Context, identity, endpoint string, ov Overr
 }
 
 // Refresh re-reads every override from Redis.
-func (o *Overrides) Refresh(ctx context.Context) error {
+func (o *Store) Refresh(ctx context.Context) error {
 	all, err := o.rdb.HGetAll(ctx, keys.Overrides).Result()
 	if err != nil {
 		return fmt.Errorf("read overrides: %w", err)
@@ -87,7 +89,7 @@ func (o *Overrides) Refresh(ctx context.Context) error {
 }
 
 // Run refreshes every interval until ctx ends.
-func (o *Overrides) Run(ctx context.Context, every time.Duration, log *slog.Logger) {
+func (o *Store) Run(ctx context.Context, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

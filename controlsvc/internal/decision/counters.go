@@ -1,0 +1,93 @@
+package decision
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Status reads the counters of a caller and endpoint without spending.
+func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Trust) (wire.StatusResponse, error) {
+	p := s.policy.Load()
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant}, trust)
+	if aerr != nil {
+		return wire.StatusResponse{}, aerr
+	}
+	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.id.String()}
+	if p.exempt(t.id) {
+		resp.RuleID = rules.IDExempt
+		return resp, nil
+	}
+	rs := s.selectRules(p, &t, nil)
+	for i := range rs {
+		a := &rs[i]
+		peek := a.req
+		peek.Peek = true
+		res, err := s.counters.Do(ctx, peek)
+		if err != nil {
+			s.m.RedisErrors.WithLabelValues("status").Inc()
+			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		}
+		a.res = res
+	}
+	v, _ := s.verdict(p, &t, rs)
+	resp.RuleID, resp.Limit, resp.Remaining, resp.ResetAt = v.RuleID, v.Limit, v.Remaining, v.ResetAt
+	resp.Strategy, resp.WindowSeconds = v.Strategy, v.WindowSeconds
+	if v.Limit > 0 {
+		resp.UsagePercentage = float64(v.Limit-min(v.Remaining, v.Limit)) * 100 / float64(v.Limit)
+	}
+	return resp, nil
+}
+
+// Reset deletes a caller's counters for an endpoint: those of the rules that
+// would decide its next check and count per caller (never a global or tenant
+// counter), with its penalty record.
+func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
+	p := s.policy.Load()
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant}, Trusted)
+	if aerr != nil {
+		return wire.ResetResponse{}, aerr
+	}
+	var n int64
+	for _, a := range s.selectRules(p, &t, nil) {
+		if a.req.Rule.Scope == rules.ScopeGlobal || a.req.Rule.Scope == rules.ScopeTenant {
+			continue
+		}
+		d, err := s.counters.Reset(ctx, a.req)
+		n += d
+		if err != nil {
+			s.m.RedisErrors.WithLabelValues("reset").Inc()
+			return wire.ResetResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		}
+	}
+	s.log.Info("counters reset", "identity", t.id.String(), "endpoint", t.endpoint, "keys", n)
+	return wire.ResetResponse{UserID: req.UserID, Endpoint: t.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}, nil
+}
+
+// SetOverride stores a per-caller, per-endpoint quota.
+func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
+	p := s.policy.Load()
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint}, Trusted)
+	if aerr != nil {
+		return wire.ConfigResponse{}, aerr
+	}
+	if aerr := validStrategy(req.Strategy, true); aerr != nil {
+		return wire.ConfigResponse{}, aerr
+	}
+	if _, aerr := p.adhocRule(rules.IDOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity); aerr != nil {
+		return wire.ConfigResponse{}, aerr
+	}
+	ov := overrides.Override{Limit: req.Limit, WindowSeconds: req.WindowSeconds, Algorithm: rules.Algorithm(req.Strategy), Burst: req.BurstCapacity, UpdatedAt: s.now().UTC().Truncate(time.Second)}
+	if err := s.overrides.Set(ctx, t.id.String(), t.endpoint, ov); err != nil {
+		s.m.RedisErrors.WithLabelValues("config").Inc()
+		return wire.ConfigResponse{}, apierr.Unavailable("could not store the override", err)
+	}
+	s.log.Info("override set", "identity", t.id.String(), "endpoint", t.endpoint, "limit", req.Limit, "window_seconds", req.WindowSeconds, "strategy", req.Strategy)
+	out := *req
+	out.Endpoint = t.endpoint
+	return wire.ConfigResponse{ConfigRequest: out, UpdatedAt: ov.UpdatedAt.Format(time.RFC3339)}, nil
+}

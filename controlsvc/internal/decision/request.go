@@ -1,0 +1,221 @@
+package decision
+
+import (
+	"fmt"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/shared/ascii"
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/paths"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Trust is what a caller of the decision API proved.
+type Trust bool
+
+const (
+	// Untrusted callers (no service credential) may use the seed's plain
+	// check shape only.
+	Untrusted Trust = false
+	// Trusted callers hold a decision token (the filter): they may name
+	// tiers, tenants, costs, leases, refunds and key identities. Admin
+	// routes (reset, overrides) act as trusted behind the admin token.
+	Trusted Trust = true
+)
+
+// subject is what an entry point (check, batch, status, reset, override)
+// says about a caller, before validation. Only checks spend: the amounts are
+// 0 elsewhere.
+type subject struct {
+	userID, endpoint, method, tier, tenant string
+	cost, lease, returned                  int64
+}
+
+// target is a validated subject: who the request is about (canonical
+// identity, configured tier, tenant) and what (normalised endpoint, method).
+// Every entry point builds its target through Policy.target, in one place.
+type target struct {
+	id       identity.ID
+	tier     string
+	tenant   string
+	endpoint string
+	method   string
+}
+
+// caller is a validated check: its target and what it spends.
+type caller struct {
+	target
+	cost     int64
+	lease    int64
+	returned int64
+	adhoc    *rules.Rule // the check's own limit, if it gave one
+}
+
+var methodChars = ascii.NewSet("A-Z")
+
+// target validates a subject. An untrusted caller is refused any field only
+// the service credential may send, before the fields' values are checked.
+func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
+	var t target
+	if in.userID == "" {
+		return t, apierr.Invalid("user_id", "is required")
+	}
+	id, err := identity.Parse(in.userID)
+	if err != nil {
+		return t, invalidField("user_id", err)
+	}
+	t.id = id
+	if trust == Untrusted {
+		if aerr := untrusted(in, id); aerr != nil {
+			return t, aerr
+		}
+	}
+	if t.endpoint, err = validEndpoint(in.endpoint); err != nil {
+		return t, invalidField("endpoint", err)
+	}
+	if in.method != "" && !methodChars.Match(in.method, 1, 16) {
+		return t, apierr.Invalid("method", "must be an upper-case HTTP method")
+	}
+	t.method = in.method
+	if in.tier != "" && !rules.ValidTierName(in.tier) {
+		return t, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
+	}
+	t.tier = p.tier(in.tier)
+	if in.tenant != "" {
+		if _, err := identity.User(in.tenant); err != nil {
+			return t, apierr.Invalid("tenant", "must be 1..255 printable characters")
+		}
+		t.tenant = in.tenant
+	}
+	return t, nil
+}
+
+// untrusted refuses what a caller without the credential could buy with
+// these fields: another tier's quota, another tenant's, an API key's
+// identity without the key, tokens credited to a shared bucket, a costly
+// script run.
+func untrusted(in *subject, id identity.ID) *apierr.Error {
+	switch {
+	case in.tier != "":
+		return apierr.Forbidden("tier")
+	case in.tenant != "":
+		return apierr.Forbidden("tenant")
+	case in.cost > 1:
+		return apierr.Forbidden("cost")
+	case in.lease != 0:
+		return apierr.Forbidden("lease")
+	case in.returned != 0:
+		return apierr.Forbidden("returned")
+	case id.Kind == identity.KindKey:
+		return apierr.ForbiddenBecause("user_id", "an API-key identity needs the service credential; present the key itself as api_key")
+	}
+	return nil
+}
+
+// validate checks everything a check says before anything touches Redis.
+func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant,
+		cost: req.Cost, lease: req.Lease, returned: req.Returned}, trust)
+	if aerr != nil {
+		return nil, aerr
+	}
+	c := &caller{target: t}
+	switch {
+	case req.Cost < 0 || req.Cost > MaxCost:
+		return nil, apierr.Invalid("cost", fmt.Sprintf("must be in 0..%d", MaxCost))
+	case req.Lease < 0:
+		return nil, apierr.Invalid("lease", "must be >= 0")
+	case req.Returned < 0 || req.Returned > MaxReturned:
+		return nil, apierr.Invalid("returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
+	}
+	c.cost = max(req.Cost, 1)
+	c.lease = min(req.Lease, p.Config.Lease.Max)
+	if p.Config.Lease.Fraction == 0 {
+		c.lease = 0
+	}
+	c.returned = req.Returned
+	if aerr := validStrategy(req.Strategy, false); aerr != nil {
+		return nil, aerr
+	}
+	if req.Limit != nil || req.WindowSeconds != nil {
+		r, aerr := p.adhocRule(rules.IDRequest, req.Limit, req.WindowSeconds, req.Strategy, 0)
+		if aerr != nil {
+			return nil, aerr
+		}
+		if c.cost > r.Capacity() {
+			return nil, apierr.Invalid("cost", "is larger than the limit")
+		}
+		c.adhoc = r
+	}
+	return c, nil
+}
+
+// validStrategy checks an algorithm name given in a request.
+func validStrategy(s string, required bool) *apierr.Error {
+	if s == "" {
+		if required {
+			return apierr.Invalid("strategy", "is required")
+		}
+		return nil
+	}
+	if !rules.ValidAlgorithm(rules.Algorithm(s)) {
+		e := apierr.Invalid("strategy", fmt.Sprintf("%q is not one of %v", s, rules.Algorithms))
+		e.Code = wire.CodeInvalidStrategy
+		return e
+	}
+	return nil
+}
+
+// adhocRule builds the identity-scoped, per-endpoint rule of a limit given in
+// a request (check or override). The limit is bounded by max_adhoc_limit, so
+// no caller sizes a counter (or a sliding log) at will.
+func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, burst int64) (*rules.Rule, *apierr.Error) {
+	if limit == nil {
+		return nil, apierr.InvalidLimit("limit", "is required with window_seconds")
+	}
+	if *limit <= 0 || *limit > p.Config.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("limit", fmt.Sprintf("must be in 1..%d", p.Config.MaxAdhocLimit))
+	}
+	if burst > p.Config.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("burst_capacity", fmt.Sprintf("must be in 0..%d", p.Config.MaxAdhocLimit))
+	}
+	w := int64(60)
+	if window != nil {
+		w = *window
+	}
+	if w < rules.MinWindowSeconds || w > rules.MaxWindowSeconds {
+		return nil, apierr.InvalidLimit("window_seconds", fmt.Sprintf("must be in %d..%d", rules.MinWindowSeconds, rules.MaxWindowSeconds))
+	}
+	if burst < 0 {
+		return nil, apierr.InvalidLimit("burst_capacity", "must be >= 0")
+	}
+	algo := rules.Algorithm(strategy)
+	if algo == "" {
+		algo = p.Config.DefaultAlgorithm
+	}
+	return &rules.Rule{ID: id, Scope: rules.ScopeIdentity, Algorithm: algo, Limit: *limit, WindowSeconds: w, Burst: burst, PerEndpoint: true}, nil
+}
+
+// validEndpoint normalises the endpoint (shared/paths, as the filter does):
+// one resource is one counter however it is spelled.
+func validEndpoint(ep string) (string, error) {
+	if ep == "" {
+		return "", fielderr.New("", "is required")
+	}
+	n, err := paths.Normalize(ep)
+	if err != nil {
+		return "", err
+	}
+	if len(n) > MaxEndpointLen {
+		return "", fielderr.New("", "is longer than %d bytes", MaxEndpointLen)
+	}
+	return n, nil
+}
+
+// invalidField is the INVALID_INPUT of a field whose validator (identity,
+// paths) returned a field error: its reason, under the request's field name.
+func invalidField(field string, err error) *apierr.Error {
+	return apierr.InvalidField(fielderr.At(field, err))
+}
