@@ -5,12 +5,12 @@
 package identity
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"errors"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 // Kind is the source of an identity, in priority order.

@@ -23,10 +23,10 @@
 package paths
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"errors"
 	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 // MaxLen bounds the path (without its query) that is accepted.

@@ -1,11 +1,11 @@
 package rules
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 // Request is what matching needs to know about one request.

@@ -3,12 +3,11 @@
 package rules
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"fmt"
 	"slices"
 
 	"github.com/tollgate-rl/tollgate/shared/ascii"
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 // Scope says whose counter a rule spends from.

@@ -1,12 +1,12 @@
 package rules
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 func TestMatchGlob(t *testing.T) {

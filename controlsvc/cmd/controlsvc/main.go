@@ -26,7 +26,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("controlsvc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defaultPath, _ := os.LookupEnv("TOLLGATE_CONFIG")
+	defaultPath, _ := os.LookupEnv(config.ConfigEnv)
 	path := fs.String("config", defaultPath, "TOML config file (or TOLLGATE_CONFIG); TOLLGATE_* variables override it")
 	check := fs.Bool("check-config", false, "validate the configuration and exit")
 	if err := fs.Parse(args); err != nil {
@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "config OK: %d tiers, %d rules, default tier %q, failure mode %s\n",
 			len(cfg.Tiers), len(cfg.Rules), cfg.DefaultTier, cfg.FailureMode)
+		for _, st := range config.Settings {
+			fmt.Fprintf(stdout, "  %s = %s\n", st.Field, st.Value(cfg))
+		}
 		return nil
 	}
 	log := newLogger(stderr, cfg.LogLevel)

@@ -29,6 +29,10 @@ func TestCheckConfig(t *testing.T) {
 	if !strings.Contains(out.String(), "config OK: 1 tiers") {
 		t.Fatalf("output %q", out.String())
 	}
+	// Every effective setting is printed; secrets only as set or empty.
+	if !strings.Contains(out.String(), "  redis_timeout_ms = 200\n") || !strings.Contains(out.String(), "  admin_token = (empty)\n") {
+		t.Fatalf("output lacks the effective settings: %q", out.String())
+	}
 	err := run(context.Background(), []string{"-config", bad, "-check-config"}, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "tiers[0].window_seconds") || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("bad config: %v", err)

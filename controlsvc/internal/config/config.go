@@ -4,8 +4,6 @@
 package config
 
 import (
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
-
 	"bytes"
 	"fmt"
 	"net"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -113,128 +112,22 @@ type Tier struct {
 	Description string           `toml:"description"`
 }
 
-// Default returns the settings used when nothing else is given.
+// Default returns the settings used when nothing else is given: each
+// declared setting's default, two tiers and the penalty multipliers.
 func Default() Config {
-	return Config{
-		Listen:                 "127.0.0.1:8081",
-		RedisURL:               "redis://127.0.0.1:6379/0",
-		RedisTimeoutMS:         200,
-		RedisPoolSize:          64,
-		RedisBreakerThreshold:  5,
-		RedisBreakerCooldownMS: 1000,
-		FailureMode:            FailOpen,
-		LogLevel:               "info",
-		MaxBodyBytes:           1 << 20,
-		MaxBatch:               100,
-		MaxAdhocLimit:          1_000_000,
-		DefaultTier:            "free",
-		DefaultAlgorithm:       rules.TokenBucket,
-		Lease:                  Lease{Fraction: 0.1, Max: 100, TTLMS: 1000},
-		Penalties:              Penalties{DetectionWindowSeconds: 3600, ViolationThreshold: 3, Multipliers: []int64{1, 2, 4, 8}},
-		OverrideRefreshMS:      5000,
+	c := Config{
+		Penalties: Penalties{Multipliers: []int64{1, 2, 4, 8}},
 		Tiers: []Tier{
 			{Name: "free", Limit: 100, WindowSeconds: 60},
 			{Name: "premium", Limit: 1000, WindowSeconds: 60},
 		},
 	}
-}
-
-// EnvVar is one environment variable: its name, the setting it overrides
-// (spelled as in the file), and how its value is read.
-type EnvVar struct {
-	Name, Field string
-	set         func(c *Config, v string) error // nil: read elsewhere
-}
-
-// Env declares every environment variable, once: applyEnv reads them from
-// this list and UnknownEnv warns about any other TOLLGATE_* name, so the two
-// cannot drift apart.
-var Env = []EnvVar{
-	{Name: "TOLLGATE_CONFIG", Field: "(the config file's path; read by the command)"},
-	text("TOLLGATE_LISTEN", "listen", func(c *Config) *string { return &c.Listen }),
-	text("TOLLGATE_REDIS_URL", "redis_url", func(c *Config) *string { return &c.RedisURL }),
-	integer("TOLLGATE_REDIS_TIMEOUT_MS", "redis_timeout_ms", func(c *Config) *int { return &c.RedisTimeoutMS }),
-	integer("TOLLGATE_REDIS_POOL_SIZE", "redis_pool_size", func(c *Config) *int { return &c.RedisPoolSize }),
-	integer("TOLLGATE_REDIS_BREAKER_THRESHOLD", "redis_breaker_threshold", func(c *Config) *int { return &c.RedisBreakerThreshold }),
-	integer("TOLLGATE_REDIS_BREAKER_COOLDOWN_MS", "redis_breaker_cooldown_ms", func(c *Config) *int { return &c.RedisBreakerCooldownMS }),
-	text("TOLLGATE_ADMIN_TOKEN", "admin_token", func(c *Config) *string { return &c.AdminToken }),
-	text("TOLLGATE_DECISION_TOKEN", "decision_token", func(c *Config) *string { return &c.DecisionToken }),
-	integer("TOLLGATE_MAX_ADHOC_LIMIT", "max_adhoc_limit", func(c *Config) *int64 { return &c.MaxAdhocLimit }),
-	text("TOLLGATE_FAILURE_MODE", "failure_mode", func(c *Config) *string { return &c.FailureMode }),
-	text("TOLLGATE_LOG_LEVEL", "log_level", func(c *Config) *string { return &c.LogLevel }),
-	integer("TOLLGATE_MAX_BODY_BYTES", "max_body_bytes", func(c *Config) *int64 { return &c.MaxBodyBytes }),
-	integer("TOLLGATE_MAX_BATCH", "max_batch", func(c *Config) *int { return &c.MaxBatch }),
-	text("TOLLGATE_DEFAULT_TIER", "default_tier", func(c *Config) *string { return &c.DefaultTier }),
-	text("TOLLGATE_DEFAULT_ALGORITHM", "default_algorithm", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
-	number("TOLLGATE_LEASE_FRACTION", "lease.fraction", func(c *Config) *float64 { return &c.Lease.Fraction }),
-	integer("TOLLGATE_LEASE_MAX", "lease.max", func(c *Config) *int64 { return &c.Lease.Max }),
-	integer("TOLLGATE_LEASE_TTL_MS", "lease.ttl_ms", func(c *Config) *int64 { return &c.Lease.TTLMS }),
-	boolean("TOLLGATE_PENALTIES_ENABLED", "penalties.enabled", func(c *Config) *bool { return &c.Penalties.Enabled }),
-	integer("TOLLGATE_PENALTIES_DETECTION_WINDOW_SECONDS", "penalties.detection_window_seconds", func(c *Config) *int64 { return &c.Penalties.DetectionWindowSeconds }),
-	integer("TOLLGATE_PENALTIES_VIOLATION_THRESHOLD", "penalties.violation_threshold", func(c *Config) *int64 { return &c.Penalties.ViolationThreshold }),
-	integer("TOLLGATE_OVERRIDE_REFRESH_MS", "override_refresh_ms", func(c *Config) *int { return &c.OverrideRefreshMS }),
-}
-
-// text declares a variable taken as it is. A secret's value never appears in
-// an error: there is no parse error to quote it.
-func text[T ~string](name, field string, dst func(*Config) *T) EnvVar {
-	return EnvVar{name, field, func(c *Config, v string) error {
-		*dst(c) = T(v)
-		return nil
-	}}
-}
-
-func integer[T int | int64](name, field string, dst func(*Config) *T) EnvVar {
-	return EnvVar{name, field, func(c *Config, v string) error {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || int64(T(n)) != n {
-			return fmt.Errorf("%s: %q is not an integer", name, v)
-		}
-		*dst(c) = T(n)
-		return nil
-	}}
-}
-
-func number(name, field string, dst func(*Config) *float64) EnvVar {
-	return EnvVar{name, field, func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a number", name, v)
-		}
-		*dst(c) = f
-		return nil
-	}}
-}
-
-func boolean(name, field string, dst func(*Config) *bool) EnvVar {
-	return EnvVar{name, field, func(c *Config, v string) error {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("%s: %q is not true or false", name, v)
-		}
-		*dst(c) = b
-		return nil
-	}}
-}
-
-// UnknownEnv returns the TOLLGATE_* variables of environ ("K=V" entries)
-// that no setting reads: most likely misspelt, and silently ignored otherwise.
-func UnknownEnv(environ []string) []string {
-	var out []string
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "TOLLGATE_") {
-			continue
-		}
-		known := false
-		for _, e := range Env {
-			known = known || e.Name == name
-		}
-		if !known {
-			out = append(out, name)
+	for _, st := range Settings {
+		if err := st.set(&c, st.Default); err != nil {
+			panic("config: default of " + st.Field + ": " + err.Error()) // a declaration is wrong
 		}
 	}
-	return out
+	return c
 }
 
 // Load builds the configuration: defaults, then the TOML file at path (none
@@ -294,140 +187,87 @@ func decode(data []byte, cfg *Config) error {
 	return nil
 }
 
-func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
-	for _, e := range Env {
-		if e.set == nil {
-			continue
-		}
-		if v, ok := lookup(e.Name); ok {
-			if err := e.set(cfg, v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-var logLevels = []string{"debug", "info", "warn", "error"}
-
-var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
-
 // Validate checks every field and returns a *fielderr.Error naming the first
-// bad one.
+// bad one: the declared settings' bounds, then each section.
 func (c *Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fielderr.New(field, format, args...)
-	}
-	if _, port, err := net.SplitHostPort(c.Listen); err != nil || !validPort(port) {
-		return bad("listen", "%q must be host:port", c.Listen)
-	}
-	if c.RedisURL == "" {
-		return bad("redis_url", "must be set")
-	}
-	if c.RedisTimeoutMS < 1 || c.RedisTimeoutMS > 60_000 {
-		return bad("redis_timeout_ms", "%d must be in 1..60000", c.RedisTimeoutMS)
-	}
-	if c.RedisPoolSize < 1 || c.RedisPoolSize > 10_000 {
-		return bad("redis_pool_size", "%d must be in 1..10000", c.RedisPoolSize)
-	}
-	if c.RedisBreakerThreshold < 1 || c.RedisBreakerThreshold > 1000 {
-		return bad("redis_breaker_threshold", "%d must be in 1..1000", c.RedisBreakerThreshold)
-	}
-	if c.RedisBreakerCooldownMS < 10 || c.RedisBreakerCooldownMS > 600_000 {
-		return bad("redis_breaker_cooldown_ms", "%d must be in 10..600000", c.RedisBreakerCooldownMS)
-	}
-	if err := c.validateTokens(); err != nil {
-		return err
-	}
-	if c.MaxAdhocLimit < 1 || c.MaxAdhocLimit > 1_000_000_000 {
-		return bad("max_adhoc_limit", "%d must be in 1..1000000000", c.MaxAdhocLimit)
-	}
-	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
-		return bad("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
-	}
-	if !slices.Contains(logLevels, c.LogLevel) {
-		return bad("log_level", "%q must be one of %v", c.LogLevel, logLevels)
-	}
-	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
-		return bad("max_body_bytes", "%d must be in 1024..%d", c.MaxBodyBytes, 64<<20)
-	}
-	if c.MaxBatch < 1 || c.MaxBatch > 10_000 {
-		return bad("max_batch", "%d must be in 1..10000", c.MaxBatch)
-	}
-	if !rules.ValidAlgorithm(c.DefaultAlgorithm) {
-		return bad("default_algorithm", "%q must be one of %v", c.DefaultAlgorithm, rules.Algorithms)
-	}
-	if c.Lease.Fraction < 0 || c.Lease.Fraction > 1 {
-		return bad("lease.fraction", "%v must be in 0..1", c.Lease.Fraction)
-	}
-	if c.Lease.Max < 0 || c.Lease.Max > MaxLease {
-		return bad("lease.max", "%d must be in 0..%d", c.Lease.Max, MaxLease)
-	}
-	if c.Lease.TTLMS < 1 || c.Lease.TTLMS > 60_000 {
-		return bad("lease.ttl_ms", "%d must be in 1..60000", c.Lease.TTLMS)
-	}
-	if c.OverrideRefreshMS < 100 {
-		return bad("override_refresh_ms", "%d must be >= 100", c.OverrideRefreshMS)
-	}
-	if err := c.Penalties.validate(); err != nil {
-		return err
-	}
-	if err := c.Exemptions.validate(); err != nil {
-		return err
-	}
-	if len(c.Tiers) == 0 {
-		return bad("tiers", "at least one tier is needed")
-	}
-	names := make([]string, 0, len(c.Tiers))
-	for i := range c.Tiers {
-		t := &c.Tiers[i]
-		at := fmt.Sprintf("tiers[%d]", i)
-		if !rules.ValidTierName(t.Name) {
-			return bad(at+".name", "%q must match ^[a-z0-9_]+$", t.Name)
-		}
-		if slices.Contains(names, t.Name) {
-			return bad(at+".name", "%q is defined twice", t.Name)
-		}
-		names = append(names, t.Name)
-		if t.Limit <= 0 {
-			return bad(at+".limit", "%d must be > 0", t.Limit)
-		}
-		if t.WindowSeconds < rules.MinWindowSeconds || t.WindowSeconds > rules.MaxWindowSeconds {
-			return bad(at+".window_seconds", "%d must be in %d..%d", t.WindowSeconds, rules.MinWindowSeconds, rules.MaxWindowSeconds)
-		}
-		if t.Algorithm != "" && !rules.ValidAlgorithm(t.Algorithm) {
-			return bad(at+".algorithm", "%q must be one of %v", t.Algorithm, rules.Algorithms)
-		}
-		if t.Burst < 0 {
-			return bad(at+".burst", "%d must be >= 0", t.Burst)
-		}
-		for _, p := range sortedKeys(t.Endpoints) {
-			field := fmt.Sprintf("%s.endpoints[%q]", at, p)
-			if !endpointRE.MatchString(p) {
-				return bad(field, "endpoint path must start with '/' and hold printable ASCII only (globs: *, **, ?)")
-			}
-			// ValidateGlob also refuses a pattern that is not spelled as
-			// requests are normalised ("/items/" would never match).
-			if err := rules.ValidateGlob(p); err != nil {
-				return bad(field, "%v", err)
-			}
-			if t.Endpoints[p] <= 0 {
-				return bad(field, "%d must be > 0", t.Endpoints[p])
-			}
+	for _, validate := range []func() error{c.validateSettings, c.validateTokens, c.Penalties.validate, c.Exemptions.validate, c.validateTiers} {
+		if err := validate(); err != nil {
+			return err
 		}
 	}
+	names := c.tierNames()
 	if !slices.Contains(names, c.DefaultTier) {
-		return bad("default_tier", "%q is not a configured tier (have %s)", c.DefaultTier, strings.Join(names, ", "))
+		return fielderr.New("default_tier", "%q is not a configured tier (have %s)", c.DefaultTier, strings.Join(names, ", "))
 	}
 	for i := range c.Rules {
 		for _, tier := range c.Rules[i].Tiers {
 			if !slices.Contains(names, tier) {
-				return bad(fmt.Sprintf("rules[%d].tiers", i), "%q is not a configured tier", tier)
+				return fielderr.New(fmt.Sprintf("rules[%d].tiers", i), "%q is not a configured tier", tier)
 			}
 		}
 	}
 	if _, err := rules.NewSet("check", c.Rules); err != nil {
 		return fielderr.At("rules", err)
+	}
+	return nil
+}
+
+func (c *Config) tierNames() []string {
+	names := make([]string, len(c.Tiers))
+	for i := range c.Tiers {
+		names[i] = c.Tiers[i].Name
+	}
+	return names
+}
+
+func (c *Config) validateTiers() error {
+	if len(c.Tiers) == 0 {
+		return fielderr.New("tiers", "at least one tier is needed")
+	}
+	for i := range c.Tiers {
+		at := fmt.Sprintf("tiers[%d]", i)
+		if slices.Contains(c.tierNames()[:i], c.Tiers[i].Name) {
+			return fielderr.New(at+".name", "%q is defined twice", c.Tiers[i].Name)
+		}
+		if err := c.Tiers[i].validate(); err != nil {
+			return fielderr.At(at, err)
+		}
+	}
+	return nil
+}
+
+var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
+
+func (t *Tier) validate() error {
+	bad := fielderr.New
+	if !rules.ValidTierName(t.Name) {
+		return bad("name", "%q must match ^[a-z0-9_]+$", t.Name)
+	}
+	if t.Limit <= 0 {
+		return bad("limit", "%d must be > 0", t.Limit)
+	}
+	if t.WindowSeconds < rules.MinWindowSeconds || t.WindowSeconds > rules.MaxWindowSeconds {
+		return bad("window_seconds", "%d must be in %d..%d", t.WindowSeconds, rules.MinWindowSeconds, rules.MaxWindowSeconds)
+	}
+	if t.Algorithm != "" && !rules.ValidAlgorithm(t.Algorithm) {
+		return bad("algorithm", "%q must be one of %v", t.Algorithm, rules.Algorithms)
+	}
+	if t.Burst < 0 {
+		return bad("burst", "%d must be >= 0", t.Burst)
+	}
+	for _, p := range sortedKeys(t.Endpoints) {
+		field := fmt.Sprintf("endpoints[%q]", p)
+		if !endpointRE.MatchString(p) {
+			return bad(field, "endpoint path must start with '/' and hold printable ASCII only (globs: *, **, ?)")
+		}
+		// ValidateGlob also refuses a pattern that is not spelled as
+		// requests are normalised ("/items/" would never match).
+		if err := rules.ValidateGlob(p); err != nil {
+			return bad(field, "%v", err)
+		}
+		if t.Endpoints[p] <= 0 {
+			return bad(field, "%d must be > 0", t.Endpoints[p])
+		}
 	}
 	return nil
 }
@@ -507,24 +347,15 @@ func loopback(listen string) bool {
 // (epilogue.lua trims it to this).
 const MaxViolations = 1000
 
+// validate checks the multipliers; the scalar penalty settings are declared
+// (and bounded) in Settings.
 func (p *Penalties) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fielderr.New("penalties."+field, format, args...)
-	}
-	if p.DetectionWindowSeconds < 1 || p.DetectionWindowSeconds > 86_400 {
-		return bad("detection_window_seconds", "%d must be in 1..86400", p.DetectionWindowSeconds)
-	}
-	// The violation log keeps at most MaxViolations entries (its work per
-	// denial is bounded), so a higher threshold could never be reached.
-	if p.ViolationThreshold < 1 || p.ViolationThreshold > MaxViolations {
-		return bad("violation_threshold", "%d must be in 1..%d", p.ViolationThreshold, MaxViolations)
-	}
 	if len(p.Multipliers) == 0 || len(p.Multipliers) > 32 {
-		return bad("multipliers", "need 1..32 entries")
+		return fielderr.New("penalties.multipliers", "need 1..32 entries")
 	}
 	for i, m := range p.Multipliers {
 		if m < 1 || m > 1000 {
-			return bad(fmt.Sprintf("multipliers[%d]", i), "%d must be in 1..1000", m)
+			return fielderr.New(fmt.Sprintf("penalties.multipliers[%d]", i), "%d must be in 1..1000", m)
 		}
 	}
 	return nil

@@ -1,0 +1,238 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// ConfigEnv names the config file's path; the command reads it.
+const ConfigEnv = "TOLLGATE_CONFIG"
+
+// Setting is one single-valued setting, declared once: its field in the
+// file, its environment variable, its default, what it means and what it
+// may hold. Default, the environment loader, Validate, -check-config, the
+// README's table and the warning about unknown variables all read Settings.
+type Setting struct {
+	// Field is the setting's path in the file ("lease.max").
+	Field string
+	// Env is TOLLGATE_<FIELD>, dots as underscores.
+	Env     string
+	Default string
+	Doc     string
+	// Secret values are never printed.
+	Secret bool
+	set    func(c *Config, v string) error
+	get    func(c *Config) string
+	check  func(c *Config) error // nil: any value of the type
+}
+
+// Settings declares every single-valued setting.
+var Settings = []Setting{
+	text("listen", "127.0.0.1:8081", "HTTP address", func(c *Config) *string { return &c.Listen }, hostPort),
+	text("redis_url", "redis://127.0.0.1:6379/0", "`redis://` or `rediss://` (single), `redis-sentinel://h1:p1,h2:p2/0?master=NAME`, `redis-cluster://h1:p1,h2:p2`",
+		func(c *Config) *string { return &c.RedisURL }, required),
+	integer("redis_timeout_ms", 200, 1, 60_000, "bound on each Redis call; a slow Redis becomes a failure (and the failure mode), not a queue", func(c *Config) *int { return &c.RedisTimeoutMS }),
+	integer("redis_pool_size", 64, 1, 10_000, "Redis connections", func(c *Config) *int { return &c.RedisPoolSize }),
+	integer("redis_breaker_threshold", 5, 1, 1000, "consecutive Redis failures that stop Redis calls", func(c *Config) *int { return &c.RedisBreakerThreshold }),
+	integer("redis_breaker_cooldown_ms", 1000, 10, 600_000, "how long Redis calls stay stopped before one probe", func(c *Config) *int { return &c.RedisBreakerCooldownMS }),
+	secret("admin_token", "bearer token of the admin API, at least 32 bytes; empty turns the admin API off", func(c *Config) *string { return &c.AdminToken }),
+	secret("decision_token", "the decision API's service credential (the filter's `decision_token`), at least 32 bytes; two comma-separated while rotating. Required when `listen` is not loopback; without it only the plain check shape is served",
+		func(c *Config) *string { return &c.DecisionToken }),
+	integer("max_adhoc_limit", 1_000_000, 1, 1_000_000_000, "the largest `limit` a check or an override may name itself (above it 400 `INVALID_LIMIT`)", func(c *Config) *int64 { return &c.MaxAdhocLimit }),
+	oneOf("failure_mode", FailOpen, []string{FailOpen, FailClosed}, "with Redis down: `fail_open` allows (flagged `degraded`), `fail_closed` answers 503", func(c *Config) *string { return &c.FailureMode }),
+	oneOf("log_level", "info", []string{"debug", "info", "warn", "error"}, "least severe log level written", func(c *Config) *string { return &c.LogLevel }),
+	integer("max_body_bytes", 1<<20, 1024, 64<<20, "request bodies beyond this are refused (413)", func(c *Config) *int64 { return &c.MaxBodyBytes }),
+	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
+	text("default_tier", "free", "tier of callers that name none (must be a configured tier)", func(c *Config) *string { return &c.DefaultTier }, nil),
+	oneOf("default_algorithm", string(rules.TokenBucket), algorithmNames(), "algorithm of tiers and limits that name none", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
+	number("lease.fraction", 0.1, 0, 1, "share of what is left that one filter lease may take (0 turns leases off)", func(c *Config) *float64 { return &c.Lease.Fraction }),
+	integer("lease.max", 100, 0, MaxLease, "tokens in one lease", func(c *Config) *int64 { return &c.Lease.Max }),
+	integer("lease.ttl_ms", 1000, 1, 60_000, "how long a lease may be spent", func(c *Config) *int64 { return &c.Lease.TTLMS }),
+	boolean("penalties.enabled", false, "progressive penalties for callers that keep hitting their limit", func(c *Config) *bool { return &c.Penalties.Enabled }),
+	integer("penalties.detection_window_seconds", 3600, 1, 86_400, "the window violations are counted in", func(c *Config) *int64 { return &c.Penalties.DetectionWindowSeconds }),
+	// The violation log keeps at most MaxViolations entries (its work per
+	// denial is bounded), so a higher threshold could never be reached.
+	integer("penalties.violation_threshold", 3, 1, MaxViolations, "violations in the window before penalties apply", func(c *Config) *int64 { return &c.Penalties.ViolationThreshold }),
+	integer("override_refresh_ms", 5000, 100, 3_600_000, "how often overrides set through other instances are picked up", func(c *Config) *int { return &c.OverrideRefreshMS }),
+}
+
+func algorithmNames() []string {
+	out := make([]string, len(rules.Algorithms))
+	for i, a := range rules.Algorithms {
+		out[i] = string(a)
+	}
+	return out
+}
+
+func envName(field string) string {
+	return "TOLLGATE_" + strings.ToUpper(strings.ReplaceAll(field, ".", "_"))
+}
+
+// text declares a string setting taken as it is; check (may be nil) bounds it.
+func text[T ~string](field, def, doc string, dst func(*Config) *T, check func(field, v string) error) Setting {
+	s := Setting{Field: field, Env: envName(field), Default: def, Doc: doc,
+		set: func(c *Config, v string) error { *dst(c) = T(v); return nil },
+		get: func(c *Config) string { return string(*dst(c)) }}
+	if check != nil {
+		s.check = func(c *Config) error { return check(field, string(*dst(c))) }
+	}
+	return s
+}
+
+// secret is a text setting whose value is never printed nor quoted in an
+// error (there is no parse error to quote it); Validate checks tokens.
+func secret(field, doc string, dst func(*Config) *string) Setting {
+	s := text(field, "", doc, dst, nil)
+	s.Secret = true
+	return s
+}
+
+func oneOf[T ~string](field, def string, choices []string, doc string, dst func(*Config) *T) Setting {
+	return text(field, def, doc, dst, func(field, v string) error {
+		if !slices.Contains(choices, v) {
+			return fielderr.New(field, "%q must be one of %v", v, choices)
+		}
+		return nil
+	})
+}
+
+func integer[T int | int64](field string, def, lo, hi T, doc string, dst func(*Config) *T) Setting {
+	name := envName(field)
+	return Setting{Field: field, Env: name, Default: strconv.FormatInt(int64(def), 10), Doc: doc,
+		set: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || int64(T(n)) != n {
+				return fmt.Errorf("%s: %q is not an integer", name, v)
+			}
+			*dst(c) = T(n)
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatInt(int64(*dst(c)), 10) },
+		check: func(c *Config) error {
+			if v := *dst(c); v < lo || v > hi {
+				return fielderr.New(field, "%d must be in %d..%d", v, lo, hi)
+			}
+			return nil
+		}}
+}
+
+func number(field string, def, lo, hi float64, doc string, dst func(*Config) *float64) Setting {
+	name := envName(field)
+	format := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+	return Setting{Field: field, Env: name, Default: format(def), Doc: doc,
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not a number", name, v)
+			}
+			*dst(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return format(*dst(c)) },
+		check: func(c *Config) error {
+			if v := *dst(c); !(v >= lo && v <= hi) {
+				return fielderr.New(field, "%v must be in %v..%v", v, lo, hi)
+			}
+			return nil
+		}}
+}
+
+func boolean(field string, def bool, doc string, dst func(*Config) *bool) Setting {
+	name := envName(field)
+	return Setting{Field: field, Env: name, Default: strconv.FormatBool(def), Doc: doc,
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("%s: %q is not true or false", name, v)
+			}
+			*dst(c) = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*dst(c)) }}
+}
+
+func hostPort(field, v string) error {
+	if _, port, err := net.SplitHostPort(v); err != nil || !validPort(port) {
+		return fielderr.New(field, "%q must be host:port", v)
+	}
+	return nil
+}
+
+func required(field, v string) error {
+	if v == "" {
+		return fielderr.New(field, "must be set")
+	}
+	return nil
+}
+
+// Value is a setting's value in c as -check-config prints it: secrets only
+// say whether they are set.
+func (s *Setting) Value(c *Config) string {
+	v := s.get(c)
+	if s.Secret {
+		if v == "" {
+			return "(empty)"
+		}
+		return "(set)"
+	}
+	return v
+}
+
+// SettingsTable is the Markdown table of every setting, as the README shows it.
+func SettingsTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | file setting | default | meaning |\n| --- | --- | --- | --- |\n")
+	for _, s := range Settings {
+		def := "empty"
+		if s.Default != "" {
+			def = "`" + s.Default + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", s.Env, s.Field, def, s.Doc)
+	}
+	return b.String()
+}
+
+// UnknownEnv returns the TOLLGATE_* variables of environ ("K=V" entries)
+// that no setting reads: most likely misspelt, and silently ignored otherwise.
+func UnknownEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TOLLGATE_") || name == ConfigEnv {
+			continue
+		}
+		if !slices.ContainsFunc(Settings, func(s Setting) bool { return s.Env == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func applyEnv(cfg *Config, lookup func(string) (string, bool)) error {
+	for _, s := range Settings {
+		if v, ok := lookup(s.Env); ok {
+			if err := s.set(cfg, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validateSettings checks every declared setting's bounds.
+func (c *Config) validateSettings() error {
+	for _, s := range Settings {
+		if s.check != nil {
+			if err := s.check(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
