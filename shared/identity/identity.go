@@ -22,7 +22,7 @@ const (
 	KindIP   Kind = "ip"
 )
 
-// MaxIDLen bounds the id part of an identity (seed 000: user ids up to 255).
+// MaxIDLen bounds the id part of an identity: user ids are up to 255 bytes.
 const MaxIDLen = 255
 
 // ID is a parsed identity.

@@ -50,7 +50,7 @@ const (
 	ActionLogOnly Action = "log_only" // count and report, but let the request pass
 )
 
-// Window bounds, in seconds (seed 001: 1..3600).
+// Window bounds, in seconds: a second to an hour.
 const (
 	MinWindowSeconds = 1
 	MaxWindowSeconds = 3600

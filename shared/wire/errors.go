@@ -1,7 +1,7 @@
 package wire
 
-// Error codes of the envelope (seed 002, and seed 003 for API keys and the
-// client-facing 429).
+// Error codes of the envelope: one per kind of failure a client can act on,
+// fixed by the API contract (DESIGN.md) and shared by the filter and service.
 const (
 	CodeInvalidInput       = "INVALID_INPUT"
 	CodeInvalidLimit       = "INVALID_LIMIT"

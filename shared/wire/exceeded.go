@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Exceeded is seed 003's body for a request refused by a rate limit, built
+// Exceeded is the RATE_LIMIT_EXCEEDED body of a request refused by a rate limit, built
 // from a denial's limits. The filter sends it to clients; the control service adds it
 // to its own 429 answers, so both say the same thing.
 func Exceeded(d *Limits) ErrorBody {

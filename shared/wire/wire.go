@@ -23,7 +23,7 @@ type CheckRequest struct {
 	// Method is the HTTP method; empty matches rules that name no method.
 	Method string `json:"method,omitempty"`
 	// Strategy, Limit and WindowSeconds override the configured rule for this
-	// check (seed API); without Limit the configured rules decide. They are
+	// check (the plain API shape); without Limit the configured rules decide. They are
 	// pointers so that an explicit 0 is told apart from "absent" and refused.
 	Strategy      string `json:"strategy,omitempty"`
 	Limit         *int64 `json:"limit,omitempty"`
@@ -139,7 +139,7 @@ type ResetResponse struct {
 	ResetAt     string `json:"reset_at"`
 }
 
-// ConfigRequest sets a per-identity, per-endpoint override (seed API).
+// ConfigRequest sets a per-identity, per-endpoint override (admin API).
 type ConfigRequest struct {
 	UserID        string `json:"user_id"`
 	Endpoint      string `json:"endpoint"`

@@ -48,62 +48,11 @@ func run(ctx context.Context) error {
 	if !strings.HasPrefix(*redisAddr, "127.") && !strings.HasPrefix(*redisAddr, "[::1]") && !strings.HasPrefix(*redisAddr, "localhost:") {
 		return fmt.Errorf("-redis %s: benchmarks only run against loopback", *redisAddr)
 	}
-
-	// The checks carry a decision token, as the filter's do: the benchmark
-	// measures the credentialed path.
-	token := "bench-" + rand.Text()
-	lookup := func(k string) (string, bool) {
-		switch k {
-		case "TOLLGATE_DECISION_TOKEN":
-			return token, true
-		case "TOLLGATE_LISTEN":
-			return "127.0.0.1:0", true
-		case "TOLLGATE_REDIS_URL":
-			return "redis://" + *redisAddr + "/0", true
-		case "TOLLGATE_LOG_LEVEL":
-			return "error", true
-		}
-		return "", false
-	}
-	toml := []byte("default_algorithm = \"token_bucket\"\n[[tiers]]\nname = \"free\"\nlimit = 1000000\nwindow_seconds = 60\n")
-	cfg, err := config.Parse(toml, lookup)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := app.New(cfg, "", lookup, log)
-	if err != nil {
-		return err
-	}
-	if err := a.Listen(); err != nil {
-		return err
-	}
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(sctx) }()
-	defer func() { stop(); <-served }()
-
 	fmt.Printf("Tollgate control service benchmark (Redis %s, loopback)\n\n", *redisAddr)
-	base := "http://" + a.Addr() + "/v1/rate-limit/check"
-	res, err := loadtest.Run(ctx, loadtest.Config{
-		Requests: int64(*requests), Concurrency: *concurrency, MaxTime: *maxTime,
-		Request: func(i int64) (*http.Request, error) {
-			body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
-			req, err := http.NewRequest(http.MethodPost, base, strings.NewReader(body))
-			if err == nil {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			return req, err
-		},
-	})
+	rate, err := benchService(ctx, *redisAddr, loadtest.Config{Requests: int64(*requests), Concurrency: *concurrency, MaxTime: *maxTime})
 	if err != nil {
 		return err
 	}
-	if res.Failures > 0 {
-		return fmt.Errorf("%d checks failed", res.Failures)
-	}
-	rate := res.PerSec
-	fmt.Printf("controlsvc  POST /v1/rate-limit/check  %d clients, %v\n", *concurrency, res)
 
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
 	defer rdb.Close()
@@ -127,8 +76,59 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nRedis memory per live token-bucket key (MEMORY USAGE, mean of %d keys): %.0f bytes (seed estimate: ~150)\n", *keyCount, perKey)
+	fmt.Printf("\nRedis memory per live token-bucket key (MEMORY USAGE, mean of %d keys): %.0f bytes (design estimate: ~150)\n", *keyCount, perKey)
 	return nil
+}
+
+// benchService runs a control service on loopback against Redis at
+// redisAddr, drives its check route with load (Request is filled in here)
+// and returns the checks per second.
+func benchService(ctx context.Context, redisAddr string, load loadtest.Config) (float64, error) {
+	// The checks carry a decision token, as the filter's do: the benchmark
+	// measures the credentialed path.
+	token := "bench-" + rand.Text()
+	env := map[string]string{
+		"TOLLGATE_DECISION_TOKEN": token,
+		"TOLLGATE_LISTEN":         "127.0.0.1:0",
+		"TOLLGATE_REDIS_URL":      "redis://" + redisAddr + "/0",
+		"TOLLGATE_LOG_LEVEL":      "error",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	toml := []byte("default_algorithm = \"token_bucket\"\n[[tiers]]\nname = \"free\"\nlimit = 1000000\nwindow_seconds = 60\n")
+	cfg, err := config.Parse(toml, lookup)
+	if err != nil {
+		return 0, err
+	}
+	a, err := app.New(cfg, "", lookup, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return 0, err
+	}
+	if err := a.Listen(); err != nil {
+		return 0, err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(sctx) }()
+	defer func() { stop(); <-served }()
+
+	base := "http://" + a.Addr() + "/v1/rate-limit/check"
+	load.Request = func(i int64) (*http.Request, error) {
+		body := fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%1000)
+		req, err := http.NewRequest(http.MethodPost, base, strings.NewReader(body))
+		if err == nil {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return req, err
+	}
+	res, err := loadtest.Run(ctx, load)
+	if err != nil {
+		return 0, err
+	}
+	if res.Failures > 0 {
+		return 0, fmt.Errorf("%d checks failed", res.Failures)
+	}
+	fmt.Printf("controlsvc  POST /v1/rate-limit/check  %d clients, %v\n", load.Concurrency, res)
+	return res.PerSec, nil
 }
 
 // redisBenchmark runs the token-bucket script with redis-benchmark: the

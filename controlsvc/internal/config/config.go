@@ -49,7 +49,7 @@ type Config struct {
 	// DecisionToken is the service credential of the decision API: one
 	// token, or two separated by a comma while rotating. The filter sends it
 	// as a bearer token. Required when Listen is not a loopback address;
-	// without it only the seed's plain check shape is served. Never logged.
+	// without it only the plain check shape is served. Never logged.
 	DecisionToken string `toml:"decision_token"`
 	// MaxAdhocLimit bounds a limit a check or an override names itself.
 	MaxAdhocLimit int64  `toml:"max_adhoc_limit"`
@@ -82,7 +82,8 @@ type Lease struct {
 	TTLMS int64 `toml:"ttl_ms"`
 }
 
-// Penalties is the progressive penalty policy (seed 000).
+// Penalties is the progressive penalty policy: callers that keep hitting
+// their limit wait longer each time.
 type Penalties struct {
 	Enabled                bool    `toml:"enabled"`
 	DetectionWindowSeconds int64   `toml:"detection_window_seconds"`
@@ -105,7 +106,7 @@ type Tier struct {
 	WindowSeconds int64           `toml:"window_seconds"`
 	Algorithm     rules.Algorithm `toml:"algorithm"`
 	Burst         int64           `toml:"burst"`
-	// PerEndpoint counts each path separately (default true, as in seed 001).
+	// PerEndpoint counts each path separately (default true).
 	PerEndpoint *bool `toml:"per_endpoint"`
 	// Endpoints are per-path overrides: path (or glob) → limit in the window.
 	Endpoints   map[string]int64 `toml:"endpoints"`

@@ -16,8 +16,8 @@ import (
 type Trust bool
 
 const (
-	// Untrusted callers (no service credential) may use the seed's plain
-	// check shape only.
+	// Untrusted callers (no service credential) may use the plain check
+	// shape only.
 	Untrusted Trust = false
 	// Trusted callers hold a decision token (the filter): they may name
 	// tiers, tenants, costs, leases, refunds and key identities. Admin

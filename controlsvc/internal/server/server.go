@@ -183,7 +183,7 @@ const trustKey = "tollgate.trust"
 // decisionCaller checks the decision API's service credential. With tokens
 // configured, a request without one of them is refused. Without tokens (the
 // service then listens on loopback only) every caller is untrusted and may
-// use the seed's plain check shape only.
+// use the plain check shape only (no tier, tenant, cost, lease or refund).
 func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		digests := s.svc.Policy().DecisionTokenDigests()
