@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
 // Request is what matching needs to know about one request.
@@ -13,9 +14,8 @@ type Request struct {
 	Tier   string
 	Method string
 	Path   string
-	// IdentityKind is "user", "key" or "ip" (identity.Kind); it decides
-	// whether the user, api_key and ip scopes apply.
-	IdentityKind string
+	// IdentityKind decides whether the user, api_key and ip scopes apply.
+	IdentityKind identity.Kind
 	// Tenant is empty when the caller has none; the tenant scope then does
 	// not apply.
 	Tenant string
@@ -118,11 +118,11 @@ func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 func scopeApplies(s Scope, req Request) bool {
 	switch s {
 	case ScopeUser:
-		return req.IdentityKind == "user"
+		return req.IdentityKind == identity.KindUser
 	case ScopeAPIKey:
-		return req.IdentityKind == "key"
+		return req.IdentityKind == identity.KindKey
 	case ScopeIP:
-		return req.IdentityKind == "ip"
+		return req.IdentityKind == identity.KindIP
 	case ScopeTenant:
 		return req.Tenant != ""
 	}

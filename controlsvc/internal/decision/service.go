@@ -166,7 +166,7 @@ func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied
 			}
 		}
 		var buf [6]*rules.Rule
-		matched = p.match(buf[:0], rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: string(t.id.Kind), Tenant: t.tenant})
+		matched = p.match(buf[:0], rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: t.id.Kind, Tenant: t.tenant})
 	}
 	out := make([]applied, len(matched))
 	for i, r := range matched {
