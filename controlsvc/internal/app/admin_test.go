@@ -42,6 +42,11 @@ func TestResetClearsCallerCounters(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("reset: %d %s", r.status, r.body)
 	}
+	// The check's own limit counted on a counter of its own: the reset
+	// clears it too, whatever window the check named.
+	if r := s.check(req); r.status != 200 {
+		t.Fatalf("after a reset, the check's own limit still refuses: %d %s", r.status, r.body)
+	}
 	// Reset follows the configured rules, not the check's ad-hoc limit: the
 	// global rule is shared and must survive.
 	if n := s.rdb.Exists(context.Background(), "rl:{global:*}:all:fixed_window:60").Val(); n != 0 {

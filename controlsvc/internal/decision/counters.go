@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -53,11 +54,8 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 		return wire.ResetResponse{}, aerr
 	}
 	var n int64
-	for _, a := range s.selectRules(p, &t, nil) {
-		if a.req.Rule.Scope == rules.ScopeGlobal || a.req.Rule.Scope == rules.ScopeTenant {
-			continue
-		}
-		d, err := s.counters.Reset(ctx, a.req)
+	for _, lr := range resettable(s.selectRules(p, &t, nil), &t) {
+		d, err := s.counters.Reset(ctx, lr)
 		n += d
 		if err != nil {
 			s.m.RedisErrors.WithLabelValues("reset").Inc()
@@ -66,6 +64,24 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 	}
 	s.log.Info("counters reset", "identity", t.id.String(), "endpoint", t.endpoint, "keys", n)
 	return wire.ResetResponse{UserID: req.UserID, Endpoint: t.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}, nil
+}
+
+// resettable returns the counters a reset deletes: those of the selected
+// rules that count per caller (never a global or tenant counter), and the
+// counters of limits the caller's checks named themselves, one per
+// algorithm (their names leave out the window).
+func resettable(rs []applied, t *target) []limiter.Request {
+	out := make([]limiter.Request, 0, len(rs)+len(rules.Algorithms))
+	for _, a := range rs {
+		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
+			out = append(out, a.req)
+		}
+	}
+	for _, algo := range rules.Algorithms {
+		r := &rules.Rule{ID: rules.IDRequest, Scope: rules.ScopeIdentity, Algorithm: algo, PerEndpoint: true}
+		out = append(out, limiter.Request{Owner: limiter.Owner(r, t.id, t.tenant), Rule: r, Endpoint: t.endpoint})
+	}
+	return out
 }
 
 // SetOverride stores a per-caller, per-endpoint quota.

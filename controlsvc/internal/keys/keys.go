@@ -1,7 +1,7 @@
 // Package keys builds every Redis key Tollgate writes. Keys start with "rl:" and
 // put the counter's owner in a hash tag:
 //
-//	rl:{<scope>:<subject>}:<rule id>[:<endpoint>]:<algorithm>:<window s>
+//	rl:{<scope>:<subject>}:<rule id>[:<endpoint>]:<algorithm>[:<window s>]
 //
 // The subject (a user id, an address, a tenant...) and the endpoint are escaped,
 // so no two subjects share a key and no subject can end the hash tag early and
@@ -27,7 +27,8 @@ func NewOwner(scope, subject string) Owner {
 }
 
 // Counter is the key of one rule's counter for one owner. endpoint is "" when
-// the rule counts across endpoints.
+// the rule counts across endpoints; windowSeconds is 0 for a counter named
+// without its window.
 func Counter(o Owner, ruleID, endpoint, algorithm string, windowSeconds int64) string {
 	var b strings.Builder
 	b.Grow(len(Prefix) + len(o) + len(ruleID) + len(endpoint) + len(algorithm) + 16)
@@ -42,8 +43,10 @@ func Counter(o Owner, ruleID, endpoint, algorithm string, windowSeconds int64) s
 	}
 	b.WriteByte(':')
 	b.WriteString(algorithm)
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(windowSeconds, 10))
+	if windowSeconds > 0 {
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(windowSeconds, 10))
+	}
 	return b.String()
 }
 

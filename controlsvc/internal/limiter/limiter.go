@@ -65,13 +65,19 @@ type Request struct {
 	Penalty *Penalty
 }
 
-// Key is the request's counter.
+// Key is the request's counter. The counter of a limit a check names itself
+// (rule id "request") leaves its window out of its name: the caller picks the
+// window, and Reset must find the counter whatever window was picked.
 func (r *Request) Key() string {
 	ep := ""
 	if r.Rule.PerEndpoint {
 		ep = r.Endpoint
 	}
-	return keys.Counter(r.Owner, r.Rule.ID, ep, string(r.Rule.Algorithm), r.Rule.WindowSeconds)
+	window := r.Rule.WindowSeconds
+	if r.Rule.ID == rules.IDRequest {
+		window = 0
+	}
+	return keys.Counter(r.Owner, r.Rule.ID, ep, string(r.Rule.Algorithm), window)
 }
 
 // Owner is the owner of rule r's counters for a caller: what the rule's scope
