@@ -93,9 +93,11 @@ func (r *Rule) EffectiveCost() int64 {
 	return r.Cost
 }
 
-// Capacity is the most a bucket can hold: Burst, or Limit without one.
+// Capacity is the most one counter admits at once: the bucket size (Burst)
+// of token_bucket and gcra when set, else Limit. The window algorithms admit
+// at most Limit per window whatever Burst says.
 func (r *Rule) Capacity() int64 {
-	if r.Burst > 0 {
+	if r.Burst > 0 && (r.Algorithm == TokenBucket || r.Algorithm == GCRA) {
 		return r.Burst
 	}
 	return r.Limit

@@ -45,6 +45,8 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 		return p.boolean(&d.Allowed)
 	case EqualFoldASCII(key, "limit"):
 		return p.integer(&d.Limit)
+	case EqualFoldASCII(key, "quota"):
+		return p.integer(&d.Quota)
 	case EqualFoldASCII(key, "remaining"):
 		return p.integer(&d.Remaining)
 	case EqualFoldASCII(key, "reset_at"):

@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/json"
+
 // Error codes of the envelope: one per kind of failure a client can act on,
 // fixed by the API contract (DESIGN.md) and shared by the filter and service.
 const (
@@ -12,6 +14,7 @@ const (
 	CodeServiceUnavailable = "SERVICE_UNAVAILABLE"
 	CodeUnauthorized       = "UNAUTHORIZED"
 	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
+	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	// CodeForbidden: the caller may not say this (a field only the filter,
 	// holding the decision API's service credential, may send).
 	CodeForbidden = "FORBIDDEN"
@@ -31,10 +34,20 @@ type ErrorEnvelope struct {
 	Error ErrorBody `json:"error"`
 }
 
+// MarshalJSON writes details as {} when there are none: every envelope has
+// the same four fields, so a client reads details without a nil check.
+func (b ErrorBody) MarshalJSON() ([]byte, error) {
+	type plain ErrorBody
+	if b.Details == nil {
+		b.Details = map[string]any{}
+	}
+	return json.Marshal(plain(b))
+}
+
 // ErrorBody is the inside of the envelope.
 type ErrorBody struct {
 	Code      string         `json:"code"`
 	Message   string         `json:"message"`
-	Details   map[string]any `json:"details,omitempty"`
+	Details   map[string]any `json:"details"`
 	RequestID string         `json:"request_id,omitempty"`
 }

@@ -5,15 +5,17 @@ import (
 	"time"
 )
 
-// Exceeded is the RATE_LIMIT_EXCEEDED body of a request refused by a rate limit, built
-// from a denial's limits. The filter sends it to clients; the control service adds it
-// to its own 429 answers, so both say the same thing.
+// Exceeded is the RATE_LIMIT_EXCEEDED body of a request refused by a rate
+// limit, built from a denial's limits; it states the sustained quota. The
+// filter sends it to clients; the control service adds it to its own 429
+// answers, so both say the same thing.
 func Exceeded(d *Limits) ErrorBody {
+	q := d.SustainedQuota()
 	return ErrorBody{
 		Code:    CodeRateLimitExceeded,
-		Message: "You have exceeded the rate limit of " + strconv.FormatInt(d.Limit, 10) + requests(d.Limit) + " per " + windowText(d.WindowSeconds),
+		Message: "You have exceeded the rate limit of " + strconv.FormatInt(q, 10) + requests(q) + " per " + windowText(d.WindowSeconds),
 		Details: map[string]any{
-			"limit":               d.Limit,
+			"limit":               q,
 			"window_seconds":      d.WindowSeconds,
 			"reset_at":            time.Unix(d.ResetAt, 0).UTC().Format(time.RFC3339),
 			"retry_after_seconds": d.RetryAfter,

@@ -5,9 +5,12 @@ import "strconv"
 // Limits is where the rule that decided a request stands: what the 429 body
 // and the rate-limit header fields report, on the filter and the service alike.
 type Limits struct {
-	RuleID        string
-	Strategy      string
+	RuleID   string
+	Strategy string
+	// Limit is the most the counter admits at once (what Remaining counts
+	// down from); Quota the sustained rate per WindowSeconds (0: Limit).
 	Limit         int64
+	Quota         int64
 	Remaining     int64
 	ResetAt       int64 // Unix seconds
 	WindowSeconds int64
@@ -16,13 +19,21 @@ type Limits struct {
 
 // Limits returns the decision's limits.
 func (d *CheckResponse) Limits() Limits {
-	return Limits{RuleID: d.RuleID, Strategy: d.Strategy, Limit: d.Limit, Remaining: d.Remaining,
+	return Limits{RuleID: d.RuleID, Strategy: d.Strategy, Limit: d.Limit, Quota: d.Quota, Remaining: d.Remaining,
 		ResetAt: d.ResetAt, WindowSeconds: d.WindowSeconds, RetryAfter: d.RetryAfter}
+}
+
+// SustainedQuota is the requests per window: Quota, or Limit without one.
+func (l *Limits) SustainedQuota() int64 {
+	if l.Quota > 0 {
+		return l.Quota
+	}
+	return l.Limit
 }
 
 // HeaderSet chooses the rate-limit header fields written.
 type HeaderSet struct {
-	// XRateLimit: x-ratelimit-limit, -remaining and -reset.
+	// XRateLimit: x-ratelimit-limit, -remaining, -reset and -window.
 	XRateLimit bool
 	// Strategy: x-ratelimit-strategy (the algorithm of the deciding rule).
 	Strategy bool
@@ -40,7 +51,8 @@ func AppendHeaders(dst [][2]string, l *Limits, set HeaderSet, now int64, denied 
 		dst = append(dst,
 			[2]string{"x-ratelimit-limit", strconv.FormatInt(l.Limit, 10)},
 			[2]string{"x-ratelimit-remaining", remaining},
-			[2]string{"x-ratelimit-reset", strconv.FormatInt(l.ResetAt, 10)})
+			[2]string{"x-ratelimit-reset", strconv.FormatInt(l.ResetAt, 10)},
+			[2]string{"x-ratelimit-window", strconv.FormatInt(l.WindowSeconds, 10)})
 	}
 	if set.Strategy && l.Strategy != "" {
 		dst = append(dst, [2]string{"x-ratelimit-strategy", l.Strategy})
@@ -52,7 +64,7 @@ func AppendHeaders(dst [][2]string, l *Limits, set HeaderSet, now int64, denied 
 			t = l.RetryAfter
 		}
 		dst = append(dst,
-			[2]string{"ratelimit-policy", name + ";q=" + strconv.FormatInt(l.Limit, 10) + ";w=" + strconv.FormatInt(l.WindowSeconds, 10)},
+			[2]string{"ratelimit-policy", name + ";q=" + strconv.FormatInt(l.SustainedQuota(), 10) + ";w=" + strconv.FormatInt(l.WindowSeconds, 10)},
 			[2]string{"ratelimit", name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)})
 	}
 	return dst

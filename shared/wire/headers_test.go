@@ -16,16 +16,19 @@ func TestAppendHeaders(t *testing.T) {
 	}{
 		{"none", l, HeaderSet{}, false, nil},
 		{"x-ratelimit", l, HeaderSet{XRateLimit: true}, false, [][2]string{
-			{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "7"}, {"x-ratelimit-reset", "1060"}}},
+			{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "7"}, {"x-ratelimit-reset", "1060"}, {"x-ratelimit-window", "60"}}},
 		{"with strategy", l, HeaderSet{XRateLimit: true, Strategy: true}, false, [][2]string{
-			{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "7"}, {"x-ratelimit-reset", "1060"}, {"x-ratelimit-strategy", "token_bucket"}}},
+			{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "7"}, {"x-ratelimit-reset", "1060"}, {"x-ratelimit-window", "60"}, {"x-ratelimit-strategy", "token_bucket"}}},
 		{"ietf allowed counts to the reset", l, HeaderSet{IETF: true}, false, [][2]string{
 			{"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=7;t=60`}}},
 		{"ietf denied counts the retry wait", l, HeaderSet{IETF: true}, true, [][2]string{
 			{"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=7;t=9`}}},
 		{"negative remaining and past reset", Limits{RuleID: "r", Limit: 5, Remaining: -3, ResetAt: 10, WindowSeconds: 1}, HeaderSet{XRateLimit: true, IETF: true}, false, [][2]string{
-			{"x-ratelimit-limit", "5"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "10"},
+			{"x-ratelimit-limit", "5"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "10"}, {"x-ratelimit-window", "1"},
 			{"ratelimit-policy", `"r";q=5;w=1`}, {"ratelimit", `"r";r=0;t=0`}}},
+		{"a burst: the limit is the bucket, the policy the sustained rate", Limits{RuleID: "b", Limit: 9, Quota: 3, Remaining: 9, ResetAt: 1000, WindowSeconds: 60}, HeaderSet{XRateLimit: true, IETF: true}, false, [][2]string{
+			{"x-ratelimit-limit", "9"}, {"x-ratelimit-remaining", "9"}, {"x-ratelimit-reset", "1000"}, {"x-ratelimit-window", "60"},
+			{"ratelimit-policy", `"b";q=3;w=60`}, {"ratelimit", `"b";r=9;t=0`}}},
 		{"rule id is quoted, not spliced", Limits{RuleID: "a\";q=1", Limit: 5}, HeaderSet{IETF: true}, false, [][2]string{
 			{"ratelimit-policy", `"a\";q=1";q=5;w=0`}, {"ratelimit", `"a\";q=1";r=0;t=0`}}},
 	}

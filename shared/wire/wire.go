@@ -54,8 +54,13 @@ type Lease struct {
 // when not; the body is the same shape either way.
 type CheckResponse struct {
 	Allowed bool `json:"allowed"`
-	// Limit is the quota of the rule that decided (0 for exempt callers).
+	// Limit is the most the deciding rule's counter admits at once (0 for
+	// exempt callers): its bucket size under a burst, so Remaining never
+	// exceeds it.
 	Limit int64 `json:"limit"`
+	// Quota is the deciding rule's sustained rate: requests per
+	// WindowSeconds. It differs from Limit only under a burst.
+	Quota int64 `json:"quota,omitempty"`
 	// Remaining is what is left in Redis after this request and its lease.
 	Remaining int64 `json:"remaining"`
 	// ResetAt is when the quota is whole again, in Unix seconds.
@@ -107,8 +112,10 @@ type StatusResponse struct {
 	UserID          string  `json:"user_id"`
 	Endpoint        string  `json:"endpoint"`
 	Identity        string  `json:"identity"`
+	Tier            string  `json:"tier,omitempty"`
 	RuleID          string  `json:"rule_id"`
 	Limit           int64   `json:"limit"`
+	Quota           int64   `json:"quota,omitempty"`
 	Remaining       int64   `json:"remaining"`
 	ResetAt         int64   `json:"reset_at"`
 	Strategy        string  `json:"strategy"`
@@ -117,9 +124,12 @@ type StatusResponse struct {
 }
 
 // StatusRequest is what GET PathStatus/{user_id}/{endpoint} names: the path's
-// two segments and the query's method, tier and tenant.
+// two segments and the query's method, tier, tenant and (to read the counter
+// of a limit checks name themselves) strategy, limit and window_seconds.
 type StatusRequest struct {
 	UserID, Endpoint, Method, Tier, Tenant string
+	Strategy                               string
+	Limit, WindowSeconds                   *int64
 }
 
 // ResetRequest clears the counters of one identity and endpoint.

@@ -149,6 +149,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"token with a space", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": strings.Repeat("k", 32) + " x"}, "admin_token: must be printable"},
 		{"public listen without decision token", `listen = "0.0.0.0:8081"`, nil, "decision_token: is required"},
 		{"adhoc limit", "max_adhoc_limit = 0", nil, "max_adhoc_limit:"},
+		{"redis url of another scheme", `redis_url = "http://x"`, nil, "redis_url: redis url: unknown scheme"},
+		{"redis url with an unknown parameter", `redis_url = "redis://127.0.0.1:6379/0?colour=red"`, nil, "redis_url: redis url: unknown parameter"},
 		{"lease beyond a billion", "[lease]\nmax = 1000000001", nil, "lease.max:"},
 		{"env integer beyond an int64", "", map[string]string{"TOLLGATE_MAX_BATCH": "99999999999999999999"}, "TOLLGATE_MAX_BATCH:"},
 		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},

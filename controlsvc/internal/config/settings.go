@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
@@ -36,7 +37,7 @@ type Setting struct {
 var Settings = []Setting{
 	text("listen", "127.0.0.1:8081", "HTTP address", func(c *Config) *string { return &c.Listen }, hostPort),
 	text("redis_url", "redis://127.0.0.1:6379/0", "`redis://` or `rediss://` (single), `redis-sentinel://h1:p1,h2:p2/0?master=NAME`, `redis-cluster://h1:p1,h2:p2`",
-		func(c *Config) *string { return &c.RedisURL }, required),
+		func(c *Config) *string { return &c.RedisURL }, redisURL),
 	integer("redis_timeout_ms", 200, 1, 60_000, "bound on each Redis call; a slow Redis becomes a failure (and the failure mode), not a queue", func(c *Config) *int { return &c.RedisTimeoutMS }),
 	integer("redis_pool_size", 64, 1, 10_000, "Redis connections", func(c *Config) *int { return &c.RedisPoolSize }),
 	integer("redis_breaker_threshold", 5, 1, 1000, "consecutive Redis failures that stop Redis calls", func(c *Config) *int { return &c.RedisBreakerThreshold }),
@@ -164,9 +165,14 @@ func hostPort(field, v string) error {
 	return nil
 }
 
-func required(field, v string) error {
+// redisURL checks the URL as start-up will read it, so that -check-config
+// refuses what start-up would. Its errors never quote a password.
+func redisURL(field, v string) error {
 	if v == "" {
 		return fielderr.New(field, "must be set")
+	}
+	if _, err := redisconn.Parse(v); err != nil {
+		return fielderr.New(field, "%v", err)
 	}
 	return nil
 }

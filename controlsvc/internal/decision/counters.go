@@ -2,11 +2,14 @@ package decision
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -18,12 +21,27 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 	if aerr != nil {
 		return wire.StatusResponse{}, aerr
 	}
-	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.id.String()}
+	own, aerr := p.ownLimit(req.Strategy, req.Limit, req.WindowSeconds)
+	if aerr != nil {
+		return wire.StatusResponse{}, aerr
+	}
+	if t.id.Kind == identity.KindKey && req.Tier == "" {
+		// The key's own tier decides its checks; so it does its status.
+		rec, err := s.keys.Get(ctx, t.id.Value)
+		switch {
+		case err == nil && rec.Tier != "":
+			t.tier = p.tier(rec.Tier)
+		case err != nil && !errors.Is(err, apikeys.ErrNotFound):
+			s.m.RedisErrors.WithLabelValues("status").Inc()
+			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		}
+	}
+	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.id.String(), Tier: t.tier}
 	if p.exempt(t.id) {
 		resp.RuleID = rules.IDExempt
 		return resp, nil
 	}
-	rs := s.selectRules(p, &t, nil)
+	rs := s.selectRules(p, &t, own)
 	for i := range rs {
 		a := &rs[i]
 		peek := a.req
@@ -36,7 +54,7 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 		a.res = res
 	}
 	v, _ := s.verdict(p, &t, rs)
-	resp.RuleID, resp.Limit, resp.Remaining, resp.ResetAt = v.RuleID, v.Limit, v.Remaining, v.ResetAt
+	resp.RuleID, resp.Limit, resp.Quota, resp.Remaining, resp.ResetAt = v.RuleID, v.Limit, v.Quota, v.Remaining, v.ResetAt
 	resp.Strategy, resp.WindowSeconds = v.Strategy, v.WindowSeconds
 	if v.Limit > 0 {
 		resp.UsagePercentage = float64(v.Limit-min(v.Remaining, v.Limit)) * 100 / float64(v.Limit)

@@ -136,20 +136,31 @@ func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr
 		c.lease = 0
 	}
 	c.returned = req.Returned
-	if aerr := validStrategy(req.Strategy, false); aerr != nil {
+	r, aerr := p.ownLimit(req.Strategy, req.Limit, req.WindowSeconds)
+	if aerr != nil {
 		return nil, aerr
 	}
-	if req.Limit != nil || req.WindowSeconds != nil {
-		r, aerr := p.adhocRule(rules.IDRequest, req.Limit, req.WindowSeconds, req.Strategy, 0)
-		if aerr != nil {
-			return nil, aerr
-		}
-		if c.cost > r.Capacity() {
-			return nil, apierr.Invalid("cost", "is larger than the limit")
-		}
-		c.adhoc = r
+	if r != nil && c.cost > r.Capacity() {
+		return nil, apierr.Invalid("cost", "is larger than the limit")
 	}
+	c.adhoc = r
 	return c, nil
+}
+
+// ownLimit is the rule of a limit a check (or a status query) names itself,
+// or nil when it names none. A strategy alone is refused: it would be
+// silently ignored otherwise.
+func (p *Policy) ownLimit(strategy string, limit, window *int64) (*rules.Rule, *apierr.Error) {
+	if aerr := validStrategy(strategy, false); aerr != nil {
+		return nil, aerr
+	}
+	if limit == nil && window == nil {
+		if strategy != "" {
+			return nil, apierr.InvalidLimit("limit", "is required with strategy: a strategy applies to a limit the request names itself")
+		}
+		return nil, nil
+	}
+	return p.adhocRule(rules.IDRequest, limit, window, strategy, 0)
 }
 
 // validStrategy checks an algorithm name given in a request.

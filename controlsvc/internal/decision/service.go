@@ -34,9 +34,10 @@ type Counters interface {
 	Ping(ctx context.Context) error
 }
 
-// KeyStore finds the record of a raw API key.
+// KeyStore finds API key records, by raw key or by key id.
 type KeyStore interface {
 	Lookup(ctx context.Context, raw string) (apikeys.Record, error)
+	Get(ctx context.Context, id string) (apikeys.Record, error)
 }
 
 // OverrideStore holds per-identity, per-endpoint quotas. Get must not wait
@@ -298,7 +299,7 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 	if !denied {
 		for i := range rs {
 			a := &rs[i]
-			if decider == nil || a.res.Remaining*decider.req.Rule.Limit < decider.res.Remaining*a.req.Rule.Limit {
+			if decider == nil || a.res.Remaining*decider.req.Rule.Capacity() < decider.res.Remaining*a.req.Rule.Capacity() {
 				decider = a
 			}
 		}
@@ -306,7 +307,8 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 	now := s.now()
 	resp := wire.CheckResponse{
 		Allowed:       !denied,
-		Limit:         decider.req.Rule.Limit,
+		Limit:         decider.req.Rule.Capacity(),
+		Quota:         decider.req.Rule.Limit,
 		Remaining:     decider.res.Remaining,
 		ResetAt:       ceilUnix(now.Add(decider.res.ResetAfter)),
 		Strategy:      string(decider.req.Rule.Algorithm),

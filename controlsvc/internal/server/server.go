@@ -128,13 +128,50 @@ func (s *Server) status(c echo.Context) error {
 	if err != nil {
 		return apierr.Invalid("endpoint", "is not a valid path")
 	}
-	q := c.QueryParams()
-	req := wire.StatusRequest{UserID: id, Endpoint: "/" + ep, Method: q.Get("method"), Tier: q.Get("tier"), Tenant: q.Get("tenant")}
+	req := wire.StatusRequest{UserID: id, Endpoint: "/" + ep}
+	if err := statusQuery(c.QueryParams(), &req); err != nil {
+		return err
+	}
 	resp, err := s.svc.Status(c.Request().Context(), &req, trustOf(c))
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, &resp)
+}
+
+// statusQuery reads the status route's query into req. A parameter it does
+// not know, or one given twice, is refused rather than ignored: a status
+// that silently answered for another counter would mislead.
+func statusQuery(q url.Values, req *wire.StatusRequest) error {
+	for name, vs := range q {
+		if len(vs) > 1 {
+			return apierr.Invalid(name, "is given more than once")
+		}
+		v := vs[0]
+		switch name {
+		case "method":
+			req.Method = v
+		case "tier":
+			req.Tier = v
+		case "tenant":
+			req.Tenant = v
+		case "strategy":
+			req.Strategy = v
+		case "limit", "window_seconds":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return apierr.Invalid(name, "must be an integer")
+			}
+			if name == "limit" {
+				req.Limit = &n
+			} else {
+				req.WindowSeconds = &n
+			}
+		default:
+			return apierr.Invalid(name, "is not a parameter of the status route (method, tier, tenant, strategy, limit, window_seconds)")
+		}
+	}
+	return nil
 }
 
 // health reports each component; 503 when Redis does not answer.
@@ -334,7 +371,7 @@ func fromHTTPError(he *echo.HTTPError) *apierr.Error {
 	case http.StatusNotFound:
 		return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no such route")
 	case http.StatusMethodNotAllowed:
-		return apierr.New(apierr.KindInvalid, wire.CodeInvalidInput, "method not allowed on this route")
+		return apierr.New(apierr.KindInvalid, wire.CodeMethodNotAllowed, "method not allowed on this route")
 	case http.StatusRequestEntityTooLarge:
 		return apierr.New(apierr.KindTooLarge, wire.CodePayloadTooLarge, "request body is too large")
 	}

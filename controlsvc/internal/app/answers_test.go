@@ -1,0 +1,99 @@
+package app_test
+
+import (
+	"strconv"
+	"testing"
+)
+
+// Answers that were wrong when tried from outside against the seeds, each
+// kept here so it stays right.
+
+// A bucket's remaining never exceeds the advertised limit: under a burst the
+// limit is the bucket's size, and the sustained rate is the quota.
+func TestLimitIsTheBucketUnderABurst(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 60\nburst = 9\n"+
+		"[[tiers]]\nname = \"small\"\nlimit = 60\nwindow_seconds = 60\nburst = 3\n", nil)
+	r := s.check(map[string]any{"user_id": "bursty", "endpoint": "/x"})
+	if r.status != 200 {
+		t.Fatalf("check: %d %s", r.status, r.body)
+	}
+	limit, _ := strconv.Atoi(r.header.Get("X-RateLimit-Limit"))
+	remaining, _ := strconv.Atoi(r.header.Get("X-RateLimit-Remaining"))
+	if limit != 9 || remaining != 8 || remaining > limit {
+		t.Fatalf("X-RateLimit-Limit %d, -Remaining %d; want 9 and 8", limit, remaining)
+	}
+	if w := r.header.Get("X-RateLimit-Window"); w != "60" {
+		t.Fatalf("X-RateLimit-Window = %q, want 60", w)
+	}
+	if m := r.json(t); num(t, m, "limit") != 9 || num(t, m, "quota") != 3 {
+		t.Fatalf("body limit/quota: %s", r.body)
+	}
+	// A never-used bucket smaller than its rate is whole: 0 % used.
+	st := s.do("GET", "/v1/rate-limit/status/fresh/x?tier=small", nil)
+	m := st.json(t)
+	if st.status != 200 || num(t, m, "limit") != 3 || num(t, m, "remaining") != 3 || m["usage_percentage"] != 0.0 {
+		t.Fatalf("status of a fresh bucket: %d %s", st.status, st.body)
+	}
+}
+
+// A strategy is not silently ignored: without a limit it is refused, and a
+// status reads the counter of the limit it names.
+func TestStrategyIsNeverIgnored(t *testing.T) {
+	s := startService(t, "", nil)
+	r := s.check(map[string]any{"user_id": "strat", "endpoint": "/x", "strategy": "gcra"})
+	if r.status != 400 || r.errorCode(t) != "INVALID_LIMIT" {
+		t.Fatalf("strategy without limit: %d %s", r.status, r.body)
+	}
+	own := map[string]any{"user_id": "strat", "endpoint": "/x", "strategy": "fixed_window", "limit": 5, "window_seconds": 60}
+	s.check(own)
+	s.check(own)
+	st := s.do("GET", "/v1/rate-limit/status/strat/x?strategy=fixed_window&limit=5&window_seconds=60", nil)
+	m := st.json(t)
+	if st.status != 200 || m["rule_id"] != "request" || m["strategy"] != "fixed_window" || num(t, m, "remaining") != 3 {
+		t.Fatalf("status of the check's own limit: %d %s", st.status, st.body)
+	}
+	for _, q := range []string{"?strategy=gcra", "?strategy=leaky", "?limit=x", "?colour=red", "?tier=free&tier=premium"} {
+		if st := s.do("GET", "/v1/rate-limit/status/strat/x"+q, nil); st.status != 400 {
+			t.Errorf("status%s: %d %s; want 400", q, st.status, st.body)
+		}
+	}
+}
+
+// The status of an API-key caller uses the key's tier, as its checks do.
+func TestStatusOfAKeyUsesItsTier(t *testing.T) {
+	s := startService(t, "", nil)
+	r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "keyholder", "tier": "premium"})
+	if r.status != 201 {
+		t.Fatalf("create key: %d %s", r.status, r.body)
+	}
+	id, _ := r.json(t)["key_id"].(string)
+	st := s.do("GET", "/v1/rate-limit/status/key:"+id+"/x", nil)
+	if m := st.json(t); st.status != 200 || m["tier"] != "premium" || num(t, m, "limit") != 1000 {
+		t.Fatalf("status of a premium key: %d %s", st.status, st.body)
+	}
+}
+
+// Every envelope has details (an object, {} when there is nothing to add),
+// and a wrong method is METHOD_NOT_ALLOWED, not INVALID_INPUT.
+func TestEnvelopesAreWhole(t *testing.T) {
+	s := startService(t, "", nil)
+	for _, tt := range []struct {
+		name, method, path string
+		header             []string
+		status             int
+		code               string
+	}{
+		{"no admin token", "GET", "/admin/v1/rules", []string{"Authorization", ""}, 401, "UNAUTHORIZED"},
+		{"no route", "GET", "/v1/nowhere", nil, 404, "NOT_FOUND"},
+		{"wrong method", "GET", "/v1/rate-limit/check", nil, 405, "METHOD_NOT_ALLOWED"},
+	} {
+		r := s.do(tt.method, tt.path, nil, tt.header...)
+		if r.status != tt.status || r.errorCode(t) != tt.code {
+			t.Errorf("%s: %d %s; want %d %s", tt.name, r.status, r.body, tt.status, tt.code)
+			continue
+		}
+		if _, ok := r.json(t)["error"].(map[string]any)["details"].(map[string]any); !ok {
+			t.Errorf("%s: envelope without a details object: %s", tt.name, r.body)
+		}
+	}
+}
