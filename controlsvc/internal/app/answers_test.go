@@ -97,3 +97,17 @@ func TestEnvelopesAreWhole(t *testing.T) {
 		}
 	}
 }
+
+// The rule listing speaks the API's snake_case, tiers included.
+func TestRuleListingIsSnakeCase(t *testing.T) {
+	s := startService(t, "", nil)
+	r := s.admin("GET", "/admin/v1/rules", nil)
+	tiers, _ := r.json(t)["tiers"].([]any)
+	if r.status != 200 || len(tiers) == 0 {
+		t.Fatalf("rules: %d %s", r.status, r.body)
+	}
+	tier, _ := tiers[0].(map[string]any)
+	if _, ok := tier["window_seconds"]; !ok || tier["Name"] != nil || tier["name"] != "free" {
+		t.Fatalf("tier in the listing: %v", tier)
+	}
+}

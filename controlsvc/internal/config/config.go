@@ -101,16 +101,16 @@ type Exemptions struct {
 
 // Tier is a named quota for callers without a matching rule.
 type Tier struct {
-	Name          string          `toml:"name"`
-	Limit         int64           `toml:"limit"`
-	WindowSeconds int64           `toml:"window_seconds"`
-	Algorithm     rules.Algorithm `toml:"algorithm"`
-	Burst         int64           `toml:"burst"`
+	Name          string          `json:"name" toml:"name"`
+	Limit         int64           `json:"limit" toml:"limit"`
+	WindowSeconds int64           `json:"window_seconds" toml:"window_seconds"`
+	Algorithm     rules.Algorithm `json:"algorithm,omitempty" toml:"algorithm"`
+	Burst         int64           `json:"burst,omitempty" toml:"burst"`
 	// PerEndpoint counts each path separately (default true).
-	PerEndpoint *bool `toml:"per_endpoint"`
+	PerEndpoint *bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
 	// Endpoints are per-path overrides: path (or glob) → limit in the window.
-	Endpoints   map[string]int64 `toml:"endpoints"`
-	Description string           `toml:"description"`
+	Endpoints   map[string]int64 `json:"endpoints,omitempty" toml:"endpoints"`
+	Description string           `json:"description,omitempty" toml:"description"`
 }
 
 // Default returns the settings used when nothing else is given: each
@@ -268,6 +268,11 @@ func (t *Tier) validate() error {
 		}
 		if t.Endpoints[p] <= 0 {
 			return bad(field, "%d must be > 0", t.Endpoints[p])
+		}
+		// An endpoint override narrows its tier; above the tier it would
+		// sell more than the tier does.
+		if t.Endpoints[p] > t.Limit {
+			return bad(field, "%d is above the tier's limit (%d)", t.Endpoints[p], t.Limit)
 		}
 	}
 	return nil
