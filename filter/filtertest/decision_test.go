@@ -34,7 +34,7 @@ func TestAllowedHeadersBothWays(t *testing.T) {
 	got := respond(t, s)
 	want := wasmhost.Headers{{":status", "200"}, {"content-type", "text/plain"},
 		{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "42"}, {"x-ratelimit-reset", strconv.FormatInt(epoch.Unix()+60, 10)},
-		{"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=42;t=60`}}
+		{"x-ratelimit-window", "60"}, {"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=42;t=60`}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("response headers\n got %v\nwant %v", got, want)
 	}
