@@ -15,6 +15,8 @@ const (
 	CodeUnauthorized       = "UNAUTHORIZED"
 	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
 	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
+	// CodeReadOnly: the thing comes from the config file; change it there.
+	CodeReadOnly = "READ_ONLY"
 	// CodeForbidden: the caller may not say this (a field only the filter,
 	// holding the decision API's service credential, may send).
 	CodeForbidden = "FORBIDDEN"

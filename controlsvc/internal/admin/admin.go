@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -26,20 +27,39 @@ type KeyStore interface {
 	Revoke(ctx context.Context, id string) (apikeys.Record, error)
 }
 
+// RuleStore keeps the rules and tiers managed at runtime.
+type RuleStore interface {
+	Load(ctx context.Context) (ruleset.Snapshot, []error, error)
+	NextRuleID(ctx context.Context) (int64, error)
+	PutRule(ctx context.Context, r ruleset.Rule) error
+	DeleteRule(ctx context.Context, id string) error
+	PutTier(ctx context.Context, t ruleset.Tier) error
+}
+
 // Service runs the operator's operations.
 type Service struct {
-	keys   KeyStore
-	policy func() *decision.Policy
-	m      *metrics.Metrics
-	log    *slog.Logger
-	now    func() time.Time
+	keys     KeyStore
+	rules    RuleStore
+	policy   func() *decision.Policy
+	validate func(ruleset.Snapshot) error
+	changed  func(context.Context)
+	m        *metrics.Metrics
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // Deps are the service's collaborators.
 type Deps struct {
-	Keys KeyStore
+	Keys  KeyStore
+	Rules RuleStore
 	// Policy returns the live policy (default tier, rules).
-	Policy  func() *decision.Policy
+	Policy func() *decision.Policy
+	// Validate reports whether runtime rules and tiers, laid over the file's
+	// configuration, could be decided with.
+	Validate func(ruleset.Snapshot) error
+	// Changed applies a stored change on this replica at once (the others
+	// follow the announcement).
+	Changed func(context.Context)
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 	Now     func() time.Time
@@ -47,7 +67,7 @@ type Deps struct {
 
 // New returns the admin service.
 func New(d Deps) *Service {
-	return &Service{keys: d.Keys, policy: d.Policy, m: d.Metrics, log: d.Log, now: d.Now}
+	return &Service{keys: d.Keys, rules: d.Rules, policy: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
 }
 
 // CreateKeyRequest asks for a new API key.
@@ -123,8 +143,8 @@ type RulesResponse struct {
 	DefaultTier string        `json:"default_tier"`
 }
 
-// Rules returns the live rules and tiers.
-func (s *Service) Rules() RulesResponse {
+// RuleSet returns the live rules and tiers, as the policy holds them.
+func (s *Service) RuleSet() RulesResponse {
 	p := s.policy()
 	return RulesResponse{Version: p.Rules.Version(), Rules: p.Rules.Rules(), Tiers: p.Config.Tiers, DefaultTier: p.Config.DefaultTier}
 }

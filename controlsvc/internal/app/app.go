@@ -29,7 +29,9 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 )
 
 // App is a running control service.
@@ -42,13 +44,20 @@ type App struct {
 	rdb       redis.UniversalClient
 	svc       *decision.Service
 	overrides *overrides.Store
+	ruleset   *ruleset.Store
 	metrics   *metrics.Metrics
 	http      *http.Server
 	ln        net.Listener
 
+	// reloadMu guards file and runtime: the policy is always compiled from
+	// the two together.
 	reloadMu sync.Mutex
+	file     *config.Config   // the file and environment, as last loaded
+	runtime  ruleset.Snapshot // rules and tiers managed at runtime
+	refused  int64            // a shared version that did not compile
 	version  atomic.Int64
 	onReload func(error)
+	onChange func(version int64)
 }
 
 // OnReload registers f to be called after every reload attempt with its
@@ -68,18 +77,20 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb}
+	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb, file: cfg}
 	a.metrics = metrics.New(rdb.PoolStats)
 	policy, err := decision.Compile(cfg, a.nextVersion())
 	if err != nil {
 		return nil, fmt.Errorf("compile config: %w", err)
 	}
 	a.overrides = overrides.New(rdb)
+	a.ruleset = ruleset.New(rdb)
 	keys := apikeys.New(rdb, time.Now)
 	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMS) * time.Millisecond}, policy)
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
-	ops := admin.New(admin.Deps{Keys: keys, Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now})
+	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
+		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	srv := server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 
@@ -88,9 +99,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	if err := lim.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start; scripts load on first use", "err", err)
 	}
-	if err := a.overrides.Refresh(ctx); err != nil {
-		log.Warn("overrides not loaded at start", "err", err)
-	}
+	a.refresh(ctx, -1)
 	log.Info("control service ready", "redis_topology", topology, "redis_url", config.RedactURL(cfg.RedisURL),
 		"failure_mode", cfg.FailureMode, "tiers", len(cfg.Tiers), "rules", len(cfg.Rules), "admin_api", cfg.AdminToken != "")
 	return a, nil
@@ -122,7 +131,8 @@ func (a *App) Metrics() *metrics.Metrics { return a.metrics }
 func (a *App) Serve(ctx context.Context) error {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
-	go a.overrides.Run(bg, time.Duration(a.cfg.OverrideRefreshMS)*time.Millisecond, a.log)
+	w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
+	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMS)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.ln) }()
 	a.log.Info("listening", "addr", a.Addr())
@@ -155,14 +165,12 @@ func (a *App) Reload() (err error) {
 	}
 	cfg, err := config.Load(a.cfgPath, a.lookup)
 	if err == nil {
-		var p *decision.Policy
-		if p, err = decision.Compile(cfg, a.nextVersion()); err == nil {
+		if err = a.applyLocked(cfg, a.runtime); err == nil {
 			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMS != a.cfg.RedisTimeoutMS {
 				a.log.Warn("listen and redis settings changed; they take effect on restart")
 			}
-			a.svc.SetPolicy(p)
 			a.metrics.ConfigReloads.WithLabelValues("success").Inc()
-			a.log.Info("config reloaded", "version", p.Rules.Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))
+			a.log.Info("config reloaded", "version", a.svc.Policy().Rules.Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))
 			return nil
 		}
 	}

@@ -38,6 +38,8 @@ type service struct {
 	cfgPath string
 	logs    *syncBuffer
 	reloads chan error
+	// applied receives each shared-state version the replica applied.
+	applied chan int64
 }
 
 type syncBuffer struct {
@@ -95,6 +97,13 @@ func startServiceOn(t *testing.T, r *redistest.Server, redisURL, toml string, en
 	}
 	reloads := make(chan error, 16)
 	a.OnReload(func(err error) { reloads <- err })
+	applied := make(chan int64, 256)
+	a.OnChange(func(v int64) {
+		select {
+		case applied <- v:
+		default: // a test that does not read them must not block the replica
+		}
+	})
 	if err := a.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +116,7 @@ func startServiceOn(t *testing.T, r *redistest.Server, redisURL, toml string, en
 			t.Errorf("serve: %v", err)
 		}
 	})
-	s := &service{t: t, app: a, base: "http://" + a.Addr(), redis: r, cfgPath: path, logs: logs, reloads: reloads}
+	s := &service{t: t, app: a, base: "http://" + a.Addr(), redis: r, cfgPath: path, logs: logs, reloads: reloads, applied: applied}
 	if r != nil {
 		s.rdb = redis.NewClient(&redis.Options{Addr: r.Addr})
 		t.Cleanup(func() { s.rdb.Close() })

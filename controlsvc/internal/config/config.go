@@ -67,8 +67,9 @@ type Config struct {
 	Exemptions       Exemptions      `toml:"exemptions"`
 	Tiers            []Tier          `toml:"tiers"`
 	Rules            []rules.Rule    `toml:"rules"`
-	// OverrideRefreshMS is how often overrides set through the API by other
-	// instances are picked up.
+	// OverrideRefreshMS is how often a replica compares the shared version
+	// of runtime rules, tiers and overrides with the one it applied: the
+	// backstop for a change announcement it missed.
 	OverrideRefreshMS int `toml:"override_refresh_ms"`
 }
 
@@ -101,6 +102,9 @@ type Exemptions struct {
 
 // Tier is a named quota for callers without a matching rule.
 type Tier struct {
+	// ID is the tier's number in the admin API (tier_id); a file tier
+	// without one gets its position, 1-based.
+	ID            int             `json:"tier_id" toml:"id"`
 	Name          string          `json:"name" toml:"name"`
 	Limit         int64           `json:"limit" toml:"limit"`
 	WindowSeconds int64           `json:"window_seconds" toml:"window_seconds"`
@@ -119,8 +123,8 @@ func Default() Config {
 	c := Config{
 		Penalties: Penalties{Multipliers: []int64{1, 2, 4, 8}},
 		Tiers: []Tier{
-			{Name: "free", Limit: 100, WindowSeconds: 60},
-			{Name: "premium", Limit: 1000, WindowSeconds: 60},
+			{ID: 1, Name: "free", Limit: 100, WindowSeconds: 60},
+			{ID: 2, Name: "premium", Limit: 1000, WindowSeconds: 60},
 		},
 	}
 	for _, st := range Settings {
@@ -160,8 +164,19 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := applyEnv(&cfg, lookup); err != nil {
 		return nil, err
 	}
+	for i := range cfg.Tiers {
+		if cfg.Tiers[i].ID == 0 {
+			cfg.Tiers[i].ID = i + 1
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	for i := range cfg.Rules {
+		// Numbers name the rules made through the admin API.
+		if id := cfg.Rules[i].ID; strings.Trim(id, "0123456789") == "" {
+			return nil, fmt.Errorf("invalid config: %w", fielderr.New(fmt.Sprintf("rules[%d].id", i), "%q is a number; numbers are the ids of rules made through the admin API", id))
+		}
 	}
 	return &cfg, nil
 }
@@ -229,6 +244,9 @@ func (c *Config) validateTiers() error {
 		at := fmt.Sprintf("tiers[%d]", i)
 		if slices.Contains(c.tierNames()[:i], c.Tiers[i].Name) {
 			return fielderr.New(at+".name", "%q is defined twice", c.Tiers[i].Name)
+		}
+		if id := c.Tiers[i].ID; id < 1 || slices.ContainsFunc(c.Tiers[:i], func(t Tier) bool { return t.ID == id }) {
+			return fielderr.New(at+".id", "%d must be a positive number no other tier has", id)
 		}
 		if err := c.Tiers[i].validate(); err != nil {
 			return fielderr.At(at, err)

@@ -149,6 +149,7 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"token with a space", "", map[string]string{"TOLLGATE_ADMIN_TOKEN": strings.Repeat("k", 32) + " x"}, "admin_token: must be printable"},
 		{"public listen without decision token", `listen = "0.0.0.0:8081"`, nil, "decision_token: is required"},
 		{"adhoc limit", "max_adhoc_limit = 0", nil, "max_adhoc_limit:"},
+		{"numeric rule id", "[[rules]]\nid = \"12\"\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1", nil, "rules[0].id: \"12\" is a number"},
 		{"endpoint above its tier", "[[tiers]]\nname = \"free\"\nlimit = 5\nwindow_seconds = 60\n[tiers.endpoints]\n\"/api\" = 50", nil, `tiers[0].endpoints["/api"]: 50 is above the tier's limit (5)`},
 		{"redis url of another scheme", `redis_url = "http://x"`, nil, "redis_url: redis url: unknown scheme"},
 		{"redis url with an unknown parameter", `redis_url = "redis://127.0.0.1:6379/0?colour=red"`, nil, "redis_url: redis url: unknown parameter"},

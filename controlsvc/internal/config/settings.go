@@ -60,7 +60,7 @@ var Settings = []Setting{
 	// The violation log keeps at most MaxViolations entries (its work per
 	// denial is bounded), so a higher threshold could never be reached.
 	integer("penalties.violation_threshold", 3, 1, MaxViolations, "violations in the window before penalties apply", func(c *Config) *int64 { return &c.Penalties.ViolationThreshold }),
-	integer("override_refresh_ms", 5000, 100, 3_600_000, "how often overrides set through other instances are picked up", func(c *Config) *int { return &c.OverrideRefreshMS }),
+	integer("override_refresh_ms", 1000, 100, 3_600_000, "how often a replica checks the shared version of rules, tiers and overrides, in case it missed a change's announcement (changes otherwise apply at once)", func(c *Config) *int { return &c.OverrideRefreshMS }),
 }
 
 func algorithmNames() []string {

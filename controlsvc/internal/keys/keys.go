@@ -65,6 +65,22 @@ func OverrideField(identity, endpoint string) string {
 	return escape(identity, true) + " " + escape(endpoint, true)
 }
 
+// The rules and tiers operators manage at runtime share one hash tag, so a
+// change and its version bump are one transaction on a cluster too.
+const (
+	// AdminRules is the hash of runtime rules: rule id -> JSON.
+	AdminRules = Prefix + "{admin}:rules"
+	// AdminTiers is the hash of runtime tiers: tier id -> JSON.
+	AdminTiers = Prefix + "{admin}:tiers"
+	// AdminRuleSeq issues rule ids.
+	AdminRuleSeq = Prefix + "{admin}:rule_seq"
+	// AdminVersion counts every change to rules, tiers and overrides:
+	// replicas compare it to notice a change whose notification they missed.
+	AdminVersion = Prefix + "{admin}:version"
+	// AdminChanges is the pub/sub channel a change is announced on.
+	AdminChanges = Prefix + "{admin}:changes"
+)
+
 // APIKey is the record of an API key, found by the hex SHA-256 of the raw key.
 func APIKey(hashHex string) string { return Prefix + "apikey:" + hashHex }
 

@@ -76,7 +76,38 @@ func New(d Deps) *Server {
 	})))
 	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
 	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
-	e.GET("/admin/v1/rules", operator(func(c echo.Context) error { return c.JSON(http.StatusOK, s.admin.Rules()) }))
+	e.GET("/admin/v1/rules", operator(func(c echo.Context) error { return c.JSON(http.StatusOK, s.admin.RuleSet()) }))
+	const rulesPath = "/admin/v1/rate-limit-rules"
+	e.POST(rulesPath, operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
+		return s.admin.CreateRule(c.Request().Context(), req)
+	})))
+	e.GET(rulesPath, operator(func(c echo.Context) error {
+		list, err := s.admin.Rules(c.Request().Context(), c.QueryParam("tier_id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &list)
+	}))
+	e.GET(rulesPath+"/:id", operator(idRoute(s.admin.Rule)))
+	e.PUT(rulesPath+"/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
+		return s.admin.UpdateRule(c.Request().Context(), c.Param("id"), req)
+	})))
+	e.DELETE(rulesPath+"/:id", operator(func(c echo.Context) error {
+		if err := s.admin.DeleteRule(c.Request().Context(), c.Param("id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}))
+	e.GET("/admin/v1/tiers", operator(func(c echo.Context) error {
+		list, err := s.admin.Tiers(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &list)
+	}))
+	e.PUT("/admin/v1/tiers/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.TierBody) (admin.TierView, error) {
+		return s.admin.PutTier(c.Request().Context(), c.Param("id"), req)
+	})))
 	return s
 }
 

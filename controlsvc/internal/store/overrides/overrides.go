@@ -6,13 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
@@ -27,8 +27,8 @@ type Override struct {
 }
 
 // Store keeps every override in memory, read from one Redis hash. Writes go
-// to Redis and to memory at once; other instances' writes arrive with the next
-// refresh. Overrides are few (set by operators), so a full read is cheap, and
+// to Redis and to memory at once, and are announced; other replicas refresh
+// on the announcement (package changes). Overrides are few (set by operators), so a full read is cheap, and
 // the hot path never waits on Redis for them.
 type Store struct {
 	rdb redis.UniversalClient
@@ -65,7 +65,9 @@ func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override)
 	o.mu.Lock()
 	o.m[field] = ov
 	o.mu.Unlock()
-	return nil
+	// Other replicas reload on the announcement; the override is stored,
+	// so a failed announcement only delays them to their version check.
+	return changes.Bump(ctx, o.rdb)
 }
 
 // Refresh re-reads every override from Redis.
@@ -86,20 +88,4 @@ func (o *Store) Refresh(ctx context.Context) error {
 	o.m = m
 	o.mu.Unlock()
 	return nil
-}
-
-// Run refreshes every interval until ctx ends.
-func (o *Store) Run(ctx context.Context, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := o.Refresh(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("refresh overrides", "err", err)
-			}
-		}
-	}
 }

@@ -1,0 +1,371 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// RuleBody is a rule as the admin API reads it: the seed's fields and ours
+// (scope, methods, burst, cost, action, per_endpoint). Pointers tell an
+// absent field from a zero, so PUT updates only what it names.
+type RuleBody struct {
+	TierID          *int     `json:"tier_id"`
+	EndpointPattern *string  `json:"endpoint_pattern"`
+	Algorithm       *string  `json:"algorithm"`
+	Limit           *int64   `json:"limit"`
+	WindowSeconds   *int64   `json:"window_seconds"`
+	Priority        *int     `json:"priority"`
+	IsActive        *bool    `json:"is_active"`
+	Scope           *string  `json:"scope"`
+	Methods         []string `json:"methods"`
+	Burst           *int64   `json:"burst"`
+	Cost            *int64   `json:"cost"`
+	Action          *string  `json:"action"`
+	PerEndpoint     *bool    `json:"per_endpoint"`
+}
+
+// RuleView is a rule as the admin API shows it. rule_id is a number for a
+// rule made through the API and the file's id (a string) for a rule of the
+// config file, which is read-only here.
+type RuleView struct {
+	RuleID          any        `json:"rule_id"`
+	TierID          int        `json:"tier_id,omitempty"`
+	TierName        string     `json:"tier_name,omitempty"`
+	EndpointPattern string     `json:"endpoint_pattern"`
+	Algorithm       string     `json:"algorithm"`
+	Limit           int64      `json:"limit"`
+	WindowSeconds   int64      `json:"window_seconds"`
+	Priority        int        `json:"priority"`
+	IsActive        bool       `json:"is_active"`
+	Scope           string     `json:"scope"`
+	Methods         []string   `json:"methods,omitempty"`
+	Burst           int64      `json:"burst,omitempty"`
+	Cost            int64      `json:"cost,omitempty"`
+	Action          string     `json:"action"`
+	PerEndpoint     bool       `json:"per_endpoint"`
+	ReadOnly        bool       `json:"read_only"`
+	CreatedAt       *time.Time `json:"created_at,omitempty"`
+	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
+}
+
+// RuleList is a page of rules.
+type RuleList struct {
+	TierID   int        `json:"tier_id,omitempty"`
+	TierName string     `json:"tier_name,omitempty"`
+	Rules    []RuleView `json:"rules"`
+	Total    int        `json:"total"`
+}
+
+// Rules lists the live rules, the file's first, optionally only those that
+// apply to one tier (rules naming no tier apply to every tier).
+func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
+	snap, err := s.load(ctx)
+	if err != nil {
+		return RuleList{}, err
+	}
+	p := s.policy()
+	var out RuleList
+	tierName := ""
+	if tierID != "" {
+		id, err := strconv.Atoi(tierID)
+		t := findTier(p.Config.Tiers, id)
+		if err != nil || t == nil {
+			return RuleList{}, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no tier with that tier_id")
+		}
+		out.TierID, out.TierName, tierName = t.ID, t.Name, t.Name
+	}
+	runtime := map[string]ruleset.Rule{}
+	for _, r := range snap.Rules {
+		runtime[r.ID] = r
+	}
+	for _, r := range p.Rules.Rules() {
+		if tierName != "" && len(r.Tiers) > 0 && !slices.Contains(r.Tiers, tierName) {
+			continue
+		}
+		if rr, ok := runtime[r.ID]; ok {
+			out.Rules = append(out.Rules, viewOf(&rr, p.Config.Tiers))
+			continue
+		}
+		out.Rules = append(out.Rules, viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers))
+	}
+	if out.Rules == nil {
+		out.Rules = []RuleView{}
+	}
+	out.Total = len(out.Rules)
+	return out, nil
+}
+
+// Rule returns one rule.
+func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
+	p := s.policy()
+	for _, r := range p.Rules.Rules() {
+		if r.ID != id {
+			continue
+		}
+		if !runtimeID(id) {
+			return viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers), nil
+		}
+		break
+	}
+	rr, err := s.runtimeRule(ctx, id)
+	if err != nil {
+		return RuleView{}, err
+	}
+	return viewOf(rr, p.Config.Tiers), nil
+}
+
+// CreateRule adds a rule. An invalid rule is refused with its field named and
+// changes nothing.
+func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, error) {
+	for field, missing := range map[string]bool{"endpoint_pattern": body.EndpointPattern == nil, "limit": body.Limit == nil, "window_seconds": body.WindowSeconds == nil} {
+		if missing {
+			return RuleView{}, apierr.Invalid(field, "is required")
+		}
+	}
+	p := s.policy()
+	now := s.now().UTC().Truncate(time.Second)
+	r := ruleset.Rule{Rule: rules.Rule{Scope: rules.ScopeIdentity, Algorithm: p.Config.DefaultAlgorithm}, CreatedAt: now, UpdatedAt: now}
+	if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
+		return RuleView{}, aerr
+	}
+	snap, err := s.load(ctx)
+	if err != nil {
+		return RuleView{}, err
+	}
+	// Validate before an id is spent: a refused rule changes nothing.
+	r.ID = "0"
+	if aerr := s.check(append(slices.Clone(snap.Rules), r), snap); aerr != nil {
+		return RuleView{}, aerr
+	}
+	n, err := s.rules.NextRuleID(ctx)
+	if err != nil {
+		return RuleView{}, s.unavailable("rules", err)
+	}
+	r.ID = strconv.FormatInt(n, 10)
+	if err := s.rules.PutRule(ctx, r); err != nil {
+		return RuleView{}, s.unavailable("rules", err)
+	}
+	s.log.Info("rule created", "rule_id", r.ID, "endpoint_pattern", r.Path, "limit", r.Limit, "window_seconds", r.WindowSeconds)
+	s.changed(ctx)
+	return viewOf(&r, p.Config.Tiers), nil
+}
+
+// UpdateRule changes the fields the body names (a partial update).
+func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (RuleView, error) {
+	cur, err := s.runtimeRule(ctx, id)
+	if err != nil {
+		return RuleView{}, err
+	}
+	p := s.policy()
+	r := *cur
+	r.Tiers, r.Methods = slices.Clone(r.Tiers), slices.Clone(r.Methods)
+	if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
+		return RuleView{}, aerr
+	}
+	r.UpdatedAt = s.now().UTC().Truncate(time.Second)
+	snap, err := s.load(ctx)
+	if err != nil {
+		return RuleView{}, err
+	}
+	next := slices.Clone(snap.Rules)
+	for i := range next {
+		if next[i].ID == id {
+			next[i] = r
+		}
+	}
+	if aerr := s.check(next, snap); aerr != nil {
+		return RuleView{}, aerr
+	}
+	if err := s.rules.PutRule(ctx, r); err != nil {
+		return RuleView{}, s.unavailable("rules", err)
+	}
+	s.log.Info("rule updated", "rule_id", r.ID)
+	s.changed(ctx)
+	return viewOf(&r, p.Config.Tiers), nil
+}
+
+// DeleteRule removes a runtime rule.
+func (s *Service) DeleteRule(ctx context.Context, id string) error {
+	if _, err := s.runtimeRule(ctx, id); err != nil {
+		return err
+	}
+	if err := s.rules.DeleteRule(ctx, id); err != nil {
+		if errors.Is(err, ruleset.ErrNotFound) {
+			return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
+		}
+		return s.unavailable("rules", err)
+	}
+	s.log.Info("rule deleted", "rule_id", id)
+	s.changed(ctx)
+	return nil
+}
+
+// runtimeRule finds a rule the API may change: 409 READ_ONLY for a rule of
+// the config file, 404 for none.
+func (s *Service) runtimeRule(ctx context.Context, id string) (*ruleset.Rule, error) {
+	if !runtimeID(id) {
+		for _, r := range s.policy().Rules.Rules() {
+			if r.ID == id {
+				return nil, apierr.New(apierr.KindConflict, wire.CodeReadOnly, "rule "+strconv.Quote(id)+" comes from the config file; change it there")
+			}
+		}
+		return nil, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
+	}
+	snap, err := s.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range snap.Rules {
+		if snap.Rules[i].ID == id {
+			return &snap.Rules[i], nil
+		}
+	}
+	return nil, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
+}
+
+var decimal = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
+
+// runtimeID reports whether id is one the API issues (a decimal number).
+func runtimeID(id string) bool { return decimal.MatchString(id) }
+
+// apply sets the fields the body names on r.
+func apply(r *ruleset.Rule, b *RuleBody, tiers []config.Tier) *apierr.Error {
+	if b.TierID != nil {
+		r.TierID, r.Tiers = 0, nil
+		if *b.TierID != 0 {
+			t := findTier(tiers, *b.TierID)
+			if t == nil {
+				return apierr.Invalid("tier_id", fmt.Sprintf("%d is not a tier", *b.TierID))
+			}
+			r.TierID, r.Tiers = t.ID, []string{t.Name}
+		}
+	}
+	set(&r.Path, b.EndpointPattern)
+	if b.Algorithm != nil {
+		r.Algorithm = rules.Algorithm(*b.Algorithm)
+	}
+	set(&r.Limit, b.Limit)
+	set(&r.WindowSeconds, b.WindowSeconds)
+	set(&r.Priority, b.Priority)
+	if b.IsActive != nil {
+		active := *b.IsActive
+		r.Enabled = &active
+	}
+	if b.Scope != nil {
+		r.Scope = rules.Scope(*b.Scope)
+	}
+	if b.Methods != nil {
+		r.Methods = b.Methods
+	}
+	set(&r.Burst, b.Burst)
+	set(&r.Cost, b.Cost)
+	if b.Action != nil {
+		r.Action = rules.Action(*b.Action)
+	}
+	set(&r.PerEndpoint, b.PerEndpoint)
+	return nil
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// check validates runtime rules (with the stored tiers) laid over the file.
+func (s *Service) check(next []ruleset.Rule, snap ruleset.Snapshot) *apierr.Error {
+	snap.Rules = next
+	return s.checkSnapshot(snap)
+}
+
+func (s *Service) checkSnapshot(snap ruleset.Snapshot) *apierr.Error {
+	err := s.validate(snap)
+	if err == nil {
+		return nil
+	}
+	fe, ok := fielderr.As(err)
+	if !ok {
+		return apierr.Invalid("body", err.Error())
+	}
+	return apierr.InvalidField(&fielderr.Error{Field: apiField(fe.Field), Reason: fe.Reason})
+}
+
+var itemPrefix = regexp.MustCompile(`^(rules|tiers)\[\d+\]\.?`)
+
+// apiField names a field of a composed config the way the admin API spells
+// it: "rules[7].path" is endpoint_pattern.
+func apiField(f string) string {
+	f = itemPrefix.ReplaceAllString(f, "")
+	switch {
+	case f == "path":
+		return "endpoint_pattern"
+	case f == "enabled":
+		return "is_active"
+	case f == "id":
+		return "rule_id"
+	case strings.HasPrefix(f, "tiers"):
+		return "tier_id"
+	case f == "":
+		return "body"
+	}
+	return f
+}
+
+func (s *Service) load(ctx context.Context) (ruleset.Snapshot, error) {
+	snap, _, err := s.rules.Load(ctx)
+	if err != nil {
+		return ruleset.Snapshot{}, s.unavailable("rules", err)
+	}
+	return snap, nil
+}
+
+func (s *Service) unavailable(op string, err error) error {
+	s.m.RedisErrors.WithLabelValues(op).Inc()
+	return apierr.Unavailable("could not reach the rule store", err)
+}
+
+func findTier(tiers []config.Tier, id int) *config.Tier {
+	for i := range tiers {
+		if tiers[i].ID == id {
+			return &tiers[i]
+		}
+	}
+	return nil
+}
+
+func viewOf(r *ruleset.Rule, tiers []config.Tier) RuleView {
+	v := RuleView{
+		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
+		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost,
+		Action: string(r.Action), PerEndpoint: r.PerEndpoint, ReadOnly: !runtimeID(r.ID),
+	}
+	if v.Action == "" {
+		v.Action = string(rules.ActionReject)
+	}
+	if n, err := strconv.ParseInt(r.ID, 10, 64); err == nil && runtimeID(r.ID) {
+		v.RuleID = n
+		v.CreatedAt, v.UpdatedAt = &r.CreatedAt, &r.UpdatedAt
+	}
+	if len(r.Tiers) == 1 {
+		v.TierName = r.Tiers[0]
+		for _, t := range tiers {
+			if t.Name == r.Tiers[0] {
+				v.TierID = t.ID
+			}
+		}
+	}
+	return v
+}

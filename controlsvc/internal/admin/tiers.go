@@ -1,0 +1,99 @@
+package admin
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// TierBody is a tier as PUT /admin/v1/tiers/{tier_id} reads it: the whole
+// tier (the id is the path's).
+type TierBody struct {
+	Name          string           `json:"name"`
+	Limit         int64            `json:"limit"`
+	WindowSeconds int64            `json:"window_seconds"`
+	Algorithm     string           `json:"algorithm"`
+	Burst         int64            `json:"burst"`
+	PerEndpoint   *bool            `json:"per_endpoint"`
+	Endpoints     map[string]int64 `json:"endpoints"`
+	Description   string           `json:"description"`
+}
+
+// TierView is a tier as the admin API shows it; a tier of the config file is
+// read-only here.
+type TierView struct {
+	config.Tier
+	ReadOnly  bool       `json:"read_only"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+}
+
+// TierList is every tier.
+type TierList struct {
+	Tiers       []TierView `json:"tiers"`
+	DefaultTier string     `json:"default_tier"`
+	Total       int        `json:"total"`
+}
+
+// Tiers lists every live tier, the file's first.
+func (s *Service) Tiers(ctx context.Context) (TierList, error) {
+	snap, err := s.load(ctx)
+	if err != nil {
+		return TierList{}, err
+	}
+	p := s.policy()
+	out := TierList{DefaultTier: p.Config.DefaultTier, Tiers: []TierView{}}
+	for _, t := range p.Config.Tiers {
+		v := TierView{Tier: t, ReadOnly: true}
+		if i := slices.IndexFunc(snap.Tiers, func(r ruleset.Tier) bool { return r.ID == t.ID }); i >= 0 {
+			v.ReadOnly, v.UpdatedAt = false, &snap.Tiers[i].UpdatedAt
+		}
+		out.Tiers = append(out.Tiers, v)
+	}
+	out.Total = len(out.Tiers)
+	return out, nil
+}
+
+// PutTier creates or replaces a runtime tier. A tier of the config file is
+// refused (409 READ_ONLY); an invalid tier is refused with its field named
+// and changes nothing.
+func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (TierView, error) {
+	id, err := strconv.Atoi(rawID)
+	if err != nil || id < 1 || id > 1_000_000 {
+		return TierView{}, apierr.Invalid("tier_id", "must be a number in 1..1000000")
+	}
+	snap, err := s.load(ctx)
+	if err != nil {
+		return TierView{}, err
+	}
+	runtime := slices.IndexFunc(snap.Tiers, func(t ruleset.Tier) bool { return t.ID == id })
+	if t := findTier(s.policy().Config.Tiers, id); t != nil && runtime < 0 {
+		return TierView{}, apierr.New(apierr.KindConflict, wire.CodeReadOnly, "tier "+strconv.Itoa(id)+" comes from the config file; change it there")
+	}
+	t := ruleset.Tier{Tier: config.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
+		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, Endpoints: body.Endpoints,
+		Description: body.Description}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
+	next := slices.Clone(snap.Tiers)
+	if runtime >= 0 {
+		next[runtime] = t
+	} else {
+		next = append(next, t)
+	}
+	cand := snap
+	cand.Tiers = next
+	if aerr := s.checkSnapshot(cand); aerr != nil {
+		return TierView{}, aerr
+	}
+	if err := s.rules.PutTier(ctx, t); err != nil {
+		return TierView{}, s.unavailable("tiers", err)
+	}
+	s.log.Info("tier stored", "tier_id", id, "name", t.Name, "limit", t.Limit, "window_seconds", t.WindowSeconds)
+	s.changed(ctx)
+	return TierView{Tier: t.Tier, UpdatedAt: &t.UpdatedAt}, nil
+}

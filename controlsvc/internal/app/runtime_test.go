@@ -1,0 +1,217 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
+)
+
+// replicas starts n control services on one Redis. Their version check is
+// a minute apart, so a change that reaches one within the test's wait came
+// through the announcement, not the backstop.
+func replicas(t *testing.T, n int, toml string) []*service {
+	t.Helper()
+	r := redistest.Start(t)
+	out := make([]*service, n)
+	for i := range out {
+		out[i] = startServiceOn(t, r, "redis://"+r.Addr+"/0", toml, map[string]string{"TOLLGATE_OVERRIDE_REFRESH_MS": "60000"})
+	}
+	return out
+}
+
+// awaitVersion waits until s has applied the shared version Redis holds now.
+func awaitVersion(t *testing.T, s *service) {
+	t.Helper()
+	want, err := s.rdb.Get(context.Background(), keys.AdminVersion).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second) // a bound on a hang, not a speed target
+	for {
+		select {
+		case v := <-s.applied:
+			if v >= want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("replica never applied shared version %d", want)
+		}
+	}
+}
+
+// A rule created on one replica decides the next request on another.
+func TestRuleCreatedOnOneReplicaDecidesOnTheOther(t *testing.T) {
+	rs := replicas(t, 2, "")
+	a, b := rs[0], rs[1]
+	r := a.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{
+		"tier_id": 1, "endpoint_pattern": "/api/v1/uploads", "algorithm": "fixed_window", "limit": 1, "window_seconds": 60})
+	if r.status != 201 {
+		t.Fatalf("create rule: %d %s", r.status, r.body)
+	}
+	awaitVersion(t, b)
+	id := fmt.Sprint(r.json(t)["rule_id"])
+	req := map[string]any{"user_id": "uploader", "endpoint": "/api/v1/uploads"}
+	if first, second := b.check(req), b.check(req); first.status != 200 || second.status != 429 || second.json(t)["rule_id"] != id {
+		t.Fatalf("replica b after the rule: %d then %d %s", first.status, second.status, second.body)
+	}
+	// Deleted on b, gone on a.
+	if d := b.admin("DELETE", "/admin/v1/rate-limit-rules/"+id, nil); d.status != 204 {
+		t.Fatalf("delete: %d %s", d.status, d.body)
+	}
+	awaitVersion(t, a)
+	if c := a.check(map[string]any{"user_id": "uploader2", "endpoint": "/api/v1/uploads"}); c.status != 200 || c.json(t)["rule_id"] == id {
+		t.Fatalf("replica a still decides with the deleted rule: %s", c.body)
+	}
+}
+
+// The rules API in the seed's shape, and what it refuses.
+func TestRuleAPI(t *testing.T) {
+	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/api/v1/auth/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow_seconds = 60\n", nil)
+	create := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{
+		"tier_id": 1, "endpoint_pattern": "/api/v1/uploads", "algorithm": "token_bucket", "limit": 50, "window_seconds": 60, "priority": 50})
+	m := create.json(t)
+	if create.status != 201 || m["tier_id"] != 1.0 || m["endpoint_pattern"] != "/api/v1/uploads" || m["is_active"] != true || m["created_at"] == nil || m["read_only"] != false {
+		t.Fatalf("create: %d %s", create.status, create.body)
+	}
+	id := fmt.Sprint(m["rule_id"])
+	if _, ok := m["rule_id"].(float64); !ok {
+		t.Fatalf("rule_id is not a number: %s", create.body)
+	}
+	list := s.admin("GET", "/admin/v1/rate-limit-rules?tier_id=1", nil).json(t)
+	if list["total"] != 2.0 || list["tier_name"] != "free" {
+		t.Fatalf("list for tier 1: %v", list)
+	}
+	up := s.admin("PUT", "/admin/v1/rate-limit-rules/"+id, map[string]any{"limit": 75, "is_active": true})
+	if um := up.json(t); up.status != 200 || um["limit"] != 75.0 || um["endpoint_pattern"] != "/api/v1/uploads" || um["priority"] != 50.0 {
+		t.Fatalf("partial update: %d %s", up.status, up.body)
+	}
+	for _, tt := range []struct {
+		method, path string
+		body         any
+		status       int
+		code, field  string
+	}{
+		{"PUT", "/admin/v1/rate-limit-rules/login", map[string]any{"limit": 9}, 409, "READ_ONLY", ""},
+		{"DELETE", "/admin/v1/rate-limit-rules/login", nil, 409, "READ_ONLY", ""},
+		{"PUT", "/admin/v1/rate-limit-rules/999", map[string]any{"limit": 9}, 404, "NOT_FOUND", ""},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "algorithm": "leaky", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "algorithm"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "api", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x/", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"tier_id": 77, "endpoint_pattern": "/x", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "tier_id"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "window_seconds": 60}, 400, "INVALID_INPUT", "limit"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 7200}, 400, "INVALID_INPUT", "window_seconds"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 60, "colour": "red"}, 400, "INVALID_INPUT", "colour"},
+		{"PUT", "/admin/v1/rate-limit-rules/" + id, map[string]any{"limit": -1}, 400, "INVALID_INPUT", "limit"},
+	} {
+		before, _ := s.rdb.Get(context.Background(), keys.AdminVersion).Int64()
+		r := s.admin(tt.method, tt.path, tt.body)
+		if r.status != tt.status || r.errorCode(t) != tt.code {
+			t.Errorf("%s %s %v: %d %s; want %d %s", tt.method, tt.path, tt.body, r.status, r.body, tt.status, tt.code)
+			continue
+		}
+		if f, _ := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"].(string); tt.field != "" && f != tt.field {
+			t.Errorf("%s %s %v: names field %q, want %q", tt.method, tt.path, tt.body, f, tt.field)
+		}
+		if after, _ := s.rdb.Get(context.Background(), keys.AdminVersion).Int64(); after != before {
+			t.Errorf("%s %s %v was refused but changed the shared state", tt.method, tt.path, tt.body)
+		}
+	}
+	if got := s.admin("GET", "/admin/v1/rate-limit-rules/"+id, nil).json(t); got["limit"] != 75.0 {
+		t.Fatalf("a refused update changed the rule: %v", got)
+	}
+	if d := s.admin("DELETE", "/admin/v1/rate-limit-rules/"+id, nil); d.status != 204 || len(d.body) != 0 {
+		t.Fatalf("delete: %d %q", d.status, d.body)
+	}
+	if g := s.admin("GET", "/admin/v1/rate-limit-rules/"+id, nil); g.status != 404 {
+		t.Fatalf("get after delete: %d", g.status)
+	}
+	if l := s.admin("GET", "/admin/v1/rate-limit-rules/login", nil).json(t); l["read_only"] != true || l["rule_id"] != "login" {
+		t.Fatalf("file rule: %v", l)
+	}
+}
+
+// Tiers have numbers; a runtime tier decides at once; the file's are
+// read-only; an endpoint limit above its tier is refused.
+func TestTierAPI(t *testing.T) {
+	s := startService(t, "", nil)
+	list := s.admin("GET", "/admin/v1/tiers", nil).json(t)
+	tiers, _ := list["tiers"].([]any)
+	if len(tiers) != 2 || tiers[0].(map[string]any)["tier_id"] != 1.0 || tiers[0].(map[string]any)["read_only"] != true {
+		t.Fatalf("tiers: %v", list)
+	}
+	put := s.admin("PUT", "/admin/v1/tiers/3", map[string]any{"name": "gold", "limit": 2, "window_seconds": 60, "endpoints": map[string]int64{"/api/v1/search": 1}})
+	if put.status != 200 || put.json(t)["name"] != "gold" {
+		t.Fatalf("put tier: %d %s", put.status, put.body)
+	}
+	req := map[string]any{"user_id": "golden", "endpoint": "/api/v1/items", "tier": "gold"}
+	if a, b, c := s.check(req).status, s.check(req).status, s.check(req).status; a != 200 || b != 200 || c != 429 {
+		t.Fatalf("gold tier (2 per minute): %d %d %d", a, b, c)
+	}
+	for _, tt := range []struct {
+		path  string
+		body  map[string]any
+		code  string
+		field string
+	}{
+		{"/admin/v1/tiers/1", map[string]any{"name": "free", "limit": 9, "window_seconds": 60}, "READ_ONLY", ""},
+		{"/admin/v1/tiers/4", map[string]any{"name": "Bad Name", "limit": 9, "window_seconds": 60}, "INVALID_INPUT", "name"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "big", "limit": 5, "window_seconds": 60, "endpoints": map[string]int64{"/x": 50}}, "INVALID_INPUT", `endpoints["/x"]`},
+		{"/admin/v1/tiers/4", map[string]any{"name": "free", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "name"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "slow", "limit": 5, "window_seconds": 0}, "INVALID_INPUT", "window_seconds"},
+		{"/admin/v1/tiers/zero", map[string]any{"name": "x", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "tier_id"},
+	} {
+		r := s.admin("PUT", tt.path, tt.body)
+		if r.errorCode(t) != tt.code {
+			t.Errorf("PUT %s %v: %d %s; want %s", tt.path, tt.body, r.status, r.body, tt.code)
+			continue
+		}
+		if f, _ := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"].(string); tt.field != "" && f != tt.field {
+			t.Errorf("PUT %s %v: names field %q, want %q", tt.path, tt.body, f, tt.field)
+		}
+	}
+}
+
+// Every admin route refuses a missing and a wrong token, and does nothing.
+func TestEveryAdminRouteNeedsTheToken(t *testing.T) {
+	s := startService(t, "", nil)
+	routes := []struct{ method, path string }{
+		{"POST", "/v1/rate-limit/reset"}, {"PUT", "/v1/rate-limit/config"},
+		{"POST", "/admin/v1/api-keys"}, {"GET", "/admin/v1/api-keys/k_1"}, {"POST", "/admin/v1/api-keys/k_1/revoke"},
+		{"GET", "/admin/v1/rules"},
+		{"POST", "/admin/v1/rate-limit-rules"}, {"GET", "/admin/v1/rate-limit-rules"}, {"GET", "/admin/v1/rate-limit-rules/1"},
+		{"PUT", "/admin/v1/rate-limit-rules/1"}, {"DELETE", "/admin/v1/rate-limit-rules/1"},
+		{"GET", "/admin/v1/tiers"}, {"PUT", "/admin/v1/tiers/3"},
+	}
+	body := map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 60, "name": "x", "user_id": "u", "endpoint": "/x"}
+	for _, rt := range routes {
+		for _, auth := range []string{"", "Bearer wrong-" + adminToken} {
+			r := s.do(rt.method, rt.path, body, "Authorization", auth)
+			if r.status != 401 || r.errorCode(t) != "UNAUTHORIZED" {
+				t.Errorf("%s %s with %q: %d %s", rt.method, rt.path, auth, r.status, r.body)
+			}
+		}
+	}
+	if n := s.dbsize(); n != 0 {
+		t.Fatalf("refused admin requests wrote %d keys", n)
+	}
+}
+
+// A change whose announcement a replica missed reaches it at its version
+// check.
+func TestMissedAnnouncementIsCaughtByTheVersionCheck(t *testing.T) {
+	r := redistest.Start(t)
+	s := startServiceOn(t, r, "redis://"+r.Addr+"/0", "", map[string]string{"TOLLGATE_OVERRIDE_REFRESH_MS": "100"})
+	ctx := context.Background()
+	// A tier written straight into the store, with no announcement.
+	s.rdb.HSet(ctx, keys.AdminTiers, "9", `{"tier_id":9,"name":"quiet","limit":1,"window_seconds":60}`)
+	s.rdb.Incr(ctx, keys.AdminVersion)
+	awaitVersion(t, s)
+	req := map[string]any{"user_id": "q", "endpoint": "/x", "tier": "quiet"}
+	if a, b := s.check(req).status, s.check(req).status; a != 200 || b != 429 {
+		t.Fatalf("tier from the version check: %d %d", a, b)
+	}
+}

@@ -1,0 +1,164 @@
+// Package ruleset stores the rules and tiers operators manage at runtime, in
+// Redis so every replica shares them. A change bumps the shared version and
+// is announced (package changes). Decisions never read this store: replicas
+// compile what it holds into their policy when the version moves.
+package ruleset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// Rule is a rule managed at runtime. Its ID is the decimal rule_id.
+type Rule struct {
+	rules.Rule
+	// TierID is the tier the rule applies to (0: every tier).
+	TierID    int       `json:"tier_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Tier is a tier managed at runtime.
+type Tier struct {
+	config.Tier
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Snapshot is everything the store holds, at one version.
+type Snapshot struct {
+	Version int64
+	Rules   []Rule // by rule id
+	Tiers   []Tier // by tier id
+}
+
+// ErrNotFound is returned for a rule that is not in the store.
+var ErrNotFound = errors.New("no such runtime rule")
+
+// Store keeps runtime rules and tiers in Redis.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a store.
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Load reads the whole store. An entry that does not decode is skipped (and
+// reported in the error list's log by the caller): a damaged entry must not
+// take every replica's rules down.
+func (s *Store) Load(ctx context.Context) (Snapshot, []error, error) {
+	var snap Snapshot
+	var bad []error
+	var ruleMap, tierMap *redis.MapStringStringCmd
+	var version *redis.StringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		version = p.Get(ctx, keys.AdminVersion)
+		ruleMap = p.HGetAll(ctx, keys.AdminRules)
+		tierMap = p.HGetAll(ctx, keys.AdminTiers)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return Snapshot{}, nil, fmt.Errorf("load rules and tiers: %w", err)
+	}
+	snap.Version, _ = version.Int64()
+	for id, v := range ruleMap.Val() {
+		var r Rule
+		if err := json.Unmarshal([]byte(v), &r); err != nil || r.ID != id {
+			bad = append(bad, fmt.Errorf("runtime rule %q does not decode", id))
+			continue
+		}
+		snap.Rules = append(snap.Rules, r)
+	}
+	for id, v := range tierMap.Val() {
+		var t Tier
+		if err := json.Unmarshal([]byte(v), &t); err != nil || strconv.Itoa(t.ID) != id {
+			bad = append(bad, fmt.Errorf("runtime tier %q does not decode", id))
+			continue
+		}
+		snap.Tiers = append(snap.Tiers, t)
+	}
+	slices.SortFunc(snap.Rules, func(a, b Rule) int { return cmpID(a.ID, b.ID) })
+	slices.SortFunc(snap.Tiers, func(a, b Tier) int { return a.ID - b.ID })
+	return snap, bad, nil
+}
+
+func cmpID(a, b string) int {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	return int(x - y)
+}
+
+// Version is the store's change counter.
+func (s *Store) Version(ctx context.Context) (int64, error) {
+	v, err := s.rdb.Get(ctx, keys.AdminVersion).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read rules version: %w", err)
+	}
+	return v, nil
+}
+
+// NextRuleID issues a rule id.
+func (s *Store) NextRuleID(ctx context.Context) (int64, error) {
+	id, err := s.rdb.Incr(ctx, keys.AdminRuleSeq).Result()
+	if err != nil {
+		return 0, fmt.Errorf("issue rule id: %w", err)
+	}
+	return id, nil
+}
+
+// PutRule stores a rule (new or replaced).
+func (s *Store) PutRule(ctx context.Context, r Rule) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode rule: %w", err)
+	}
+	return s.change(ctx, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminRules, r.ID, b) })
+}
+
+// DeleteRule removes a rule; ErrNotFound when there was none.
+func (s *Store) DeleteRule(ctx context.Context, id string) error {
+	var del *redis.IntCmd
+	if err := s.change(ctx, func(p redis.Pipeliner) { del = p.HDel(ctx, keys.AdminRules, id) }); err != nil {
+		return err
+	}
+	if del.Val() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// PutTier stores a tier (new or replaced).
+func (s *Store) PutTier(ctx context.Context, t Tier) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("encode tier: %w", err)
+	}
+	return s.change(ctx, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminTiers, strconv.Itoa(t.ID), b) })
+}
+
+// change writes and bumps the version in one transaction (one slot: the keys
+// share a hash tag), then announces the new version.
+func (s *Store) change(ctx context.Context, write func(redis.Pipeliner)) error {
+	var version *redis.IntCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		write(p)
+		version = p.Incr(ctx, keys.AdminVersion)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("store change: %w", err)
+	}
+	return changes.Announce(ctx, s.rdb, version.Val())
+}
