@@ -28,8 +28,8 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 )
