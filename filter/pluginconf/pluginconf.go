@@ -5,12 +5,15 @@ package pluginconf
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
-	"fmt"
+	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/shared/ascii"
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -115,7 +118,10 @@ type Fallback struct {
 	MaxCallers int `json:"max_callers"`
 }
 
-// Parse reads and validates a configuration.
+// Parse reads and validates a configuration. A bad setting is a
+// *fielderr.Error naming it by its JSON path ("lease.request",
+// "jwt.jwks.keys[0].n"); a document that is not one JSON object is a plain
+// error.
 func Parse(data []byte) (*Config, error) {
 	c := &Config{
 		ControlCluster: "controlsvc",
@@ -135,7 +141,7 @@ func Parse(data []byte) (*Config, error) {
 			return nil, describe(err)
 		}
 		if dec.More() {
-			return nil, fmt.Errorf("plugin configuration: data after the JSON object")
+			return nil, errors.New("plugin configuration: data after the JSON object")
 		}
 	}
 	if err := c.validate(); err != nil {
@@ -144,15 +150,17 @@ func Parse(data []byte) (*Config, error) {
 	return c, nil
 }
 
+// describe turns a JSON decoding error into the field it concerns, or into
+// an error of the whole document.
 func describe(err error) error {
 	field, reason := wire.DescribeJSONError(err)
 	if field == "body" {
-		return fmt.Errorf("plugin configuration: %s", reason)
+		return errors.New("plugin configuration: " + reason)
 	}
 	if reason == "is not a known field" {
 		reason = "unknown setting"
 	}
-	return fmt.Errorf("%s: %s", field, reason)
+	return &fielderr.Error{Field: field, Reason: reason}
 }
 
 // Name checks (no regexp: it would add a quarter of a megabyte to the module).
@@ -162,101 +170,131 @@ var (
 	claimChars   = ascii.NewSet("A-Za-z0-9_:./-")
 )
 
-func (c *Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...))
+// validate checks every section and fills the defaults that depend on other
+// settings; the first bad setting is the error.
+func (c *Config) validate() *fielderr.Error {
+	if err := c.validateControl(); err != nil {
+		return err
 	}
+	if err := c.validateCallers(); err != nil {
+		return err
+	}
+	if err := c.Lease.validate(); err != nil {
+		return err.In("lease")
+	}
+	if err := c.Breaker.validate(); err != nil {
+		return err.In("breaker")
+	}
+	if err := c.Fallback.validate(); err != nil {
+		return err.In("fallback")
+	}
+	if c.JWT != nil {
+		if err := c.JWT.validate(); err != nil {
+			return err.In("jwt")
+		}
+	}
+	return nil
+}
+
+// validateControl checks how the filter reaches the control service.
+func (c *Config) validateControl() *fielderr.Error {
 	if !clusterChars.Match(c.ControlCluster, 1, 256) {
-		return bad("control_cluster", "%q is not a cluster name", c.ControlCluster)
+		return fielderr.New("control_cluster", "%q is not a cluster name", c.ControlCluster)
 	}
 	if c.ControlAuthority == "" {
 		c.ControlAuthority = c.ControlCluster
 	}
 	if strings.ContainsAny(c.ControlAuthority, " \r\n\t/") {
-		return bad("control_authority", "%q is not a host", c.ControlAuthority)
+		return fielderr.New("control_authority", "%q is not a host", c.ControlAuthority)
 	}
-	if c.TimeoutMS < 1 || c.TimeoutMS > 60_000 {
-		return bad("timeout_ms", "%d must be in 1..60000", c.TimeoutMS)
+	if err := between("timeout_ms", c.TimeoutMS, 1, 60_000); err != nil {
+		return err
 	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
-		return bad("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
-	}
-	if c.LegacyTrustedProxyDepth != nil {
-		return bad("trusted_proxy_depth", "is no longer read: X-Forwarded-For is trusted only through xff_trusted_hops "+
-			"(the proxies in front of Envoy; 0 uses source.address), see the README's Security model")
-	}
-	if c.XFFTrustedHops < 0 || c.XFFTrustedHops > identity.MaxTrustedHops {
-		return bad("xff_trusted_hops", "%d must be in 0..%d", c.XFFTrustedHops, identity.MaxTrustedHops)
-	}
-	if c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
-		return bad("ipv6_prefix", "%d must be in 32..128", c.IPv6Prefix)
+		return fielderr.New("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
 	}
 	if t := c.DecisionToken; t != "" && (len(t) > 1024 || strings.ContainsAny(t, " \t\r\n,") || !isPrintableASCII(t)) {
-		return bad("decision_token", "must be printable ASCII without spaces or commas, at most 1024 bytes")
+		return fielderr.New("decision_token", "must be printable ASCII without spaces or commas, at most 1024 bytes")
+	}
+	return nil
+}
+
+// validateCallers checks how a request's caller is read: the client
+// address, the API key header and the paths that are not counted.
+func (c *Config) validateCallers() *fielderr.Error {
+	if c.LegacyTrustedProxyDepth != nil {
+		return fielderr.New("trusted_proxy_depth", "is no longer read: X-Forwarded-For is trusted only through xff_trusted_hops "+
+			"(the proxies in front of Envoy; 0 uses source.address), see the README's Security model")
+	}
+	if err := cmp.Or(between("xff_trusted_hops", c.XFFTrustedHops, 0, identity.MaxTrustedHops),
+		between("ipv6_prefix", c.IPv6Prefix, 32, 128)); err != nil {
+		return err
 	}
 	c.APIKeyHeader = strings.ToLower(c.APIKeyHeader)
 	if !headerChars.Match(c.APIKeyHeader, 1, 64) || strings.HasPrefix(c.APIKeyHeader, "x-tollgate-") {
-		return bad("api_key_header", "%q must be a lower-case header name outside x-tollgate-*", c.APIKeyHeader)
+		return fielderr.New("api_key_header", "%q must be a lower-case header name outside x-tollgate-*", c.APIKeyHeader)
 	}
 	for i, p := range c.ExcludedPaths {
 		if err := rules.ValidateGlob(p); err != nil {
-			return bad(fmt.Sprintf("excluded_paths[%d]", i), "%v", err)
+			return fielderr.At("excluded_paths["+strconv.Itoa(i)+"]", err)
 		}
 	}
-	if c.Lease.Request < 0 || c.Lease.Request > 10_000 {
-		return bad("lease.request", "%d must be in 0..10000", c.Lease.Request)
+	return nil
+}
+
+// between is the error of a setting outside lo..hi, or nil.
+func between[T ~int | ~int64 | ~uint32](field string, v, lo, hi T) *fielderr.Error {
+	if v < lo || v > hi {
+		return fielderr.New(field, "%d must be in %d..%d", v, lo, hi)
 	}
-	if c.Lease.Slots < 1 || c.Lease.Slots > 1<<20 {
-		return bad("lease.slots", "%d must be in 1..1048576", c.Lease.Slots)
+	return nil
+}
+
+// The sections' checks, each naming its fields relative to the section.
+// cmp.Or answers the first failed check, in order.
+
+func (l *Lease) validate() *fielderr.Error {
+	return cmp.Or(between("request", l.Request, 0, 10_000), between("slots", l.Slots, 1, 1<<20))
+}
+
+func (b *Breaker) validate() *fielderr.Error {
+	return cmp.Or(between("failures", b.Failures, 1, 1000), between("cooldown_ms", b.CooldownMS, 10, 600_000))
+}
+
+func (f *Fallback) validate() *fielderr.Error {
+	if f.Limit < 1 {
+		return fielderr.New("limit", "%d must be > 0", f.Limit)
 	}
-	if c.Breaker.Failures < 1 || c.Breaker.Failures > 1000 {
-		return bad("breaker.failures", "%d must be in 1..1000", c.Breaker.Failures)
+	return cmp.Or(between("window_seconds", f.WindowSeconds, 1, 3600), between("max_callers", f.MaxCallers, 1, 1_000_000))
+}
+
+// validate fills the claim names and cache size by default and parses the
+// key set into Keys.
+func (j *JWT) validate() *fielderr.Error {
+	j.SubjectClaim = cmp.Or(j.SubjectClaim, "sub")
+	j.TierClaim = cmp.Or(j.TierClaim, "tier")
+	j.TenantClaim = cmp.Or(j.TenantClaim, "tenant")
+	for _, claim := range []struct{ field, name string }{
+		{"subject_claim", j.SubjectClaim}, {"tier_claim", j.TierClaim}, {"tenant_claim", j.TenantClaim},
+	} {
+		if !claimChars.Match(claim.name, 1, 64) {
+			return fielderr.New(claim.field, "%q is not a claim name", claim.name)
+		}
 	}
-	if c.Breaker.CooldownMS < 10 || c.Breaker.CooldownMS > 600_000 {
-		return bad("breaker.cooldown_ms", "%d must be in 10..600000", c.Breaker.CooldownMS)
+	if j.CacheSize == 0 {
+		j.CacheSize = 1024
 	}
-	if c.Fallback.Limit < 1 {
-		return bad("fallback.limit", "%d must be > 0", c.Fallback.Limit)
+	if err := cmp.Or(between("cache_size", j.CacheSize, 1, 1<<20), between("leeway_seconds", j.LeewaySeconds, 0, 600)); err != nil {
+		return err
 	}
-	if c.Fallback.WindowSeconds < 1 || c.Fallback.WindowSeconds > 3600 {
-		return bad("fallback.window_seconds", "%d must be in 1..3600", c.Fallback.WindowSeconds)
+	if len(j.JWKS) == 0 {
+		return fielderr.New("jwks", "is required with jwt")
 	}
-	if c.Fallback.MaxCallers < 1 || c.Fallback.MaxCallers > 1_000_000 {
-		return bad("fallback.max_callers", "%d must be in 1..1000000", c.Fallback.MaxCallers)
+	ks, err := jwt.ParseJWKS(j.JWKS)
+	if err != nil {
+		return err
 	}
-	if j := c.JWT; j != nil {
-		if j.SubjectClaim == "" {
-			j.SubjectClaim = "sub"
-		}
-		if j.TierClaim == "" {
-			j.TierClaim = "tier"
-		}
-		if j.TenantClaim == "" {
-			j.TenantClaim = "tenant"
-		}
-		for field, v := range map[string]string{"jwt.subject_claim": j.SubjectClaim, "jwt.tier_claim": j.TierClaim, "jwt.tenant_claim": j.TenantClaim} {
-			if !claimChars.Match(v, 1, 64) {
-				return bad(field, "%q is not a claim name", v)
-			}
-		}
-		if j.CacheSize == 0 {
-			j.CacheSize = 1024
-		}
-		if j.CacheSize < 1 || j.CacheSize > 1<<20 {
-			return bad("jwt.cache_size", "%d must be in 1..1048576", j.CacheSize)
-		}
-		if j.LeewaySeconds < 0 || j.LeewaySeconds > 600 {
-			return bad("jwt.leeway_seconds", "%d must be in 0..600", j.LeewaySeconds)
-		}
-		if len(j.JWKS) == 0 {
-			return bad("jwt.jwks", "is required with jwt")
-		}
-		ks, err := jwt.ParseJWKS(j.JWKS)
-		if err != nil {
-			return fmt.Errorf("jwt.jwks%w", err)
-		}
-		j.Keys = ks
-	}
+	j.Keys = ks
 	return nil
 }
 

@@ -3,6 +3,8 @@ package pluginconf
 import (
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 func TestDefaults(t *testing.T) {
@@ -42,6 +44,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	} {
 		if _, err := Parse([]byte(cfg)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", cfg, err, want)
+		}
+	}
+}
+
+func TestParseErrorsAreFieldErrors(t *testing.T) {
+	for cfg, field := range map[string]string{
+		`{"lease":{"slots":0}}`:                           "lease.slots",
+		`{"excluded_paths":["/a","b"]}`:                   "excluded_paths[1]",
+		`{"jwt":{"jwks":{"keys":[{"kty":"OKP"}]}}}`:       "jwt.jwks.keys[0].kty",
+		`{"jwt":{"jwks":{"keys":[]},"tier_claim":"a b"}}`: "jwt.tier_claim",
+	} {
+		_, err := Parse([]byte(cfg))
+		if fe, ok := fielderr.As(err); !ok || fe.Field != field {
+			t.Errorf("%s: got %#v, want a field error of %s", cfg, err, field)
 		}
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"math/big"
 	"strings"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
 // MaxTokenLen bounds a token; a longer one is refused before any parsing.
@@ -55,66 +57,67 @@ type jwk struct {
 	K   string `json:"k"`
 }
 
-// ParseJWKS reads {"keys":[...]}. Errors start with the path of the bad part
-// (".keys[1].n: ..."), for the caller to prefix with its own field.
-func ParseJWKS(raw []byte) (*KeySet, error) {
+// ParseJWKS reads {"keys":[...]}. An error names the bad part from the key
+// set itself ("jwks.keys[1].n"), for the caller to place under its own field
+// with In.
+func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
 	var set struct {
 		Keys []jwk `json:"keys"`
 	}
 	if err := json.Unmarshal(raw, &set); err != nil {
-		return nil, fmt.Errorf(": not a JWKS: %v", err)
+		return nil, fielderr.New("jwks", "not a JWKS: %v", err)
 	}
 	if len(set.Keys) == 0 {
-		return nil, fmt.Errorf(".keys: at least one key is needed")
+		return nil, fielderr.New("jwks.keys", "at least one key is needed")
 	}
 	ks := &KeySet{}
 	for i, j := range set.Keys {
-		at := fmt.Sprintf(".keys[%d]", i)
+		at := fmt.Sprintf("jwks.keys[%d]", i)
 		if j.Use != "" && j.Use != "sig" {
-			return nil, fmt.Errorf("%s.use: %q is not \"sig\"", at, j.Use)
+			return nil, fielderr.New(at+".use", "%q is not \"sig\"", j.Use)
 		}
 		k := key{kid: j.Kid}
 		switch j.Kty {
 		case "oct":
 			if j.Alg != "" && j.Alg != "HS256" {
-				return nil, fmt.Errorf("%s.alg: %q is not supported for oct keys (HS256)", at, j.Alg)
+				return nil, fielderr.New(at+".alg", "%q is not supported for oct keys (HS256)", j.Alg)
 			}
 			secret, err := b64(j.K)
 			if err != nil || len(secret) < 32 {
-				return nil, fmt.Errorf("%s.k: must be base64url of at least 32 bytes", at)
+				return nil, fielderr.New(at+".k", "must be base64url of at least 32 bytes")
 			}
 			k.alg, k.secret = "HS256", secret
 		case "RSA":
 			if j.Alg != "" && j.Alg != "RS256" {
-				return nil, fmt.Errorf("%s.alg: %q is not supported for RSA keys (RS256)", at, j.Alg)
+				return nil, fielderr.New(at+".alg", "%q is not supported for RSA keys (RS256)", j.Alg)
 			}
 			n, err := b64(j.N)
 			if err != nil || len(n) < 256 {
-				return nil, fmt.Errorf("%s.n: must be base64url of a modulus of at least 2048 bits", at)
+				return nil, fielderr.New(at+".n", "must be base64url of a modulus of at least 2048 bits")
 			}
 			e, err := b64(j.E)
 			if err != nil || len(e) == 0 || len(e) > 4 {
-				return nil, fmt.Errorf("%s.e: must be base64url of a small exponent", at)
+				return nil, fielderr.New(at+".e", "must be base64url of a small exponent")
 			}
 			var eb [4]byte
 			copy(eb[4-len(e):], e)
 			k.alg, k.rsa = "RS256", &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(binary.BigEndian.Uint32(eb[:]))}
 		case "EC":
 			if j.Crv != "P-256" || (j.Alg != "" && j.Alg != "ES256") {
-				return nil, fmt.Errorf("%s.crv: only P-256 (ES256) is supported", at)
+				return nil, fielderr.New(at+".crv", "only P-256 (ES256) is supported")
 			}
 			x, errX := b64(j.X)
 			y, errY := b64(j.Y)
 			if errX != nil || errY != nil || len(x) != 32 || len(y) != 32 {
-				return nil, fmt.Errorf("%s.x: x and y must be base64url of 32 bytes each", at)
+				return nil, fielderr.New(at+".x", "x and y must be base64url of 32 bytes each")
 			}
 			pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
 			if !pub.Curve.IsOnCurve(pub.X, pub.Y) {
-				return nil, fmt.Errorf("%s.x: the point is not on P-256", at)
+				return nil, fielderr.New(at+".x", "the point is not on P-256")
 			}
 			k.alg, k.ec = "ES256", pub
 		default:
-			return nil, fmt.Errorf("%s.kty: %q must be RSA, EC or oct", at, j.Kty)
+			return nil, fielderr.New(at+".kty", "%q must be RSA, EC or oct", j.Kty)
 		}
 		ks.keys = append(ks.keys, k)
 	}
