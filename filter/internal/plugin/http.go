@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -45,8 +44,7 @@ type httpContext struct {
 	id, tier, tenant, apiKey string
 	bucket                   leasecache.Owner
 
-	// verdict for the response headers
-	verdict    *leasecache.Entry
+	verdict    *verdict // for the response headers; nil: none are written
 	localReply bool
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
@@ -55,41 +53,17 @@ type httpContext struct {
 
 func (h *httpContext) now() time.Time { return time.Now() }
 
-// OnHttpRequestHeaders decides the request.
+// OnHttpRequestHeaders decides the request: from the lease cache when it
+// can, else by a callout to the control service (the request pauses until
+// onCheckResponse).
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	p := h.p
-	var rawPath, method, auth, xff, realIP string
-	var forged, auths, keys int
-	err := proxywasm.VisitHttpRequestHeaders(func(k, v []byte) {
-		switch {
-		case headerHasPrefix(k, headerPrefix):
-			forged++
-		case wire.EqualFoldASCII(k, ":path"):
-			rawPath = string(v)
-		case wire.EqualFoldASCII(k, ":method"):
-			method = string(v)
-		case wire.EqualFoldASCII(k, "authorization"):
-			auths++
-			auth = string(v)
-		case headerIs(k, p.cfg.APIKeyHeader):
-			// x_api_key counts too: an upstream that reads headers CGI-style
-			// sees both spellings as one.
-			keys++
-			h.apiKey = string(v)
-		case wire.EqualFoldASCII(k, "x-forwarded-for"):
-			if xff != "" {
-				xff += ","
-			}
-			xff += string(v)
-		case wire.EqualFoldASCII(k, "x-real-ip"):
-			realIP = string(v)
-		}
-	})
+	rq, err := h.readRequest()
 	if err != nil {
 		proxywasm.LogError("tollgate: read request headers: " + err.Error())
 		return h.failure("read request headers")
 	}
-	if forged > 0 {
+	if rq.forged > 0 {
 		if err := stripForged(); err != nil {
 			proxywasm.LogError("tollgate: strip client-supplied x-tollgate-* headers: " + err.Error())
 			return h.failure("strip headers")
@@ -98,44 +72,101 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	// Two credentials of one kind are refused, never resolved by picking
 	// one: the upstream might read the other.
 	switch {
-	case auths > 1:
+	case rq.auths > 1:
 		return h.refuse(400, "more than one Authorization header")
-	case keys > 1:
+	case rq.apiKeys > 1:
 		return h.refuse(400, "more than one "+p.cfg.APIKeyHeader+" header")
 	}
-	path, err := paths.Normalize(rawPath)
+	path, err := paths.Normalize(rq.rawPath)
 	if err != nil {
 		return h.refuse(400, "the request path cannot be normalised")
 	}
-	if p.excluded(rawPath, path) {
+	if p.excluded(rq.rawPath, path) {
 		return types.ActionContinue
 	}
-	if !h.resolveIdentity(auth, xff, realIP) {
+	if !h.resolveIdentity(rq.auth, rq.xff, rq.realIP) {
 		return types.ActionPause // answered 401
 	}
 	// The raw API key goes into the keyed hash: only its 128-bit digest
 	// reaches shared data, and the hash is secret per process.
-	h.bucket = p.cache.Bucket(h.id, h.apiKey, h.tier, h.tenant, method, path)
+	h.bucket = p.cache.Bucket(h.id, h.apiKey, h.tier, h.tenant, rq.method, path)
 
 	now := h.now()
 	var returned int64
 	if p.cfg.Lease.Request > 0 {
-		e, out, leftover := p.cache.Take(h.bucket, now.UnixMilli())
-		switch out {
-		case leasecache.Hit:
-			p.m.localHits.Increment(1)
-			p.m.allowed.Increment(1)
-			e.Remaining += e.Tokens // leased tokens are this caller's to spend
-			h.allow(&e, decisionAllowed)
-			return types.ActionContinue
-		case leasecache.Denied:
-			e.RetryAfter = max(1, (e.DeniedUntilMs-now.UnixMilli()+999)/1000)
-			e.Remaining = 0
-			h.deny(&e)
-			return types.ActionPause
+		var act types.Action
+		var settled bool
+		if returned, act, settled = h.spendLease(now); settled {
+			return act
 		}
-		returned = leftover
 	}
+	return h.callOut(rq.method, path, returned, now)
+}
+
+// request is what the filter reads of the request headers.
+type request struct {
+	rawPath, method, auth, xff, realIP string
+	// forged counts client-supplied x-tollgate-* headers; auths and apiKeys
+	// the credentials of each kind.
+	forged, auths, apiKeys int
+}
+
+// readRequest reads the request headers in one pass; the API key goes to
+// h.apiKey.
+func (h *httpContext) readRequest() (request, error) {
+	var rq request
+	err := proxywasm.VisitHttpRequestHeaders(func(k, v []byte) {
+		switch {
+		case headerHasPrefix(k, headerPrefix):
+			rq.forged++
+		case wire.EqualFoldASCII(k, ":path"):
+			rq.rawPath = string(v)
+		case wire.EqualFoldASCII(k, ":method"):
+			rq.method = string(v)
+		case wire.EqualFoldASCII(k, "authorization"):
+			rq.auths++
+			rq.auth = string(v)
+		case headerIs(k, h.p.cfg.APIKeyHeader):
+			// x_api_key counts too: an upstream that reads headers CGI-style
+			// sees both spellings as one.
+			rq.apiKeys++
+			h.apiKey = string(v)
+		case wire.EqualFoldASCII(k, "x-forwarded-for"):
+			if rq.xff != "" {
+				rq.xff += ","
+			}
+			rq.xff += string(v)
+		case wire.EqualFoldASCII(k, "x-real-ip"):
+			rq.realIP = string(v)
+		}
+	})
+	return rq, err
+}
+
+// spendLease answers the request from the lease cache when it can: a token
+// of a live lease lets it through, a cached denial refuses it (settled).
+// Otherwise returned counts the expired lease tokens the cache handed back,
+// for the callout to return to the control service.
+func (h *httpContext) spendLease(now time.Time) (returned int64, act types.Action, settled bool) {
+	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
+	switch out {
+	case leasecache.Hit:
+		h.allowLeased(&e)
+		return 0, types.ActionContinue, true
+	case leasecache.Denied:
+		v := cachedVerdict(&e)
+		v.limits.RetryAfter = max(1, (e.DeniedUntilMs-now.UnixMilli()+999)/1000)
+		v.limits.Remaining = 0
+		h.deny(v)
+		return 0, types.ActionPause, true
+	}
+	return returned, 0, false
+}
+
+// callOut asks the control service and pauses the request until
+// onCheckResponse (or applies the failure mode when it cannot ask).
+func (h *httpContext) callOut(method, path string, returned int64, now time.Time) types.Action {
+	p := h.p
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
 	}
@@ -369,31 +400,13 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 // decided applies a decision of the control service.
 func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	p := h.p
-	e := h.entry(d)
+	v := h.verdictOf(d)
 	if !d.Allowed {
-		if p.cfg.Lease.Request > 0 {
-			// Cache the denial (a live lease in the slot is kept), then
-			// spend from that lease if a concurrent callout of this caller
-			// brought one: those tokens are paid for.
-			e.DeniedUntilMs = now.UnixMilli() + max(d.RetryAfter, 1)*1000
-			_ = p.cache.Put(e, now.UnixMilli())
-			if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
-				p.m.localHits.Increment(1)
-				p.m.allowed.Increment(1)
-				le.Remaining += le.Tokens
-				h.allow(&le, decisionAllowed)
-				h.resume()
-				return
-			}
-		}
-		h.deny(&e)
+		h.denied(v, now)
 		return
 	}
-	if p.cfg.Lease.Request > 0 && d.Lease.Granted > 0 {
-		lease := e
-		lease.Tokens, lease.ExpiresMs = d.Lease.Granted, now.UnixMilli()+d.Lease.TTLMillis
-		_ = p.cache.Put(lease, now.UnixMilli())
-		e.Remaining += d.Lease.Granted
+	if h.keepLease(&v, d.Lease, now) {
+		v.limits.Remaining += d.Lease.Granted
 	}
 	decision := decisionAllowed
 	switch {
@@ -404,31 +417,39 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 		decision = decisionExempt
 	}
 	p.m.allowed.Increment(1)
-	h.allow(&e, decision)
+	h.allow(v, decision)
 	h.resume()
 }
 
-// allow lets the request through with the identity headers upstream.
-func (h *httpContext) allow(e *leasecache.Entry, decision string) {
-	_ = proxywasm.ReplaceHttpRequestHeader(headerIdentity, e.Identity)
-	if e.Tier != "" {
-		_ = proxywasm.ReplaceHttpRequestHeader(headerTier, e.Tier)
+// denied applies a denial of the control service: it is cached until its
+// Retry-After, and the request is answered 429 unless a concurrent callout
+// of this caller brought a lease (those tokens are paid for).
+func (h *httpContext) denied(v verdict, now time.Time) {
+	p := h.p
+	if p.cfg.Lease.Request > 0 {
+		// Caching the denial keeps a live lease in the slot.
+		e := v.entry(h.bucket)
+		e.DeniedUntilMs = now.UnixMilli() + max(v.limits.RetryAfter, 1)*1000
+		_ = p.cache.Put(e, now.UnixMilli())
+		if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
+			h.allowLeased(&le)
+			h.resume()
+			return
+		}
 	}
-	_ = proxywasm.ReplaceHttpRequestHeader(headerDecision, decision)
-	if e.Limit > 0 {
-		h.verdict = e
-	}
+	h.deny(v)
 }
 
-// deny answers 429 locally with seed 003's body.
-func (h *httpContext) deny(e *leasecache.Entry) {
-	h.p.m.denied.Increment(1)
-	d := wire.Limits{Limit: e.Limit, ResetAt: e.ResetAt, RetryAfter: e.RetryAfter, WindowSeconds: e.WindowSeconds}
-	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.Exceeded(&d)})
-	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(e.RetryAfter, 10)}}
-	headers = h.limitHeaders(headers, e, true)
-	h.localReply = true
-	_ = proxywasm.SendHttpResponse(429, headers, body, -1)
+// keepLease caches the tokens of a granted lease for this request's bucket,
+// spendable for the lease's TTL; it reports whether there were any.
+func (h *httpContext) keepLease(v *verdict, l wire.Lease, now time.Time) bool {
+	if h.p.cfg.Lease.Request == 0 || l.Granted == 0 {
+		return false
+	}
+	e := v.entry(h.bucket)
+	e.Tokens, e.ExpiresMs = l.Granted, now.UnixMilli()+l.TTLMillis
+	_ = h.p.cache.Put(e, now.UnixMilli())
+	return true
 }
 
 // calloutFailed records a failed callout and applies the failure mode.
@@ -444,20 +465,10 @@ func (h *httpContext) calloutFailed(now time.Time, reason string) {
 // the tokens of a granted lease were spent in Redis and belong in the cache
 // (dropping them would only under-admit, but waste the caller's quota).
 func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
-	p := h.p
-	if !d.Allowed || p.cfg.Lease.Request == 0 || d.Lease.Granted == 0 {
-		return
+	if d.Allowed {
+		v := h.verdictOf(d)
+		h.keepLease(&v, d.Lease, now)
 	}
-	lease := h.entry(d)
-	lease.Tokens, lease.ExpiresMs = d.Lease.Granted, now.UnixMilli()+d.Lease.TTLMillis
-	_ = p.cache.Put(lease, now.UnixMilli())
-}
-
-// entry is the cache's view of a decision for this request's bucket.
-func (h *httpContext) entry(d *wire.CheckResponse) leasecache.Entry {
-	return leasecache.Entry{Owner: h.bucket, Limit: d.Limit, Remaining: d.Remaining, ResetAt: d.ResetAt,
-		WindowSeconds: d.WindowSeconds, RetryAfter: d.RetryAfter, RuleID: d.RuleID,
-		Identity: cmp.Or(d.Identity, h.id), Tier: cmp.Or(d.Tier, h.tier)}
 }
 
 // failure applies the failure mode: fail_open lets the request pass under
@@ -472,14 +483,13 @@ func (h *httpContext) failure(reason string) types.Action {
 	now := h.now()
 	ok, waitMs := p.fallback.Allow(h.id, now.UnixMilli())
 	if !ok {
-		e := leasecache.Entry{Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
-			RetryAfter: max(1, (waitMs+999)/1000), ResetAt: (now.UnixMilli() + waitMs + 999) / 1000, RuleID: "fallback"}
-		h.deny(&e)
+		h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
+			RetryAfter: max(1, (waitMs+999)/1000), ResetAt: (now.UnixMilli() + waitMs + 999) / 1000}})
 		return types.ActionPause
 	}
 	p.m.degraded.Increment(1)
 	p.m.allowed.Increment(1)
-	h.allow(&leasecache.Entry{Identity: h.id, Tier: h.tier}, decisionDegraded)
+	h.allow(verdict{identity: h.id, tier: h.tier}, decisionDegraded)
 	return h.resume()
 }
 
@@ -497,26 +507,6 @@ func (h *httpContext) sendError(status uint32, code, msg string, extra [][2]stri
 	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.ErrorBody{Code: code, Message: msg}})
 	h.localReply = true
 	_ = proxywasm.SendHttpResponse(status, append([][2]string{{"content-type", "application/json"}}, extra...), body, -1)
-}
-
-// OnHttpResponseHeaders writes the verdict back to the client.
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if h.verdict == nil || h.localReply {
-		return types.ActionContinue
-	}
-	var buf [5][2]string
-	for _, kv := range h.limitHeaders(buf[:0], h.verdict, false) {
-		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
-	}
-	return types.ActionContinue
-}
-
-// limitHeaders appends the X-RateLimit-* fields and, when configured, the
-// IETF RateLimit-Policy and RateLimit fields (Retry-After wins over t on 429).
-func (h *httpContext) limitHeaders(dst [][2]string, e *leasecache.Entry, denied bool) [][2]string {
-	cfg := h.p.cfg.Headers
-	l := wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Remaining: e.Remaining, ResetAt: e.ResetAt, WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter}
-	return wire.AppendHeaders(dst, &l, wire.HeaderSet{XRateLimit: cfg.XRateLimitOn(), IETF: cfg.IETF}, h.now().Unix(), denied)
 }
 
 // headerIs compares a header name with a lower-case hyphenated one, ASCII

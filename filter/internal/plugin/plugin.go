@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // VM is the VM context to install with proxywasm.SetVMContext.
@@ -33,7 +34,9 @@ type pluginContext struct {
 	cache    *leasecache.Cache
 	breaker  *breaker.Breaker
 	fallback *fallback.Limiter
-	m        metrics
+	// headerSet is the rate-limit header fields the configuration selects.
+	headerSet wire.HeaderSet
+	m         metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
@@ -50,6 +53,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
+	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
 	if j := cfg.JWT; j != nil {
 		p.verifier = jwt.NewVerifier(jwt.Options{Keys: j.Keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,

@@ -1,0 +1,103 @@
+package plugin
+
+import (
+	"cmp"
+	"encoding/json"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// verdict is what the filter tells about a decided request: where the
+// deciding rule stands (the 429 body and the rate-limit header fields) and
+// who was counted, in which tier (the upstream identity headers). It comes
+// from the control service's answer or from the lease cache, and this file
+// holds every conversion between the three.
+type verdict struct {
+	limits         wire.Limits
+	identity, tier string
+}
+
+// verdictOf is the verdict of the control service's answer for this
+// request; the answer's identity and tier default to the ones the filter
+// resolved. A lease cache slot holds no quota or strategy, so a fresh verdict
+// drops them too: the client sees the same fields whether a request was
+// answered from the cache or not.
+func (h *httpContext) verdictOf(d *wire.CheckResponse) verdict {
+	l := d.Limits()
+	l.Quota, l.Strategy = 0, ""
+	return verdict{limits: l, identity: cmp.Or(d.Identity, h.id), tier: cmp.Or(d.Tier, h.tier)}
+}
+
+// cachedVerdict is the verdict a lease cache entry was stored with.
+func cachedVerdict(e *leasecache.Entry) verdict {
+	return verdict{
+		limits: wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Remaining: e.Remaining, ResetAt: e.ResetAt,
+			WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter},
+		identity: e.Identity, tier: e.Tier,
+	}
+}
+
+// entry is the lease cache record of v for bucket owner, without tokens or
+// a denial (the caller sets those).
+func (v *verdict) entry(owner leasecache.Owner) leasecache.Entry {
+	l := &v.limits
+	return leasecache.Entry{Owner: owner, Limit: l.Limit, Remaining: l.Remaining, ResetAt: l.ResetAt,
+		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Identity: v.identity, Tier: v.tier}
+}
+
+// allow lets the request through with the identity headers upstream; a
+// verdict with a limit is written into the response headers later.
+func (h *httpContext) allow(v verdict, decision string) {
+	_ = proxywasm.ReplaceHttpRequestHeader(headerIdentity, v.identity)
+	if v.tier != "" {
+		_ = proxywasm.ReplaceHttpRequestHeader(headerTier, v.tier)
+	}
+	_ = proxywasm.ReplaceHttpRequestHeader(headerDecision, decision)
+	if v.limits.Limit > 0 {
+		h.verdict = &v
+	}
+}
+
+// allowLeased lets the request through on a token of the cached lease e.
+// The lease's other tokens are this caller's to spend, so they count as
+// remaining.
+func (h *httpContext) allowLeased(e *leasecache.Entry) {
+	h.p.m.localHits.Increment(1)
+	h.p.m.allowed.Increment(1)
+	v := cachedVerdict(e)
+	v.limits.Remaining += e.Tokens
+	h.allow(v, decisionAllowed)
+}
+
+// deny answers 429 itself, with the RATE_LIMIT_EXCEEDED envelope the control
+// service sends (wire.Exceeded), Retry-After and the rate-limit header fields.
+func (h *httpContext) deny(v verdict) {
+	h.p.m.denied.Increment(1)
+	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.Exceeded(&v.limits)})
+	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(v.limits.RetryAfter, 10)}}
+	headers = h.limitHeaders(headers, &v, true)
+	h.localReply = true
+	_ = proxywasm.SendHttpResponse(429, headers, body, -1)
+}
+
+// OnHttpResponseHeaders writes the verdict back to the client.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if h.verdict == nil || h.localReply {
+		return types.ActionContinue
+	}
+	var buf [6][2]string // the X-RateLimit set and the two IETF fields
+	for _, kv := range h.limitHeaders(buf[:0], h.verdict, false) {
+		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+	}
+	return types.ActionContinue
+}
+
+// limitHeaders appends the rate-limit header fields the configuration
+// selects (Retry-After wins over the IETF t= on a 429).
+func (h *httpContext) limitHeaders(dst [][2]string, v *verdict, denied bool) [][2]string {
+	return wire.AppendHeaders(dst, &v.limits, h.p.headerSet, h.now().Unix(), denied)
+}
