@@ -5,26 +5,24 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
-	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
-	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // KeyStore keeps API keys.
 type KeyStore interface {
-	Create(ctx context.Context, userID, tier string, expiresAt time.Time) (raw string, rec apikeys.Record, err error)
+	Create(ctx context.Context, userID string, userIDNumber bool, tier string, expiresAt time.Time) (raw string, rec apikeys.Record, err error)
+	Lookup(ctx context.Context, raw string) (apikeys.Record, error)
 	Get(ctx context.Context, id string) (apikeys.Record, error)
 	Revoke(ctx context.Context, id string) (apikeys.Record, error)
+	List(ctx context.Context, q apikeys.Query) ([]apikeys.Record, int64, error)
 }
 
 // RuleStore keeps the rules and tiers managed at runtime.
@@ -68,71 +66,6 @@ type Deps struct {
 // New returns the admin service.
 func New(d Deps) *Service {
 	return &Service{keys: d.Keys, rules: d.Rules, policy: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
-}
-
-// CreateKeyRequest asks for a new API key.
-type CreateKeyRequest struct {
-	UserID    string    `json:"user_id"`
-	Tier      string    `json:"tier"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
-// CreateKeyResponse carries the raw key: shown here once and never again.
-type CreateKeyResponse struct {
-	APIKey string `json:"api_key"`
-	apikeys.Record
-}
-
-// CreateKey issues a key.
-func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (CreateKeyResponse, error) {
-	if _, err := identity.User(req.UserID); err != nil {
-		return CreateKeyResponse{}, apierr.Invalid("user_id", "must be 1..255 printable characters")
-	}
-	tier := req.Tier
-	if tier == "" {
-		tier = s.policy().Config.DefaultTier
-	}
-	if !rules.ValidTierName(tier) {
-		return CreateKeyResponse{}, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
-	}
-	if !req.ExpiresAt.IsZero() && !req.ExpiresAt.After(s.now()) {
-		return CreateKeyResponse{}, apierr.Invalid("expires_at", "must be in the future")
-	}
-	raw, rec, err := s.keys.Create(ctx, req.UserID, tier, req.ExpiresAt)
-	if err != nil {
-		s.m.RedisErrors.WithLabelValues("api_key").Inc()
-		return CreateKeyResponse{}, apierr.Unavailable("could not store the key", err)
-	}
-	// The key id is logged, never the key.
-	s.log.Info("api key created", "key_id", rec.ID, "user_id", rec.UserID, "tier", rec.Tier)
-	return CreateKeyResponse{APIKey: raw, Record: rec}, nil
-}
-
-// Key returns a key's record.
-func (s *Service) Key(ctx context.Context, id string) (apikeys.Record, error) {
-	rec, err := s.keys.Get(ctx, id)
-	if err != nil {
-		return apikeys.Record{}, s.keyError(err)
-	}
-	return rec, nil
-}
-
-// RevokeKey revokes a key; revoking twice keeps the first time.
-func (s *Service) RevokeKey(ctx context.Context, id string) (apikeys.Record, error) {
-	rec, err := s.keys.Revoke(ctx, id)
-	if err != nil {
-		return apikeys.Record{}, s.keyError(err)
-	}
-	s.log.Info("api key revoked", "key_id", rec.ID)
-	return rec, nil
-}
-
-func (s *Service) keyError(err error) error {
-	if errors.Is(err, apikeys.ErrNotFound) {
-		return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no API key with that id")
-	}
-	s.m.RedisErrors.WithLabelValues("api_key").Inc()
-	return apierr.Unavailable("could not read the key", err)
 }
 
 // RulesResponse is the live rule set.

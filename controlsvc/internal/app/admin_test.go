@@ -95,7 +95,7 @@ func TestAPIKeys(t *testing.T) {
 	}
 	m := created.json(t)
 	raw, id := m["api_key"].(string), m["key_id"].(string)
-	if !strings.HasPrefix(raw, "tg_") || !strings.HasPrefix(id, "k_") {
+	if !strings.HasPrefix(raw, "ak_live_") || !strings.HasPrefix(id, "k_") {
 		t.Fatalf("created %s", created.body)
 	}
 	// Stored hashed: the raw key appears in no Redis key or value.
@@ -109,8 +109,10 @@ func TestAPIKeys(t *testing.T) {
 			}
 		case "string":
 			dump += s.rdb.Get(ctx, k).Val()
+		case "zset":
+			dump += strings.Join(s.rdb.ZRange(ctx, k, 0, -1).Val(), " ")
 		}
-		if strings.Contains(dump, raw) || strings.Contains(dump, raw[3:]) {
+		if strings.Contains(dump, raw) || strings.Contains(dump, raw[len("ak_live_"):]) {
 			t.Fatalf("raw key stored in %s", k)
 		}
 	}

@@ -180,7 +180,7 @@ func TestEveryAdminRouteNeedsTheToken(t *testing.T) {
 	s := startService(t, "", nil)
 	routes := []struct{ method, path string }{
 		{"POST", "/v1/rate-limit/reset"}, {"PUT", "/v1/rate-limit/config"},
-		{"POST", "/admin/v1/api-keys"}, {"GET", "/admin/v1/api-keys/k_1"}, {"POST", "/admin/v1/api-keys/k_1/revoke"},
+		{"POST", "/admin/v1/api-keys"}, {"GET", "/admin/v1/api-keys"}, {"GET", "/admin/v1/api-keys/k_1"}, {"POST", "/admin/v1/api-keys/k_1/revoke"},
 		{"GET", "/admin/v1/rules"},
 		{"POST", "/admin/v1/rate-limit-rules"}, {"GET", "/admin/v1/rate-limit-rules"}, {"GET", "/admin/v1/rate-limit-rules/1"},
 		{"PUT", "/admin/v1/rate-limit-rules/1"}, {"DELETE", "/admin/v1/rate-limit-rules/1"},

@@ -66,7 +66,10 @@ type Config struct {
 	Penalties        Penalties       `toml:"penalties"`
 	Exemptions       Exemptions      `toml:"exemptions"`
 	Tiers            []Tier          `toml:"tiers"`
-	Rules            []rules.Rule    `toml:"rules"`
+	// APIKeyRequiredPaths are path globs whose callers must present an API
+	// key (401 MISSING_API_KEY without one).
+	APIKeyRequiredPaths []string     `toml:"api_key_required_paths"`
+	Rules               []rules.Rule `toml:"rules"`
 	// OverrideRefreshMS is how often a replica compares the shared version
 	// of runtime rules, tiers and overrides with the one it applied: the
 	// backstop for a change announcement it missed.
@@ -115,6 +118,9 @@ type Tier struct {
 	// Endpoints are per-path overrides: path (or glob) → limit in the window.
 	Endpoints   map[string]int64 `json:"endpoints,omitempty" toml:"endpoints"`
 	Description string           `json:"description,omitempty" toml:"description"`
+	// RequireAPIKey refuses callers of this tier without an API key (401
+	// MISSING_API_KEY).
+	RequireAPIKey bool `json:"require_api_key,omitempty" toml:"require_api_key"`
 }
 
 // Default returns the settings used when nothing else is given: each
@@ -224,6 +230,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := rules.NewSet("check", c.Rules); err != nil {
 		return fielderr.At("rules", err)
+	}
+	for i, p := range c.APIKeyRequiredPaths {
+		if err := rules.ValidateGlob(p); err != nil {
+			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
+		}
 	}
 	return nil
 }

@@ -112,6 +112,22 @@ func (p *Policy) tier(name string) string {
 	return p.Config.DefaultTier
 }
 
+// keyRequired reports whether a caller of tier on endpoint must present an
+// API key: its tier or the path says so.
+func (p *Policy) keyRequired(tier, endpoint string) bool {
+	for i := range p.Config.Tiers {
+		if t := &p.Config.Tiers[i]; t.Name == tier && t.RequireAPIKey {
+			return true
+		}
+	}
+	for _, g := range p.Config.APIKeyRequiredPaths {
+		if rules.MatchGlob(g, endpoint) {
+			return true
+		}
+	}
+	return false
+}
+
 // exempt reports whether the caller skips rate limiting.
 func (p *Policy) exempt(id identity.ID) bool {
 	if id.Kind == identity.KindIP && len(p.exemptIPs) > 0 {

@@ -109,7 +109,9 @@ func (s *Service) Ping(ctx context.Context) error { return s.counters.Ping(ctx) 
 // verified JWT subject came first) and tier (unless the JWT gave one).
 func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, reqTier string) error {
 	if !apikeys.ValidFormat(raw) {
-		return apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: tg_<43 characters>")
+		e := apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: "+apikeys.Format)
+		e.Details = map[string]any{"provided_key": maskKey(raw)}
+		return e
 	}
 	var rec apikeys.Record
 	found := true
@@ -126,7 +128,9 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 		return err // Redis: the failure mode decides
 	}
 	if !found {
-		return apierr.New(apierr.KindUnauthorized, wire.CodeInvalidAPIKey, "The provided API key is not recognised")
+		e := apierr.New(apierr.KindUnauthorized, wire.CodeInvalidAPIKey, "The provided API key is not recognised")
+		e.Details = map[string]any{"provided_key": maskKey(raw)}
+		return e
 	}
 	if rec.Status == apikeys.StatusRevoked {
 		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyRevoked,
@@ -144,6 +148,22 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 		c.tier = p.tier(rec.Tier)
 	}
 	return nil
+}
+
+// maskKey is what an error may say of a key a client sent: at most its
+// first quarter, up to 12 bytes, printable ASCII only, and never enough to
+// use it.
+func maskKey(raw string) string {
+	n := min(len(raw)/4, 12)
+	b := make([]byte, 0, n+3)
+	for i := 0; i < n; i++ {
+		c := raw[i]
+		if c < 0x21 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b) + "..."
 }
 
 // applied is one rule's outcome for one check: its counter and the answer.
@@ -193,6 +213,10 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 			}
 			return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
 		}
+	}
+	if req.APIKey == "" && c.id.Kind != identity.KindKey && p.keyRequired(c.tier, c.endpoint) {
+		return wire.CheckResponse{}, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
+			"This endpoint requires an API key (X-API-Key header)")
 	}
 	if p.exempt(c.id) {
 		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()

@@ -87,6 +87,12 @@ func APIKey(hashHex string) string { return Prefix + "apikey:" + hashHex }
 // APIKeyID maps a key id to its hash, for admin look-ups and revocation.
 func APIKeyID(keyID string) string { return Prefix + "apikeyid:" + escape(keyID, true) }
 
+// APIKeyIndex lists every key id by creation time (a sorted set).
+const APIKeyIndex = Prefix + "apikeys"
+
+// APIKeyUser lists one user's key ids by creation time.
+func APIKeyUser(userID string) string { return Prefix + "apikeys:user:" + escape(userID, true) }
+
 // Idempotency stores a batch answer under the hex SHA-256 of its key.
 func Idempotency(hashHex string) string { return Prefix + "idem:{" + hashHex + "}" }
 

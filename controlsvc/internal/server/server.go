@@ -71,9 +71,17 @@ func New(d Deps) *Server {
 	e.PUT(wire.PathConfig, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
 		return s.svc.SetOverride(c.Request().Context(), req)
 	})))
-	e.POST("/admin/v1/api-keys", operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.CreateKeyRequest) (admin.CreateKeyResponse, error) {
+	e.POST("/admin/v1/api-keys", operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.CreateKeyRequest) (admin.KeyView, error) {
 		return s.admin.CreateKey(c.Request().Context(), req)
 	})))
+	e.GET("/admin/v1/api-keys", operator(func(c echo.Context) error {
+		q := c.QueryParams()
+		list, err := s.admin.Keys(c.Request().Context(), q.Get("user_id"), q.Get("status"), q.Get("cursor"), q.Get("limit"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &list)
+	}))
 	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
 	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
 	e.GET("/admin/v1/rules", operator(func(c echo.Context) error { return c.JSON(http.StatusOK, s.admin.RuleSet()) }))

@@ -19,10 +19,17 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 )
 
-// Prefix starts every raw key, so that leaked keys are easy to scan for.
-const Prefix = "tg_"
+// Prefix starts every raw key issued now, so that leaked keys are easy to
+// scan for. Keys issued before it (LegacyPrefix) keep working.
+const (
+	Prefix       = "ak_live_"
+	LegacyPrefix = "tg_"
+)
 
-var formatRE = regexp.MustCompile(`^tg_[A-Za-z0-9_-]{43}$`)
+// Format is the format the service tells a caller whose key does not match.
+const Format = Prefix + "<43 characters>"
+
+var formatRE = regexp.MustCompile(`^(ak_live_|tg_)[A-Za-z0-9_-]{43}$`)
 
 // Errors of look-ups.
 var (
@@ -30,19 +37,24 @@ var (
 	ErrNotFound = errors.New("api key not found")
 )
 
-// Status of a key.
+// Status of a key. Expired is never stored: a key reads expired once its
+// expiry has passed.
 const (
 	StatusActive  = "active"
 	StatusRevoked = "revoked"
+	StatusExpired = "expired"
 )
 
 // Record is what is stored about a key; never the key itself.
 type Record struct {
-	ID        string    `json:"key_id"`
-	UserID    string    `json:"user_id"`
-	Tier      string    `json:"tier"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
+	ID     string `json:"key_id"`
+	UserID string `json:"user_id"`
+	// UserIDNumber is true when the user id was given as a JSON number: it
+	// is shown back as one.
+	UserIDNumber bool      `json:"-"`
+	Tier         string    `json:"tier"`
+	Status       string    `json:"status"`
+	CreatedAt    time.Time `json:"created_at"`
 	// ExpiresAt is zero for keys that do not expire.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
@@ -51,6 +63,14 @@ type Record struct {
 // Expired reports whether the key has expired at now.
 func (r *Record) Expired(now time.Time) bool {
 	return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
+}
+
+// StatusAt is the key's status at now: expired once its expiry passed.
+func (r *Record) StatusAt(now time.Time) string {
+	if r.Status == StatusActive && r.Expired(now) {
+		return StatusExpired
+	}
+	return r.Status
 }
 
 // Store keeps key records in Redis.
@@ -74,7 +94,7 @@ func Hash(raw string) string {
 func ValidFormat(raw string) bool { return formatRE.MatchString(raw) }
 
 // Create issues a key and returns it raw, once, with its record.
-func (s *Store) Create(ctx context.Context, userID, tier string, expiresAt time.Time) (string, Record, error) {
+func (s *Store) Create(ctx context.Context, userID string, userIDNumber bool, tier string, expiresAt time.Time) (string, Record, error) {
 	var secret [32]byte
 	var idb [8]byte
 	if _, err := rand.Read(secret[:]); err != nil {
@@ -84,7 +104,7 @@ func (s *Store) Create(ctx context.Context, userID, tier string, expiresAt time.
 		return "", Record{}, fmt.Errorf("generate key id: %w", err)
 	}
 	raw := Prefix + base64.RawURLEncoding.EncodeToString(secret[:])
-	rec := Record{ID: "k_" + hex.EncodeToString(idb[:]), UserID: userID, Tier: tier, Status: StatusActive,
+	rec := Record{ID: "k_" + hex.EncodeToString(idb[:]), UserID: userID, UserIDNumber: userIDNumber, Tier: tier, Status: StatusActive,
 		CreatedAt: s.now().UTC().Truncate(time.Second), ExpiresAt: expiresAt.UTC()}
 	h := Hash(raw)
 	if err := s.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
@@ -92,6 +112,16 @@ func (s *Store) Create(ctx context.Context, userID, tier string, expiresAt time.
 	}
 	if err := s.rdb.Set(ctx, keys.APIKeyID(rec.ID), h, 0).Err(); err != nil {
 		return "", Record{}, fmt.Errorf("store key id: %w", err)
+	}
+	// The indexes list keys by creation; one write each, so on a cluster
+	// they may sit in any slot. A key missing from them still works: only
+	// the listing would not show it.
+	score := float64(rec.CreatedAt.Unix())
+	if err := s.rdb.ZAdd(ctx, keys.APIKeyIndex, redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
+		return "", Record{}, fmt.Errorf("index key: %w", err)
+	}
+	if err := s.rdb.ZAdd(ctx, keys.APIKeyUser(userID), redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
+		return "", Record{}, fmt.Errorf("index key by user: %w", err)
 	}
 	return raw, rec, nil
 }
@@ -144,7 +174,7 @@ func (s *Store) byHash(ctx context.Context, h string) (Record, error) {
 	if len(m) == 0 {
 		return Record{}, ErrNotFound
 	}
-	rec := Record{ID: m["id"], UserID: m["user_id"], Tier: m["tier"], Status: m["status"]}
+	rec := Record{ID: m["id"], UserID: m["user_id"], UserIDNumber: m["user_id_number"] == "1", Tier: m["tier"], Status: m["status"]}
 	rec.CreatedAt = parseTime(m["created_at"])
 	rec.ExpiresAt = parseTime(m["expires_at"])
 	rec.RevokedAt = parseTime(m["revoked_at"])
@@ -153,9 +183,72 @@ func (s *Store) byHash(ctx context.Context, h string) (Record, error) {
 
 func toFields(r Record) map[string]any {
 	return map[string]any{
-		"id": r.ID, "user_id": r.UserID, "tier": r.Tier, "status": r.Status,
+		"id": r.ID, "user_id": r.UserID, "user_id_number": boolField(r.UserIDNumber), "tier": r.Tier, "status": r.Status,
 		"created_at": formatTime(r.CreatedAt), "expires_at": formatTime(r.ExpiresAt), "revoked_at": formatTime(r.RevokedAt),
 	}
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Query selects keys to list.
+type Query struct {
+	UserID string // "" for every user
+	Status string // "" for every status (as StatusAt reads it)
+	// Cursor is where the page starts (0: the first); Limit its size.
+	Cursor int64
+	Limit  int
+}
+
+// maxScan bounds the index entries one listing reads while filtering by
+// status, however few match.
+const maxScan = 2000
+
+// List returns a page of key records, oldest first, and the cursor of the
+// next page (0: no more).
+func (s *Store) List(ctx context.Context, q Query) ([]Record, int64, error) {
+	index := keys.APIKeyIndex
+	if q.UserID != "" {
+		index = keys.APIKeyUser(q.UserID)
+	}
+	now := s.now()
+	var out []Record
+	cursor := q.Cursor
+	for scanned := 0; len(out) < q.Limit && scanned < maxScan; {
+		ids, err := s.rdb.ZRange(ctx, index, cursor, cursor+int64(q.Limit)-1).Result()
+		if err != nil {
+			return nil, 0, fmt.Errorf("list keys: %w", err)
+		}
+		if len(ids) == 0 {
+			return out, 0, nil
+		}
+		for _, id := range ids {
+			cursor++
+			scanned++
+			rec, err := s.Get(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, 0, err
+			}
+			if q.Status != "" && rec.StatusAt(now) != q.Status {
+				continue
+			}
+			out = append(out, rec)
+			if len(out) == q.Limit {
+				break
+			}
+		}
+	}
+	if n, err := s.rdb.ZCard(ctx, index).Result(); err == nil && cursor >= n {
+		cursor = 0
+	}
+	return out, cursor, nil
 }
 
 func formatTime(t time.Time) string {
