@@ -102,31 +102,8 @@ func (c *Core) CloseStream(id uint32) { delete(c.streams, id) }
 // Enter makes a context effective, as the host does before a callback.
 func (c *Core) Enter(id uint32) { c.effective = id }
 
-// MarkSent records that a stream's request headers went on.
-func (c *Core) MarkSent(id uint32) {
-	if s := c.streams[id]; s != nil {
-		s.requestSent = true
-	}
-}
-
 // Stream returns a live stream.
 func (c *Core) Stream(id uint32) (*StreamState, bool) { s, ok := c.streams[id]; return s, ok }
-
-// TakeCallout removes a pending callout to deliver its answer, which becomes
-// readable until Delivered.
-func (c *Core) TakeCallout(token uint32, resp *CalloutResponse) (*Callout, bool) {
-	co, ok := c.callouts[token]
-	if !ok {
-		return nil, false
-	}
-	delete(c.callouts, token)
-	c.delivery = resp
-	c.effective = c.rootID
-	return co, true
-}
-
-// Delivered ends the delivery of a callout answer.
-func (c *Core) Delivered() { c.delivery = nil }
 
 // PendingCallouts lists the callouts in flight.
 func (c *Core) PendingCallouts() []*Callout {

@@ -130,9 +130,8 @@ type VM struct {
 	mod   api.Module
 	fn    exports
 
-	streams map[uint32]*Stream // the fronts' streams, by context id
-	broken  error
-	calls   map[string]int // host function name -> calls
+	broken error
+	calls  map[string]int // host function name -> calls
 
 	phase      phase    // what the VM is doing, for Envoy's allow-lists
 	violations []string // calls Envoy would have refused in that phase
@@ -163,7 +162,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithRandSource(rand.Reader).
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
-	vm := &VM{host: h, streams: map[uint32]*Stream{}, calls: map[string]int{},
+	vm := &VM{host: h, calls: map[string]int{},
 		Core: NewCore(CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)

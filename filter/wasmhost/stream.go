@@ -2,8 +2,6 @@ package wasmhost
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -88,9 +86,7 @@ type Stream struct {
 // :path, :authority and :scheme, as Envoy's do.
 func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]string) (*Stream, error) {
 	s := &Stream{StreamState: vm.OpenStream(req, props), vm: vm}
-	id := s.ID
-	vm.streams[id] = s
-	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(id), uint64(vm.rootID)); err != nil {
+	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(s.ID), uint64(vm.rootID)); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -105,41 +101,19 @@ func LowerKeys(h Headers) Headers {
 	return out
 }
 
+// guest is the VM's compiled module as the Core's Guest.
+func (s *Stream) guest(ctx context.Context) Guest { return wasmGuest{ctx, s.vm} }
+
 // OnRequestHeaders runs proxy_on_request_headers. If the guest answered
 // locally, the answer's headers then pass the filter's response path, as in
 // Envoy, before this returns.
 func (s *Stream) OnRequestHeaders(ctx context.Context, endOfStream bool) (Action, error) {
-	s.vm.Enter(s.ID)
-	r, err := s.vm.call(ctx, s.vm.fn.requestHeaders, uint64(s.ID), uint64(len(s.RequestHeaders)), b2u(endOfStream))
-	if err != nil {
-		return Continue, err
-	}
-	if Action(r) == Continue {
-		s.requestSent = true
-	}
-	return Action(r), s.finishLocal(ctx)
+	return s.vm.RequestHeaders(s.guest(ctx), s.StreamState, endOfStream)
 }
 
 // OnResponseHeaders runs proxy_on_response_headers with the upstream's headers.
 func (s *Stream) OnResponseHeaders(ctx context.Context, headers Headers, endOfStream bool) (Action, error) {
-	s.ResponseHeaders = LowerKeys(headers)
-	s.vm.Enter(s.ID)
-	r, err := s.vm.call(ctx, s.vm.fn.responseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), b2u(endOfStream))
-	return Action(r), err
-}
-
-// finishLocal sends a pending local reply through the response path.
-func (s *Stream) finishLocal(ctx context.Context) error {
-	if s.Local == nil || s.ResponseHeaders != nil {
-		return nil
-	}
-	s.ResponseHeaders = append(Headers{{":status", fmt.Sprint(s.Local.Status)}}, s.Local.Headers...)
-	s.vm.Enter(s.ID)
-	if _, err := s.vm.call(ctx, s.vm.fn.responseHeaders, uint64(s.ID), uint64(len(s.ResponseHeaders)), 0); err != nil {
-		return err
-	}
-	s.Local.Headers = s.ResponseHeaders[1:]
-	return nil
+	return s.vm.ResponseHeaders(s.guest(ctx), s.StreamState, headers, endOfStream)
 }
 
 // Done ends the stream: proxy_on_done, proxy_on_log, proxy_on_delete.
@@ -148,19 +122,7 @@ func (s *Stream) Done(ctx context.Context) error {
 		return nil
 	}
 	s.done = true
-	vm := s.vm
-	vm.Enter(s.ID)
-	var errs []error
-	for _, f := range []func() error{
-		func() error { _, err := vm.call(ctx, vm.fn.done, uint64(s.ID)); return err },
-		func() error { _, err := vm.call(ctx, vm.fn.log, uint64(s.ID)); return err },
-		func() error { _, err := vm.call(ctx, vm.fn.del, uint64(s.ID)); return err },
-	} {
-		errs = append(errs, f())
-	}
-	delete(vm.streams, s.ID)
-	vm.CloseStream(s.ID) // its callouts stay (see Core.CloseStream)
-	return errors.Join(errs...)
+	return s.vm.EndStream(s.guest(ctx), s.StreamState) // its callouts stay (see Core.CloseStream)
 }
 
 // Callout is an HTTP call the guest dispatched (proxy_http_call).
@@ -183,29 +145,11 @@ type CalloutResponse struct {
 // root context, after which the guest reads it. A stream it paused and then
 // answered locally passes its response path too.
 func (vm *VM) Respond(ctx context.Context, token uint32, resp CalloutResponse) error {
-	c, ok := vm.TakeCallout(token, &resp)
-	if !ok {
-		return fmt.Errorf("no pending callout %d", token)
-	}
-	defer vm.Delivered()
-	if _, err := vm.call(ctx, vm.fn.callResponse, uint64(vm.rootID), uint64(token), uint64(len(resp.Headers)), uint64(len(resp.Body)), 0); err != nil {
-		return err
-	}
-	if s, ok := vm.streams[c.ContextID]; ok {
-		return s.finishLocal(ctx)
-	}
-	return nil
+	return vm.Deliver(wasmGuest{ctx, vm}, token, resp)
 }
 
 // Fail delivers a failed callout the way Envoy reports a reset stream or a
 // connection failure: a response with no headers and no body.
 func (vm *VM) Fail(ctx context.Context, token uint32) error {
 	return vm.Respond(ctx, token, CalloutResponse{})
-}
-
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
 }

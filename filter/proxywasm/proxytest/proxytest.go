@@ -7,7 +7,6 @@
 package proxytest
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -59,52 +58,44 @@ func (h *Host) NewStream(req wasmhost.Headers, props map[string]string) *Stream 
 // OnRequestHeaders runs the request-headers callback; a local reply then
 // passes the response path, as in Envoy.
 func (s *Stream) OnRequestHeaders(end bool) wasmhost.Action {
-	s.h.Enter(s.ID)
-	a := wasmhost.Action(proxywasm.Native.RequestHeaders(s.ID, uint32(len(s.RequestHeaders)), end))
-	if a == wasmhost.Continue {
-		s.h.MarkSent(s.ID)
-	}
-	s.finishLocal()
+	a, _ := s.h.RequestHeaders(native{}, s.StreamState, end)
 	return a
 }
 
 // OnResponseHeaders runs the response-headers callback.
 func (s *Stream) OnResponseHeaders(headers wasmhost.Headers, end bool) wasmhost.Action {
-	s.ResponseHeaders = wasmhost.LowerKeys(headers)
-	s.h.Enter(s.ID)
-	return wasmhost.Action(proxywasm.Native.ResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), end))
-}
-
-func (s *Stream) finishLocal() {
-	if s.Local == nil || s.ResponseHeaders != nil {
-		return
-	}
-	s.ResponseHeaders = append(wasmhost.Headers{{":status", fmt.Sprint(s.Local.Status)}}, s.Local.Headers...)
-	s.h.Enter(s.ID)
-	proxywasm.Native.ResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), false)
-	s.Local.Headers = s.ResponseHeaders[1:]
+	a, _ := s.h.ResponseHeaders(native{}, s.StreamState, headers, end)
+	return a
 }
 
 // Done ends the stream; its callouts stay, as in Envoy.
-func (s *Stream) Done() {
-	s.h.Enter(s.ID)
-	proxywasm.Native.Done(s.ID)
-	proxywasm.Native.Delete(s.ID)
-	s.h.CloseStream(s.ID)
-}
+func (s *Stream) Done() { _ = s.h.EndStream(native{}, s.StreamState) }
 
 // Respond delivers a callout's answer (no headers: a reset).
 func (h *Host) Respond(token uint32, resp wasmhost.CalloutResponse) error {
-	c, ok := h.TakeCallout(token, &resp)
-	if !ok {
-		return errors.New("no such callout")
-	}
-	defer h.Delivered()
-	root := h.RootID()
-	proxywasm.Native.HttpCallResponse(root, token, uint32(len(resp.Headers)), uint32(len(resp.Body)), 0)
-	if st, ok := h.Stream(c.ContextID); ok {
-		(&Stream{StreamState: st, h: h}).finishLocal()
-	}
+	return h.Deliver(native{}, token, resp)
+}
+
+// native is the binding called natively, as the Core's Guest; its
+// callbacks cannot fail.
+type native struct{}
+
+func (native) OnRequestHeaders(id, n uint32, end bool) (uint32, error) {
+	return proxywasm.Native.RequestHeaders(id, n, end), nil
+}
+
+func (native) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
+	return proxywasm.Native.ResponseHeaders(id, n, end), nil
+}
+
+func (native) OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error {
+	proxywasm.Native.HttpCallResponse(rootID, token, numHeaders, bodySize, 0)
+	return nil
+}
+
+func (native) OnStreamEnd(id uint32) error {
+	proxywasm.Native.Done(id)
+	proxywasm.Native.Delete(id)
 	return nil
 }
 

@@ -1,0 +1,128 @@
+package wasmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Guest is how a front calls the plugin's stream and callout callbacks: the
+// compiled module under wazero (VM) or the binding called natively
+// (proxytest). Results are the callbacks' i32 answers. The Core runs the
+// callbacks in Envoy's order through it, so both fronts share that order.
+type Guest interface {
+	OnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
+	OnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
+	OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error
+	// OnStreamEnd runs the callbacks of a finished stream (proxy_on_done,
+	// proxy_on_log, proxy_on_delete, those the guest has).
+	OnStreamEnd(contextID uint32) error
+}
+
+// RequestHeaders runs s's request-headers callback with s effective. If the
+// guest answered locally, the answer's headers then pass the filter's
+// response path, as in Envoy, before this returns.
+func (c *Core) RequestHeaders(g Guest, s *StreamState, endOfStream bool) (Action, error) {
+	c.Enter(s.ID)
+	r, err := g.OnRequestHeaders(s.ID, uint32(len(s.RequestHeaders)), endOfStream)
+	if err != nil {
+		return Continue, err
+	}
+	if Action(r) == Continue {
+		s.requestSent = true
+	}
+	return Action(r), c.finishLocal(g, s)
+}
+
+// ResponseHeaders runs s's response-headers callback with the upstream's
+// headers.
+func (c *Core) ResponseHeaders(g Guest, s *StreamState, headers Headers, endOfStream bool) (Action, error) {
+	s.ResponseHeaders = LowerKeys(headers)
+	c.Enter(s.ID)
+	r, err := g.OnResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), endOfStream)
+	return Action(r), err
+}
+
+// finishLocal sends a pending local reply of s through the response path.
+func (c *Core) finishLocal(g Guest, s *StreamState) error {
+	if s.Local == nil || s.ResponseHeaders != nil {
+		return nil
+	}
+	s.ResponseHeaders = append(Headers{{":status", fmt.Sprint(s.Local.Status)}}, s.Local.Headers...)
+	c.Enter(s.ID)
+	if _, err := g.OnResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), false); err != nil {
+		return err
+	}
+	s.Local.Headers = s.ResponseHeaders[1:]
+	return nil
+}
+
+// EndStream runs s's end callbacks with s effective and forgets s; its
+// callouts stay (see CloseStream).
+func (c *Core) EndStream(g Guest, s *StreamState) error {
+	c.Enter(s.ID)
+	err := g.OnStreamEnd(s.ID)
+	c.CloseStream(s.ID)
+	return err
+}
+
+// Deliver delivers a callout's answer: the callout-response callback on the
+// root context, during which the guest reads the answer. A stream the guest
+// paused and then answered locally passes its response path too.
+func (c *Core) Deliver(g Guest, token uint32, resp CalloutResponse) error {
+	co, ok := c.callouts[token]
+	if !ok {
+		return fmt.Errorf("no pending callout %d", token)
+	}
+	delete(c.callouts, token)
+	c.delivery = &resp // readable until the answer is delivered
+	defer func() { c.delivery = nil }()
+	c.effective = c.rootID
+	if err := g.OnHttpCallResponse(c.rootID, token, uint32(len(resp.Headers)), uint32(len(resp.Body))); err != nil {
+		return err
+	}
+	if s, ok := c.streams[co.ContextID]; ok {
+		return c.finishLocal(g, s)
+	}
+	return nil
+}
+
+// wasmGuest calls the callbacks of a VM's compiled module.
+type wasmGuest struct {
+	ctx context.Context
+	vm  *VM
+}
+
+func (g wasmGuest) OnRequestHeaders(id, n uint32, end bool) (uint32, error) {
+	r, err := g.vm.call(g.ctx, g.vm.fn.requestHeaders, uint64(id), uint64(n), b2u(end))
+	return uint32(r), err
+}
+
+func (g wasmGuest) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
+	r, err := g.vm.call(g.ctx, g.vm.fn.responseHeaders, uint64(id), uint64(n), b2u(end))
+	return uint32(r), err
+}
+
+func (g wasmGuest) OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error {
+	_, err := g.vm.call(g.ctx, g.vm.fn.callResponse, uint64(rootID), uint64(token), uint64(numHeaders), uint64(bodySize), 0)
+	return err
+}
+
+// OnStreamEnd runs all three callbacks, whatever one of them answers.
+func (g wasmGuest) OnStreamEnd(id uint32) error {
+	var errs []error
+	for _, f := range []api.Function{g.vm.fn.done, g.vm.fn.log, g.vm.fn.del} {
+		_, err := g.vm.call(g.ctx, f, uint64(id))
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
