@@ -3,6 +3,7 @@ package wasmhost
 import (
 	"context"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -16,46 +17,52 @@ var i64 = api.ValueTypeI64
 func (h *Host) instantiateEnv(ctx context.Context) error {
 	b := h.rt.NewHostModuleBuilder("env")
 	def := func(name string, params []api.ValueType, f hostFunc) {
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
-			vm, _ := ctx.Value(vmKey{}).(*VM)
-			if vm == nil {
-				stack[0] = uint64(abi.StatusInternalFailure)
-				return
-			}
-			vm.calls[name]++
-			vm.restricted(name)
-			st := f(vm, m, stack)
-			stack[0] = uint64(st)
-		}), params, []api.ValueType{i32}).Export(name)
+		export(b, name, params, abi.StatusInternalFailure, f)
 	}
-	p := func(n int) []api.ValueType {
-		out := make([]api.ValueType, n)
-		for i := range out {
-			out[i] = i32
-		}
-		return out
-	}
-	h.defineBuffers(def, p)
-	h.defineHeaderMaps(def, p)
-	h.defineStream(def, p)
-	h.defineState(def, p)
+	h.defineBuffers(def)
+	h.defineHeaderMaps(def)
+	h.defineStream(def)
+	h.defineState(def)
 	_, err := b.Instantiate(ctx)
 	return err
+}
+
+// export registers a host function of a VM that answers one i32: each call
+// is counted and checked against the VM's phase (a call Envoy forbids there
+// traps the VM); a call outside any VM answers noVM.
+func export[R ~uint32](b wazero.HostModuleBuilder, name string, params []api.ValueType, noVM R,
+	f func(vm *VM, m api.Module, s []uint64) R) {
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, s []uint64) {
+		vm, _ := ctx.Value(vmKey{}).(*VM)
+		if vm == nil {
+			s[0] = uint64(noVM)
+			return
+		}
+		vm.calls[name]++
+		vm.restricted(name)
+		s[0] = uint64(f(vm, m, s))
+	}), params, []api.ValueType{i32}).Export(name)
+}
+
+// i32s is n i32 parameters.
+func i32s(n int) []api.ValueType {
+	out := make([]api.ValueType, n)
+	for i := range out {
+		out[i] = i32
+	}
+	return out
 }
 
 // hostFunc is one host function: it reads its parameters from the stack and
 // guest memory, calls the model, and answers an ABI status.
 type hostFunc func(vm *VM, m api.Module, s []uint64) abi.Status
 
-// definer registers a host function; params gives n i32 parameters.
-type (
-	definer func(name string, params []api.ValueType, f hostFunc)
-	params  func(n int) []api.ValueType
-)
+// definer registers a host function.
+type definer func(name string, params []api.ValueType, f hostFunc)
 
 // defineBuffers: logging, time and buffers.
-func (h *Host) defineBuffers(def definer, p params) {
-	def("proxy_log", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
+func (h *Host) defineBuffers(def definer) {
+	def("proxy_log", i32s(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		msg, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -63,13 +70,13 @@ func (h *Host) defineBuffers(def definer, p params) {
 		vm.Log(abi.LogLevel(s[0]), string(msg))
 		return abi.StatusOK
 	})
-	def("proxy_get_current_time_nanoseconds", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_current_time_nanoseconds", i32s(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		if !m.Memory().WriteUint64Le(uint32(s[0]), uint64(h.opts.Now().UnixNano())) {
 			return abi.StatusBadArgument
 		}
 		return abi.StatusOK
 	})
-	def("proxy_get_buffer_bytes", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_buffer_bytes", i32s(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		buf, st := vm.GetBuffer(abi.BufferType(s[0]), uint32(s[1]), uint32(s[2]))
 		if st != abi.StatusOK {
 			return st
@@ -79,8 +86,8 @@ func (h *Host) defineBuffers(def definer, p params) {
 }
 
 // defineHeaderMaps: reading and editing header maps.
-func (h *Host) defineHeaderMaps(def definer, p params) {
-	def("proxy_get_header_map_value", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
+func (h *Host) defineHeaderMaps(def definer) {
+	def("proxy_get_header_map_value", i32s(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -91,14 +98,14 @@ func (h *Host) defineHeaderMaps(def definer, p params) {
 		}
 		return vm.give(m, []byte(v), s[3], s[4])
 	})
-	def("proxy_get_header_map_pairs", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_header_map_pairs", i32s(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		pairs, st := vm.GetHeaderMapPairs(abi.MapType(s[0]))
 		if st != abi.StatusOK {
 			return st
 		}
 		return vm.give(m, headermap.Encode(pairs), s[1], s[2])
 	})
-	def("proxy_set_header_map_pairs", p(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_header_map_pairs", i32s(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		data, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -110,7 +117,7 @@ func (h *Host) defineHeaderMaps(def definer, p params) {
 		return vm.SetHeaderMapPairs(abi.MapType(s[0]), pairs)
 	})
 	mapEdit := func(name string, n int, f func(vm *VM, mapType abi.MapType, key, value string) abi.Status) {
-		def(name, p(n), func(vm *VM, m api.Module, s []uint64) abi.Status {
+		def(name, i32s(n), func(vm *VM, m api.Module, s []uint64) abi.Status {
 			key, ok := read(m, s[1], s[2])
 			if !ok {
 				return abi.StatusBadArgument
@@ -127,12 +134,11 @@ func (h *Host) defineHeaderMaps(def definer, p params) {
 	mapEdit("proxy_add_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.AddHeaderMapValue(t, k, v) })
 	mapEdit("proxy_replace_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.ReplaceHeaderMapValue(t, k, v) })
 	mapEdit("proxy_remove_header_map_value", 3, func(vm *VM, t abi.MapType, k, _ string) abi.Status { return vm.RemoveHeaderMapValue(t, k) })
-
 }
 
 // defineStream: properties, local replies, callouts and stream control.
-func (h *Host) defineStream(def definer, p params) {
-	def("proxy_get_property", p(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
+func (h *Host) defineStream(def definer) {
+	def("proxy_get_property", i32s(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		path, ok := read(m, s[0], s[1])
 		if !ok {
 			return abi.StatusBadArgument
@@ -155,7 +161,7 @@ func (h *Host) defineStream(def definer, p params) {
 		}
 		return vm.SendLocalResponse(uint32(s[0]), pairs, body)
 	})
-	def("proxy_http_call", p(10), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_http_call", i32s(10), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		cluster, ok1 := read(m, s[0], s[1])
 		hdrs, ok2 := read(m, s[2], s[3])
 		body, ok3 := read(m, s[4], s[5])
@@ -175,17 +181,17 @@ func (h *Host) defineStream(def definer, p params) {
 		}
 		return abi.StatusOK
 	})
-	def("proxy_continue_stream", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return vm.ContinueStream(abi.StreamType(s[0])) })
-	def("proxy_close_stream", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
-	def("proxy_set_effective_context", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_continue_stream", i32s(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return vm.ContinueStream(abi.StreamType(s[0])) })
+	def("proxy_close_stream", i32s(1), func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
+	def("proxy_set_effective_context", i32s(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetEffectiveContext(uint32(s[0]))
 	})
 }
 
 // defineState: shared data, ticks and metrics.
-func (h *Host) defineState(def definer, p params) {
+func (h *Host) defineState(def definer) {
 	def("proxy_done", nil, func(vm *VM, m api.Module, s []uint64) abi.Status { return abi.StatusOK })
-	def("proxy_get_shared_data", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_shared_data", i32s(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok := read(m, s[0], s[1])
 		if !ok {
 			return abi.StatusBadArgument
@@ -202,7 +208,7 @@ func (h *Host) defineState(def definer, p params) {
 		}
 		return abi.StatusOK
 	})
-	def("proxy_set_shared_data", p(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_shared_data", i32s(5), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		key, ok1 := read(m, s[0], s[1])
 		val, ok2 := read(m, s[2], s[3])
 		if !ok1 || !ok2 {
@@ -210,10 +216,10 @@ func (h *Host) defineState(def definer, p params) {
 		}
 		return vm.SetSharedData(string(key), val, uint32(s[4]))
 	})
-	def("proxy_set_tick_period_milliseconds", p(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_set_tick_period_milliseconds", i32s(1), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.SetTickPeriod(uint32(s[0]))
 	})
-	def("proxy_define_metric", p(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_define_metric", i32s(4), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		name, ok := read(m, s[1], s[2])
 		if !ok {
 			return abi.StatusBadArgument
@@ -233,7 +239,7 @@ func (h *Host) defineState(def definer, p params) {
 	def("proxy_record_metric", []api.ValueType{i32, i64}, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		return vm.RecordMetric(uint32(s[0]), s[1])
 	})
-	def("proxy_get_metric", p(2), func(vm *VM, m api.Module, s []uint64) abi.Status {
+	def("proxy_get_metric", i32s(2), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		v, st := h.metrics.Get(uint32(s[0]))
 		if st != abi.StatusOK {
 			return st
@@ -244,11 +250,6 @@ func (h *Host) defineState(def definer, p params) {
 		return abi.StatusOK
 	})
 }
-
-// calloutHeaders decodes a callout's headers; Envoy refuses (BadArgument) a
-// callout without :method, :path or :authority.
-
-// writableMap returns a stream's request or response headers.
 
 // give copies data into memory the guest allocates and writes its address and
 // size to the guest's out-parameters.

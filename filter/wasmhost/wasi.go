@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
@@ -97,22 +98,24 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	}
 	b := h.rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
 	def := func(name string, params int, f func(vm *VM, m api.Module, s []uint64) uint32) {
-		ps := make([]api.ValueType, params)
-		for i := range ps {
-			ps[i] = i32
-		}
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, s []uint64) {
-			vm, _ := ctx.Value(vmKey{}).(*VM)
-			if vm == nil {
-				s[0] = errnoNosys
-				return
-			}
-			vm.calls[name]++
-			vm.restricted(name)
-			s[0] = uint64(f(vm, m, s))
-		}), ps, []api.ValueType{i32}).Export(name)
+		export(b, name, i32s(params), errnoNosys, f)
 	}
-	nosys := func(*VM, api.Module, []uint64) uint32 { return errnoNosys }
+	defineWASIArgs(def)
+	defineWASIFiles(def)
+	h.defineWASIRuntime(b, def)
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// wasiDefiner registers a WASI function of params i32 parameters that answers
+// an errno.
+type wasiDefiner func(name string, params int, f func(vm *VM, m api.Module, s []uint64) uint32)
+
+func wasiOK(*VM, api.Module, []uint64) uint32    { return errnoSuccess }
+func wasiNosys(*VM, api.Module, []uint64) uint32 { return errnoNosys }
+
+// defineWASIArgs: no arguments and no environment.
+func defineWASIArgs(def wasiDefiner) {
 	zeroCounts := func(_ *VM, m api.Module, s []uint64) uint32 {
 		mem := m.Memory()
 		if !mem.WriteUint32Le(uint32(s[0]), 0) || !mem.WriteUint32Le(uint32(s[1]), 0) {
@@ -122,48 +125,64 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	}
 	def("args_sizes_get", 2, zeroCounts)
 	def("environ_sizes_get", 2, zeroCounts)
-	def("args_get", 2, func(*VM, api.Module, []uint64) uint32 { return errnoSuccess })
-	def("environ_get", 2, func(*VM, api.Module, []uint64) uint32 { return errnoSuccess })
-	def("fd_write", 4, func(vm *VM, m api.Module, s []uint64) uint32 {
-		fd, iovs, n, written := uint32(s[0]), uint32(s[1]), uint32(s[2]), uint32(s[3])
-		if fd != 1 && fd != 2 {
+	def("args_get", 2, wasiOK)
+	def("environ_get", 2, wasiOK)
+}
+
+// defineWASIFiles: stdout and stderr, no files and no preopened directories.
+func defineWASIFiles(def wasiDefiner) {
+	def("fd_write", 4, fdWrite)
+	def("fd_read", 4, wasiNosys)
+	def("fd_close", 1, wasiOK) // cpp-host logs an error and succeeds
+	def("fd_fdstat_set_flags", 2, wasiNosys)
+	def("fd_prestat_get", 2, func(*VM, api.Module, []uint64) uint32 { return errnoBadf })
+	def("fd_prestat_dir_name", 3, wasiNosys)
+	def("fd_fdstat_get", 2, fdFdstatGet)
+}
+
+// fdWrite(fd, iovs, iovs_len, written) copies what the guest writes to
+// stdout or stderr to the host's Output.
+func fdWrite(vm *VM, m api.Module, s []uint64) uint32 {
+	fd, iovs, n, written := uint32(s[0]), uint32(s[1]), uint32(s[2]), uint32(s[3])
+	if fd != 1 && fd != 2 {
+		return errnoBadf
+	}
+	mem := m.Memory()
+	total := uint32(0)
+	for i := uint32(0); i < n; i++ {
+		ptr, ok1 := mem.ReadUint32Le(iovs + 8*i)
+		size, ok2 := mem.ReadUint32Le(iovs + 8*i + 4)
+		data, ok3 := mem.Read(ptr, size)
+		if !ok1 || !ok2 || !ok3 {
 			return errnoBadf
 		}
-		mem := m.Memory()
-		total := uint32(0)
-		for i := uint32(0); i < n; i++ {
-			ptr, ok1 := mem.ReadUint32Le(iovs + 8*i)
-			size, ok2 := mem.ReadUint32Le(iovs + 8*i + 4)
-			data, ok3 := mem.Read(ptr, size)
-			if !ok1 || !ok2 || !ok3 {
-				return errnoBadf
-			}
-			_, _ = vm.host.opts.Output.Write(data)
-			total += size
-		}
-		if !mem.WriteUint32Le(written, total) {
-			return errnoBadf
-		}
-		return errnoSuccess
-	})
-	def("fd_read", 4, nosys)
-	def("fd_close", 1, func(*VM, api.Module, []uint64) uint32 { return errnoSuccess }) // cpp-host logs an error and succeeds
-	def("fd_fdstat_set_flags", 2, nosys)
-	def("fd_prestat_get", 2, func(*VM, api.Module, []uint64) uint32 { return errnoBadf }) // no preopened directories
-	def("fd_prestat_dir_name", 3, nosys)
-	def("fd_fdstat_get", 2, func(_ *VM, m api.Module, s []uint64) uint32 {
-		fd := uint32(s[0])
-		if fd != 1 && fd != 2 {
-			return errnoBadf
-		}
-		var st [24]byte
-		st[0] = 2                                   // character device
-		binary.LittleEndian.PutUint64(st[8:], 1<<6) // fd_write
-		if !m.Memory().Write(uint32(s[1]), st[:]) {
-			return errnoBadf
-		}
-		return errnoSuccess
-	})
+		_, _ = vm.host.opts.Output.Write(data)
+		total += size
+	}
+	if !mem.WriteUint32Le(written, total) {
+		return errnoBadf
+	}
+	return errnoSuccess
+}
+
+// fdFdstatGet(fd, stat) describes stdout and stderr as writable character
+// devices.
+func fdFdstatGet(_ *VM, m api.Module, s []uint64) uint32 {
+	fd := uint32(s[0])
+	if fd != 1 && fd != 2 {
+		return errnoBadf
+	}
+	var st [24]byte
+	st[0] = 2                                   // character device
+	binary.LittleEndian.PutUint64(st[8:], 1<<6) // fd_write
+	if !m.Memory().Write(uint32(s[1]), st[:]) {
+		return errnoBadf
+	}
+	return errnoSuccess
+}
+
+// defineWASIRuntime: randomness, scheduling, the clock and exit.
+func (h *Host) defineWASIRuntime(b wazero.HostModuleBuilder, def wasiDefiner) {
 	def("random_get", 2, func(_ *VM, m api.Module, s []uint64) uint32 {
 		buf := make([]byte, uint32(s[1]))
 		_, _ = rand.Read(buf)
@@ -172,7 +191,7 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 		}
 		return errnoSuccess
 	})
-	def("sched_yield", 0, func(*VM, api.Module, []uint64) uint32 { return errnoSuccess })
+	def("sched_yield", 0, wasiOK)
 	def("poll_oneoff", 4, func(vm *VM, m api.Module, s []uint64) uint32 {
 		if vm.host.opts.WASI == WASIEnvoy {
 			return errnoNosys
@@ -182,7 +201,8 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 		}
 		return errnoSuccess
 	})
-	// clock_time_get(id i32, precision i64, out *u64)
+	// clock_time_get(id i32, precision i64, out *u64) answers the host's
+	// clock with or without a VM, and is allowed in every phase.
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, s []uint64) {
 		if vm, _ := ctx.Value(vmKey{}).(*VM); vm != nil {
 			vm.calls["clock_time_get"]++
@@ -202,6 +222,4 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 		_ = m.CloseWithExitCode(ctx, uint32(s[0]))
 		panic(sys.NewExitError(uint32(s[0])))
 	}), []api.ValueType{i32}, nil).Export("proc_exit")
-	_, err := b.Instantiate(ctx)
-	return err
 }
