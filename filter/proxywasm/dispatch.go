@@ -65,21 +65,22 @@ func onContextCreate(contextID, parentID uint32) {
 }
 
 func onRequestHeaders(contextID, numHeaders uint32, end bool) uint32 {
-	h, ok := streams[contextID]
-	if !ok {
-		return uint32(types.ActionContinue)
-	}
-	activeID = contextID
-	return uint32(h.ctx.OnHttpRequestHeaders(int(numHeaders), end))
+	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpRequestHeaders(int(numHeaders), end) })
 }
 
 func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
+	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpResponseHeaders(int(numHeaders), end) })
+}
+
+// onStream runs a stream callback with its context active; a stream the
+// plugin made no context for continues.
+func onStream(contextID uint32, callback func(types.HttpContext) types.Action) uint32 {
 	h, ok := streams[contextID]
 	if !ok {
 		return uint32(types.ActionContinue)
 	}
 	activeID = contextID
-	return uint32(h.ctx.OnHttpResponseHeaders(int(numHeaders), end))
+	return uint32(callback(h.ctx))
 }
 
 func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
