@@ -124,7 +124,7 @@ func TestLeaseSharedAcrossVMs(t *testing.T) {
 	}
 }
 
-// An expired lease is not spent; its leftover goes back with the next check.
+// An expired lease is not spent; its tokens go back as returned with the next check.
 func TestExpiredLeaseIsReturned(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
 	e.start(req{})

@@ -155,7 +155,7 @@ func TestCalloutShape(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","control_authority":"tollgate-control","timeout_ms":150,"lease":{"request":7}}`, 1)
 	e.start(req{method: "POST", path: "/api/v1/orders?id=1"})
 	c, body := e.callout(0)
-	if c.Cluster != "controlsvc" || c.Timeout != 150 || c.Headers.Value(":authority") != "tollgate-control" ||
+	if c.Cluster != "controlsvc" || c.TimeoutMs != 150 || c.Headers.Value(":authority") != "tollgate-control" ||
 		c.Headers.Value(":path") != "/v1/rate-limit/check" || c.Headers.Value(":method") != "POST" {
 		t.Fatalf("callout %+v", c)
 	}

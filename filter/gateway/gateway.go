@@ -315,7 +315,7 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 	if !ok {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(c.Timeout)*time.Millisecond)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(c.TimeoutMs)*time.Millisecond)
 	defer cancel()
 	u := *base
 	path := c.Headers.Value(":path")

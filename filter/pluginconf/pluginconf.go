@@ -31,8 +31,8 @@ type Config struct {
 	// ControlAuthority its :authority.
 	ControlCluster   string `json:"control_cluster"`
 	ControlAuthority string `json:"control_authority"`
-	// TimeoutMS bounds a callout.
-	TimeoutMS   uint32 `json:"timeout_ms"`
+	// TimeoutMs bounds a callout.
+	TimeoutMs   uint32 `json:"timeout_ms"`
 	FailureMode string `json:"failure_mode"`
 	// DecisionToken is the service credential sent to the control service
 	// as "Authorization: Bearer ..." (its TOLLGATE_DECISION_TOKEN). Never logged.
@@ -87,7 +87,8 @@ type JWT struct {
 
 // Headers selects the response headers.
 type Headers struct {
-	// XRateLimit adds X-RateLimit-Limit, -Remaining, -Reset (default true).
+	// XRateLimit adds X-RateLimit-Limit, -Remaining, -Reset and -Window
+	// (default true).
 	XRateLimit *bool `json:"x_ratelimit,omitempty"`
 	// IETF adds the httpapi RateLimit-Policy and RateLimit fields.
 	IETF bool `json:"ietf"`
@@ -107,7 +108,7 @@ type Lease struct {
 // Breaker configures the callout circuit breaker.
 type Breaker struct {
 	Failures   int   `json:"failures"`
-	CooldownMS int64 `json:"cooldown_ms"`
+	CooldownMs int64 `json:"cooldown_ms"`
 }
 
 // Fallback is the per-VM limiter used while failing open.
@@ -125,12 +126,12 @@ type Fallback struct {
 func Parse(data []byte) (*Config, error) {
 	c := &Config{
 		ControlCluster: "controlsvc",
-		TimeoutMS:      200,
+		TimeoutMs:      200,
 		FailureMode:    FailOpen,
 		IPv6Prefix:     identity.DefaultIPv6Prefix,
 		APIKeyHeader:   "x-api-key",
 		Lease:          Lease{Request: 10, Slots: 1024},
-		Breaker:        Breaker{Failures: 5, CooldownMS: 5000},
+		Breaker:        Breaker{Failures: 5, CooldownMs: 5000},
 		Fallback:       Fallback{Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
 	}
 	data = bytes.TrimSpace(data)
@@ -207,7 +208,7 @@ func (c *Config) validateControl() *fielderr.Error {
 	if strings.ContainsAny(c.ControlAuthority, " \r\n\t/") {
 		return fielderr.New("control_authority", "%q is not a host", c.ControlAuthority)
 	}
-	if err := between("timeout_ms", c.TimeoutMS, 1, 60_000); err != nil {
+	if err := between("timeout_ms", c.TimeoutMs, 1, 60_000); err != nil {
 		return err
 	}
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
@@ -258,7 +259,7 @@ func (l *Lease) validate() *fielderr.Error {
 }
 
 func (b *Breaker) validate() *fielderr.Error {
-	return cmp.Or(between("failures", b.Failures, 1, 1000), between("cooldown_ms", b.CooldownMS, 10, 600_000))
+	return cmp.Or(between("failures", b.Failures, 1, 1000), between("cooldown_ms", b.CooldownMs, 10, 600_000))
 }
 
 func (f *Fallback) validate() *fielderr.Error {

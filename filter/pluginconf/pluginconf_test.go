@@ -12,7 +12,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ControlCluster != "controlsvc" || c.ControlAuthority != "controlsvc" || c.FailureMode != FailOpen || c.TimeoutMS != 200 ||
+	if c.ControlCluster != "controlsvc" || c.ControlAuthority != "controlsvc" || c.FailureMode != FailOpen || c.TimeoutMs != 200 ||
 		c.APIKeyHeader != "x-api-key" || c.Lease.Request != 10 || !c.Headers.XRateLimitOn() || c.Headers.IETF ||
 		c.XFFTrustedHops != 0 || c.TrustXRealIP || c.DecisionToken != "" || c.IPv6Prefix != 64 {
 		t.Fatalf("defaults %+v", c)
@@ -70,7 +70,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.TimeoutMS == 0 || c.Lease.Slots == 0 || c.Breaker.Failures == 0 {
+		if c.TimeoutMs == 0 || c.Lease.Slots == 0 || c.Breaker.Failures == 0 {
 			t.Fatalf("accepted a config with a zero bound: %+v", c)
 		}
 	})

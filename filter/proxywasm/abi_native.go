@@ -23,12 +23,12 @@ type NativeHost interface {
 	RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status
 	GetProperty(path string) ([]byte, abi.Status)
 	SendLocalResponse(status uint32, headers [][2]string, body []byte) abi.Status
-	HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, abi.Status)
+	HttpCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, abi.Status)
 	ContinueStream(streamType abi.StreamType) abi.Status
 	SetEffectiveContext(contextID uint32) abi.Status
 	GetSharedData(key string) ([]byte, uint32, abi.Status)
 	SetSharedData(key string, value []byte, cas uint32) abi.Status
-	SetTickPeriod(millis uint32) abi.Status
+	SetTickPeriod(periodMs uint32) abi.Status
 	DefineMetric(kind abi.MetricType, name string) (uint32, abi.Status)
 	IncrementMetric(id uint32, offset int64) abi.Status
 	RecordMetric(id uint32, value uint64) abi.Status

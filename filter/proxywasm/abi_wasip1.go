@@ -39,7 +39,7 @@ func proxyGetProperty(path *byte, pathSize uint32, retData *uint32, retSize *uin
 func proxySendLocalResponse(status uint32, details *byte, detailsSize uint32, body *byte, bodySize uint32, headers *byte, headersSize uint32, grpcStatus int32) abi.Status
 
 //go:wasmimport env proxy_http_call
-func proxyHttpCall(upstream *byte, upstreamSize uint32, headers *byte, headersSize uint32, body *byte, bodySize uint32, trailers *byte, trailersSize uint32, timeoutMillis uint32, retToken *uint32) abi.Status
+func proxyHttpCall(upstream *byte, upstreamSize uint32, headers *byte, headersSize uint32, body *byte, bodySize uint32, trailers *byte, trailersSize uint32, timeoutMs uint32, retToken *uint32) abi.Status
 
 //go:wasmimport env proxy_continue_stream
 func proxyContinueStream(streamType abi.StreamType) abi.Status

@@ -42,8 +42,8 @@ func allocate(size uint32) *byte {
 	return &allocBuf[0]
 }
 
-// returned hands out what the host wrote into the last allocation.
-func returned() []byte {
+// hostData hands out what the host wrote into the last allocation.
+func hostData() []byte {
 	b := allocBuf
 	allocBuf = nil
 	if retSize == 0 || uint32(len(b)) < retSize {
@@ -107,7 +107,7 @@ func getBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]byte, error)
 		allocBuf = nil
 		return nil, err
 	}
-	return returned(), nil
+	return hostData(), nil
 }
 
 // GetProperty reads a host property ("source", "address").
@@ -131,7 +131,7 @@ func GetProperty(path []string) ([]byte, error) {
 		allocBuf = nil
 		return nil, err
 	}
-	return returned(), nil
+	return hostData(), nil
 }
 
 // --- headers
@@ -142,7 +142,7 @@ func getMapValue(mapType abi.MapType, key string) (string, error) {
 		allocBuf = nil
 		return "", err
 	}
-	return string(returned()), nil
+	return string(hostData()), nil
 }
 
 func getMap(mapType abi.MapType) ([][2]string, error) {
@@ -151,7 +151,7 @@ func getMap(mapType abi.MapType) ([][2]string, error) {
 		allocBuf = nil
 		return nil, err
 	}
-	return headermap.Decode(returned())
+	return headermap.Decode(hostData())
 }
 
 // GetHttpRequestHeader returns the first value of a request header.
@@ -175,7 +175,7 @@ func VisitHttpRequestHeaders(f func(key, value []byte)) error {
 		allocBuf = nil
 		return err
 	}
-	return headermap.Walk(returned(), func(k, v []byte) bool { f(k, v); return true })
+	return headermap.Walk(hostData(), func(k, v []byte) bool { f(k, v); return true })
 }
 
 // RemoveHttpRequestHeader removes every value of a request header.
@@ -221,12 +221,12 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCS
 // DispatchHttpCall sends an HTTP request to a cluster; callBack runs when the
 // answer (or a failure) arrives.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
-	timeoutMillisecond uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	timeoutMs uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
 	h := headermap.Encode(headers)
 	t := headermap.Encode(trailers)
 	var token uint32
 	st := proxyHttpCall(strPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)), bytesPtr(body), uint32(len(body)),
-		bytesPtr(t), uint32(len(t)), timeoutMillisecond, &retID)
+		bytesPtr(t), uint32(len(t)), timeoutMs, &retID)
 	if err := statusErr(st); err != nil {
 		return 0, err
 	}
@@ -259,7 +259,7 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 		allocBuf = nil
 		return nil, 0, err
 	}
-	return returned(), retCas, nil
+	return hostData(), retCas, nil
 }
 
 // SetSharedData writes a shared-data entry if its CAS still is cas (0: always).

@@ -266,7 +266,7 @@ func (c *Core) SendLocalResponse(status uint32, headers [][2]string, body []byte
 
 // HttpCall registers a callout of the effective context. Envoy refuses an
 // unknown cluster and a request without :method, :path or :authority.
-func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeoutMillis uint32) (uint32, abi.Status) {
+func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, abi.Status) {
 	hm := LowerKeys(headers)
 	if !c.clusters[cluster] {
 		return 0, abi.StatusBadArgument
@@ -278,7 +278,7 @@ func (c *Core) HttpCall(cluster string, headers [][2]string, body []byte, timeou
 	}
 	c.nextToken++
 	co := &Callout{Token: c.nextToken, ContextID: c.effective, Cluster: cluster, Headers: hm,
-		Body: append([]byte(nil), body...), Timeout: timeoutMillis}
+		Body: append([]byte(nil), body...), TimeoutMs: timeoutMs}
 	c.callouts[co.Token] = co
 	if c.OnCallout != nil {
 		c.OnCallout(co)
@@ -318,8 +318,8 @@ func (c *Core) SetSharedData(key string, value []byte, cas uint32) abi.Status {
 	return c.shared.Set(key, value, cas)
 }
 
-func (c *Core) SetTickPeriod(millis uint32) abi.Status {
-	c.tick = time.Duration(millis) * time.Millisecond
+func (c *Core) SetTickPeriod(periodMs uint32) abi.Status {
+	c.tick = time.Duration(periodMs) * time.Millisecond
 	return abi.StatusOK
 }
 

@@ -132,7 +132,7 @@ type Callout struct {
 	Cluster   string
 	Headers   Headers
 	Body      []byte
-	Timeout   uint32 // ms
+	TimeoutMs uint32
 }
 
 // CalloutResponse is a callout's answer.

@@ -177,11 +177,11 @@ func (c *Cache) key(owner Owner) string {
 	return c.keys[i]
 }
 
-// Take spends one token of owner's lease. On a Miss, leftover is the count of
+// Take spends one token of owner's lease. On a Miss, returned is the count of
 // expired lease tokens taken out of the slot, to be handed back to the
-// control service with the next check; the Entry is only meaningful on a Hit
+// control service with the next check (its returned field); the Entry is only meaningful on a Hit
 // or Denied.
-func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover int64) {
+func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
@@ -202,7 +202,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover i
 			decodeStrings(data, &e)
 			return e, Denied, 0
 		case e.Tokens > 0:
-			leftover, e.Tokens = e.Tokens, 0 // expired: hand back once
+			returned, e.Tokens = e.Tokens, 0 // expired: hand back once
 		default:
 			return Entry{}, Miss, 0
 		}
@@ -211,13 +211,13 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, leftover i
 		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
 		if err := c.store.Set(k, data, cas); err != nil {
 			if errors.Is(err, ErrCasMismatch) {
-				leftover = 0
+				returned = 0
 				continue
 			}
 			return Entry{}, Miss, 0
 		}
-		if leftover > 0 {
-			return Entry{}, Miss, leftover
+		if returned > 0 {
+			return Entry{}, Miss, returned
 		}
 		decodeStrings(data, &e)
 		return e, Hit, 0

@@ -105,7 +105,7 @@ func TestTakeLifecycle(t *testing.T) {
 	}
 	c.Put(Entry{Owner: a, Tokens: 3, ExpiresMs: 2000}, 0)
 	if _, out, left := c.Take(a, 2500); out != Miss || left != 3 {
-		t.Fatalf("expired lease: %v, leftover %d; want a miss handing back 3", out, left)
+		t.Fatalf("expired lease: %v, returned %d; want a miss handing back 3", out, left)
 	}
 	if _, _, left := c.Take(a, 2500); left != 0 {
 		t.Fatal("expired tokens were handed back twice")

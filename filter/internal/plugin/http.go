@@ -182,7 +182,7 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 		headers = append(headers, [2]string{"authorization", "Bearer " + p.cfg.DecisionToken})
 	}
 	h.start = now
-	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMS, h.onCheckResponse); err != nil {
+	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)
 		p.m.calloutFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
@@ -373,9 +373,9 @@ func refusedCredential(body []byte) bool {
 	return bytes.Contains(body, []byte(`"code":"`+wire.CodeUnauthorized+`"`)) || bytes.Contains(body, []byte(`"code":"`+wire.CodeForbidden+`"`))
 }
 
-// maxLeaseTTLMillis bounds how long a granted lease is spent locally,
+// maxLeaseTTLMs bounds how long a granted lease is spent locally,
 // whatever the answer says.
-const maxLeaseTTLMillis = 60_000
+const maxLeaseTTLMs = 60_000
 
 // plausible checks what the filter is about to cache and write into headers:
 // an identity and tier it would send upstream must be well-formed, and a
@@ -393,7 +393,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
-	d.Lease.TTLMillis = min(d.Lease.TTLMillis, maxLeaseTTLMillis)
+	d.Lease.TTLMillis = min(d.Lease.TTLMillis, maxLeaseTTLMs)
 	return true
 }
 

@@ -65,7 +65,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cache = cache
-	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMS)*time.Millisecond)
+	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMs)*time.Millisecond)
 	p.fallback = fallback.New(cfg.Fallback.Limit, cfg.Fallback.WindowSeconds, cfg.Fallback.MaxCallers)
 	p.m = metrics{
 		allowed:         proxywasm.DefineCounterMetric("tollgate_allowed_total"),
