@@ -12,7 +12,9 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
@@ -34,10 +36,23 @@ type RuleStore interface {
 	PutTier(ctx context.Context, t ruleset.Tier) error
 }
 
+// Trail is the audit trail.
+type Trail interface {
+	Append(ctx context.Context, evs ...audit.Event) error
+	List(ctx context.Context, q audit.Query) ([]audit.Event, string, error)
+}
+
+// UsageReader reads what identities were admitted.
+type UsageReader interface {
+	Read(ctx context.Context, identity string, windowStart, now time.Time) (usage.Report, error)
+}
+
 // Service runs the operator's operations.
 type Service struct {
 	keys     KeyStore
 	rules    RuleStore
+	trail    Trail
+	usage    UsageReader
 	policy   func() *decision.Policy
 	validate func(ruleset.Snapshot) error
 	changed  func(context.Context)
@@ -50,6 +65,8 @@ type Service struct {
 type Deps struct {
 	Keys  KeyStore
 	Rules RuleStore
+	Trail Trail
+	Usage UsageReader
 	// Policy returns the live policy (default tier, rules).
 	Policy func() *decision.Policy
 	// Validate reports whether runtime rules and tiers, laid over the file's
@@ -65,7 +82,7 @@ type Deps struct {
 
 // New returns the admin service.
 func New(d Deps) *Service {
-	return &Service{keys: d.Keys, rules: d.Rules, policy: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
+	return &Service{keys: d.Keys, rules: d.Rules, trail: d.Trail, usage: d.Usage, policy: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
 }
 
 // RulesResponse is the live rule set.

@@ -121,6 +121,7 @@ func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView
 	// The key id is logged, never the key.
 	s.log.Info("api key created", "key_id", rec.ID, "user_id", rec.UserID, "tier", rec.Tier)
 	v := s.keyView(&rec)
+	s.audit(ctx, "api_key.create", rec.ID, nil, v) // before the raw key is added: never in the trail
 	v.APIKey = raw
 	return v, nil
 }
@@ -149,6 +150,7 @@ func (s *Service) RevokeKey(ctx context.Context, idOrKey string) (KeyView, error
 	}
 	s.log.Info("api key revoked", "key_id", rec.ID)
 	v := s.keyView(&rec)
+	s.audit(ctx, "api_key.revoke", rec.ID, s.keyView(&found), v)
 	if apikeys.ValidFormat(idOrKey) {
 		v.APIKey = idOrKey // the caller has it already
 	}

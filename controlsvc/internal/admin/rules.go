@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -160,7 +161,9 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 	}
 	s.log.Info("rule created", "rule_id", r.ID, "endpoint_pattern", r.Path, "limit", r.Limit, "window_seconds", r.WindowSeconds)
 	s.changed(ctx)
-	return viewOf(&r, p.Config.Tiers), nil
+	v := viewOf(&r, p.Config.Tiers)
+	s.audit(ctx, "rule.create", r.ID, nil, v)
+	return v, nil
 }
 
 // UpdateRule changes the fields the body names (a partial update).
@@ -194,12 +197,15 @@ func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (Ru
 	}
 	s.log.Info("rule updated", "rule_id", r.ID)
 	s.changed(ctx)
-	return viewOf(&r, p.Config.Tiers), nil
+	v := viewOf(&r, p.Config.Tiers)
+	s.audit(ctx, "rule.update", r.ID, viewOf(cur, p.Config.Tiers), v)
+	return v, nil
 }
 
 // DeleteRule removes a runtime rule.
 func (s *Service) DeleteRule(ctx context.Context, id string) error {
-	if _, err := s.runtimeRule(ctx, id); err != nil {
+	cur, err := s.runtimeRule(ctx, id)
+	if err != nil {
 		return err
 	}
 	if err := s.rules.DeleteRule(ctx, id); err != nil {
@@ -210,6 +216,7 @@ func (s *Service) DeleteRule(ctx context.Context, id string) error {
 	}
 	s.log.Info("rule deleted", "rule_id", id)
 	s.changed(ctx)
+	s.audit(ctx, "rule.delete", id, viewOf(cur, s.policy().Config.Tiers), nil)
 	return nil
 }
 
@@ -300,7 +307,7 @@ func (s *Service) checkSnapshot(snap ruleset.Snapshot) *apierr.Error {
 	if !ok {
 		return apierr.Invalid("body", err.Error())
 	}
-	return apierr.InvalidField(&fielderr.Error{Field: apiField(fe.Field), Reason: fe.Reason})
+	return apierr.InvalidAt(apiField(fe.Field), &fielderr.Error{Reason: fe.Reason})
 }
 
 var itemPrefix = regexp.MustCompile(`^(rules|tiers)\[\d+\]\.?`)
@@ -324,6 +331,14 @@ func apiField(f string) string {
 	return f
 }
 
+// audit appends an admin change to the trail. The change is made: a trail
+// that cannot be written is logged, not failed.
+func (s *Service) audit(ctx context.Context, action, target string, before, after any) {
+	if err := s.trail.Append(ctx, audit.Change(ctx, s.now(), action, target, before, after)); err != nil {
+		s.log.Warn("audit trail not written", "action", action, "err", err)
+	}
+}
+
 func (s *Service) load(ctx context.Context) (ruleset.Snapshot, error) {
 	snap, _, err := s.rules.Load(ctx)
 	if err != nil {
@@ -335,6 +350,15 @@ func (s *Service) load(ctx context.Context) (ruleset.Snapshot, error) {
 func (s *Service) unavailable(op string, err error) error {
 	s.m.RedisErrors.WithLabelValues(op).Inc()
 	return apierr.Unavailable("could not reach the rule store", err)
+}
+
+func findTierByName(tiers []config.Tier, name string) *config.Tier {
+	for i := range tiers {
+		if tiers[i].Name == name {
+			return &tiers[i]
+		}
+	}
+	return nil
 }
 
 func findTier(tiers []config.Tier, id int) *config.Tier {

@@ -95,5 +95,11 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 	}
 	s.log.Info("tier stored", "tier_id", id, "name", t.Name, "limit", t.Limit, "window_seconds", t.WindowSeconds)
 	s.changed(ctx)
-	return TierView{Tier: t.Tier, UpdatedAt: &t.UpdatedAt}, nil
+	var before any
+	if runtime >= 0 {
+		before = snap.Tiers[runtime].Tier
+	}
+	v := TierView{Tier: t.Tier, UpdatedAt: &t.UpdatedAt}
+	s.audit(ctx, "tier.put", strconv.Itoa(id), before, v.Tier)
+	return v, nil
 }

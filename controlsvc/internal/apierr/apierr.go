@@ -57,8 +57,12 @@ func Invalid(field, reason string) *Error {
 		Details: map[string]any{"field": field, "reason": reason}}
 }
 
-// InvalidField is Invalid for a field error (its path and reason).
-func InvalidField(fe *fielderr.Error) *Error { return Invalid(fe.Field, fe.Reason) }
+// InvalidAt is Invalid for err found in field: a field error keeps its
+// reason (its path placed under field), any other error is the reason.
+func InvalidAt(field string, err error) *Error {
+	fe := fielderr.At(field, err)
+	return Invalid(fe.Field, fe.Reason)
+}
 
 // InvalidLimit is an INVALID_LIMIT naming the bad field.
 func InvalidLimit(field, reason string) *Error {

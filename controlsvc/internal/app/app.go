@@ -28,10 +28,12 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
 )
 
 // App is a running control service.
@@ -45,6 +47,7 @@ type App struct {
 	svc       *decision.Service
 	overrides *overrides.Store
 	ruleset   *ruleset.Store
+	usage     *usage.Recorder
 	metrics   *metrics.Metrics
 	http      *http.Server
 	ln        net.Listener
@@ -85,11 +88,13 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	}
 	a.overrides = overrides.New(rdb)
 	a.ruleset = ruleset.New(rdb)
+	trail := audit.New(rdb)
+	a.usage = usage.NewRecorder(rdb, trail, log)
 	keys := apikeys.New(rdb, time.Now)
-	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Metrics: a.metrics, Log: log, Now: time.Now,
+	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMS) * time.Millisecond}, policy)
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
-	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
+	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	srv := server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -104,6 +109,12 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 		"failure_mode", cfg.FailureMode, "tiers", len(cfg.Tiers), "rules", len(cfg.Rules), "admin_api", cfg.AdminToken != "")
 	return a, nil
 }
+
+// usageFlush is how often usage counts and violations are written.
+const usageFlush = 200 * time.Millisecond
+
+// FlushUsage writes the usage counts gathered so far (tests read them).
+func (a *App) FlushUsage(ctx context.Context) error { return a.usage.Flush(ctx) }
 
 func (a *App) nextVersion() string { return strconv.FormatInt(a.version.Add(1), 10) }
 
@@ -131,6 +142,8 @@ func (a *App) Metrics() *metrics.Metrics { return a.metrics }
 func (a *App) Serve(ctx context.Context) error {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
+	usageDone := make(chan struct{})
+	go func() { a.usage.Run(bg, usageFlush); close(usageDone) }()
 	w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
 	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMS)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
 	errc := make(chan error, 1)
@@ -144,6 +157,8 @@ func (a *App) Serve(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := a.http.Shutdown(shutdownCtx)
+	stop()
+	<-usageDone // the last counts are written before Redis closes
 	if cerr := a.rdb.Close(); err == nil {
 		err = cerr
 	}

@@ -44,7 +44,9 @@ type Config struct {
 	// RedisBreakerCooldownMS; then one call probes.
 	RedisBreakerThreshold  int `toml:"redis_breaker_threshold"`
 	RedisBreakerCooldownMS int `toml:"redis_breaker_cooldown_ms"`
-	// AdminToken guards the admin API; empty disables it. Never logged.
+	// AdminToken guards the admin API; empty disables it. Several tokens
+	// are comma-separated; each may carry its holder's name, "name:token",
+	// which the audit trail records as who acted. Never logged.
 	AdminToken string `toml:"admin_token"`
 	// DecisionToken is the service credential of the decision API: one
 	// token, or two separated by a comma while rotating. The filter sends it
@@ -315,6 +317,28 @@ const MaxLease = 1_000_000_000
 // guess protects nothing, and 32 random characters are out of reach.
 const MinTokenLen = 32
 
+// AdminToken is one admin credential and the name of its holder.
+type AdminToken struct{ Name, Token string }
+
+var tokenNameChars = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// AdminTokens returns the admin credentials; a token without a name is
+// "admin".
+func (c *Config) AdminTokens() []AdminToken {
+	if c.AdminToken == "" {
+		return nil
+	}
+	var out []AdminToken
+	for _, t := range strings.Split(c.AdminToken, ",") {
+		if name, tok, ok := strings.Cut(t, ":"); ok && tokenNameChars.MatchString(name) && tok != "" {
+			out = append(out, AdminToken{Name: name, Token: tok})
+			continue
+		}
+		out = append(out, AdminToken{Name: "admin", Token: t})
+	}
+	return out
+}
+
 // DecisionTokens returns the accepted decision-API tokens (none, one, or two
 // while rotating).
 func (c *Config) DecisionTokens() []string {
@@ -328,9 +352,14 @@ func (c *Config) validateTokens() error {
 	bad := func(field, format string, args ...any) error {
 		return fielderr.New(field, format, args...)
 	}
-	if t := c.AdminToken; t != "" {
-		if err := checkToken(t); err != nil {
-			return bad("admin_token", "%v", err)
+	admins := c.AdminTokens()
+	for i, t := range admins {
+		field := "admin_token"
+		if len(admins) > 1 {
+			field = fmt.Sprintf("admin_token[%d]", i)
+		}
+		if err := checkToken(t.Token); err != nil {
+			return bad(field, "%v", err)
 		}
 	}
 	toks := c.DecisionTokens()

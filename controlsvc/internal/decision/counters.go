@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -81,7 +82,9 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 		}
 	}
 	s.log.Info("counters reset", "identity", t.id.String(), "endpoint", t.endpoint, "keys", n)
-	return wire.ResetResponse{UserID: req.UserID, Endpoint: t.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}, nil
+	resp := wire.ResetResponse{UserID: req.UserID, Endpoint: t.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}
+	s.audit(ctx, audit.Change(ctx, s.now(), "counters.reset", t.id.String()+" "+t.endpoint, nil, resp))
+	return resp, nil
 }
 
 // resettable returns the counters a reset deletes: those of the selected
@@ -115,6 +118,7 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 	if _, aerr := p.adhocRule(rules.IDOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity); aerr != nil {
 		return wire.ConfigResponse{}, aerr
 	}
+	before, had := s.overrides.Get(t.id.String(), t.endpoint)
 	ov := overrides.Override{Limit: req.Limit, WindowSeconds: req.WindowSeconds, Algorithm: rules.Algorithm(req.Strategy), Burst: req.BurstCapacity, UpdatedAt: s.now().UTC().Truncate(time.Second)}
 	if err := s.overrides.Set(ctx, t.id.String(), t.endpoint, ov); err != nil {
 		s.m.RedisErrors.WithLabelValues("config").Inc()
@@ -123,5 +127,41 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 	s.log.Info("override set", "identity", t.id.String(), "endpoint", t.endpoint, "limit", req.Limit, "window_seconds", req.WindowSeconds, "strategy", req.Strategy)
 	out := *req
 	out.Endpoint = t.endpoint
+	var was any
+	if had {
+		was = before
+	}
+	s.audit(ctx, audit.Change(ctx, s.now(), "override.set", t.id.String()+" "+t.endpoint, was, ov))
 	return wire.ConfigResponse{ConfigRequest: out, UpdatedAt: ov.UpdatedAt.Format(time.RFC3339)}, nil
+}
+
+// Overrides lists every override.
+func (s *Service) Overrides() []overrides.Entry { return s.overrides.All() }
+
+// DeleteOverride removes the override of a caller and endpoint.
+func (s *Service) DeleteOverride(ctx context.Context, req *wire.ResetRequest) error {
+	p := s.policy.Load()
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint}, Trusted)
+	if aerr != nil {
+		return aerr
+	}
+	before, had := s.overrides.Get(t.id.String(), t.endpoint)
+	if !had {
+		return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no override for that user_id and endpoint")
+	}
+	if err := s.overrides.Delete(ctx, t.id.String(), t.endpoint); err != nil {
+		s.m.RedisErrors.WithLabelValues("config").Inc()
+		return apierr.Unavailable("could not delete the override", err)
+	}
+	s.log.Info("override deleted", "identity", t.id.String(), "endpoint", t.endpoint)
+	s.audit(ctx, audit.Change(ctx, s.now(), "override.delete", t.id.String()+" "+t.endpoint, before, nil))
+	return nil
+}
+
+// audit appends an admin change to the trail. The change is made: a trail
+// that cannot be written is logged, not failed.
+func (s *Service) audit(ctx context.Context, ev audit.Event) {
+	if err := s.trail.Append(ctx, ev); err != nil {
+		s.log.Warn("audit trail not written", "action", ev.Action, "err", err)
+	}
 }

@@ -64,7 +64,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 	}
 	id, err := identity.Parse(in.userID)
 	if err != nil {
-		return t, invalidField("user_id", err)
+		return t, apierr.InvalidAt("user_id", err)
 	}
 	t.id = id
 	if trust == Untrusted {
@@ -73,7 +73,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 		}
 	}
 	if t.endpoint, err = validEndpoint(in.endpoint); err != nil {
-		return t, invalidField("endpoint", err)
+		return t, apierr.InvalidAt("endpoint", err)
 	}
 	if in.method != "" && !methodChars.Match(in.method, 1, 16) {
 		return t, apierr.Invalid("method", "must be an upper-case HTTP method")
@@ -223,10 +223,4 @@ func validEndpoint(ep string) (string, error) {
 		return "", fielderr.New("", "is longer than %d bytes", MaxEndpointLen)
 	}
 	return n, nil
-}
-
-// invalidField is the INVALID_INPUT of a field whose validator (identity,
-// paths) returned a field error: its reason, under the request's field name.
-func invalidField(field string, err error) *apierr.Error {
-	return apierr.InvalidField(fielderr.At(field, err))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
@@ -45,6 +46,19 @@ type KeyStore interface {
 type OverrideStore interface {
 	Get(identity, endpoint string) (overrides.Override, bool)
 	Set(ctx context.Context, identity, endpoint string, ov overrides.Override) error
+	Delete(ctx context.Context, identity, endpoint string) error
+	All() []overrides.Entry
+}
+
+// UsageRecorder counts what identities were admitted; it must not wait on
+// Redis.
+type UsageRecorder interface {
+	Record(identity string, at time.Time, requests int64, violation *audit.Event)
+}
+
+// Trail appends to the audit trail.
+type Trail interface {
+	Append(ctx context.Context, evs ...audit.Event) error
 }
 
 // ReplayStore keeps the answers of batches under their idempotency key.
@@ -60,6 +74,8 @@ type Service struct {
 	keys      KeyStore
 	overrides OverrideStore
 	replays   ReplayStore
+	usage     UsageRecorder
+	trail     Trail
 	m         *metrics.Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -79,6 +95,8 @@ type Deps struct {
 	Keys      KeyStore
 	Overrides OverrideStore
 	Replays   ReplayStore
+	Usage     UsageRecorder
+	Trail     Trail
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	Now       func() time.Time
@@ -90,7 +108,7 @@ type Deps struct {
 
 // New returns a service deciding with policy p.
 func New(d Deps, p *Policy) *Service {
-	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, m: d.Metrics, log: d.Log, now: d.Now,
+	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
 		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
 	s.policy.Store(p)
 	return s
@@ -220,6 +238,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 	}
 	if p.exempt(c.id) {
 		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
+		s.usage.Record(c.id.String(), s.now(), c.cost+c.lease-c.returned, nil)
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.id.String(), Tier: c.tier,
 			Lease: wire.Lease{Granted: c.lease, TTLMillis: p.Config.Lease.TTLMS}}, nil
 	}
@@ -254,6 +273,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		a.res = res
 	}
 	resp, result := s.verdict(p, &c.target, rs)
+	s.record(c, &resp)
 	s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
 	s.m.LeaseGranted.Add(float64(resp.Lease.Granted))
 	for i := range rs {
@@ -263,6 +283,19 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		}
 	}
 	return resp, nil
+}
+
+// record counts what the decision admitted for usage: the cost, and the
+// lease the filter will spend, less tokens an earlier lease gave back; and a
+// denial as a violation. It only adds to memory.
+func (s *Service) record(c *caller, resp *wire.CheckResponse) {
+	now := s.now()
+	if !resp.Allowed {
+		s.usage.Record(c.id.String(), now, -c.returned, &audit.Event{At: now, Type: audit.TypeViolation,
+			Identity: c.id.String(), Endpoint: c.endpoint, RuleID: resp.RuleID})
+		return
+	}
+	s.usage.Record(c.id.String(), now, c.cost+resp.Lease.Granted-c.returned, nil)
 }
 
 // limit runs one counter through the circuit breaker.

@@ -9,6 +9,7 @@
 package keys
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -81,6 +82,17 @@ const (
 	AdminChanges = Prefix + "{admin}:changes"
 )
 
+// ParseOverrideField is OverrideField backwards.
+func ParseOverrideField(field string) (identity, endpoint string, ok bool) {
+	a, b, ok := strings.Cut(field, " ")
+	if !ok {
+		return "", "", false
+	}
+	identity, err1 := url.PathUnescape(a)
+	endpoint, err2 := url.PathUnescape(b)
+	return identity, endpoint, err1 == nil && err2 == nil
+}
+
 // APIKey is the record of an API key, found by the hex SHA-256 of the raw key.
 func APIKey(hashHex string) string { return Prefix + "apikey:" + hashHex }
 
@@ -92,6 +104,21 @@ const APIKeyIndex = Prefix + "apikeys"
 
 // APIKeyUser lists one user's key ids by creation time.
 func APIKeyUser(userID string) string { return Prefix + "apikeys:user:" + escape(userID, true) }
+
+// Audit is the capped stream of admin changes and violations.
+const Audit = Prefix + "audit"
+
+// UsageHour and UsageMinute count an identity's requests in one hour or one
+// minute (Unix hour / minute number). One identity's counters share a hash
+// tag, so reading a day of them is one round trip on a cluster too.
+func UsageHour(identity string, hour int64) string {
+	return Prefix + "usage:{" + escape(identity, false) + "}:h:" + strconv.FormatInt(hour, 10)
+}
+
+// UsageMinute: see UsageHour.
+func UsageMinute(identity string, minute int64) string {
+	return Prefix + "usage:{" + escape(identity, false) + "}:m:" + strconv.FormatInt(minute, 10)
+}
 
 // Idempotency stores a batch answer under the hex SHA-256 of its key.
 func Idempotency(hashHex string) string { return Prefix + "idem:{" + hashHex + "}" }

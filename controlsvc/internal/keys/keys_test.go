@@ -71,3 +71,12 @@ func FuzzCounter(f *testing.F) {
 		}
 	})
 }
+
+func TestOverrideFieldRoundTrip(t *testing.T) {
+	for _, tt := range [][2]string{{"user:alice", "/api/v1/items"}, {"user:a b%7D{c}", "/x:y/%zz"}, {"ip:2001:db8::1", "/"}, {"key:k_1\r\n", "/a+b"}} {
+		id, ep, ok := ParseOverrideField(OverrideField(tt[0], tt[1]))
+		if !ok || id != tt[0] || ep != tt[1] {
+			t.Errorf("%q %q came back as %q %q %v", tt[0], tt[1], id, ep, ok)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -102,6 +103,39 @@ func New(d Deps) *Server {
 	})))
 	e.DELETE(rulesPath+"/:id", operator(func(c echo.Context) error {
 		if err := s.admin.DeleteRule(c.Request().Context(), c.Param("id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}))
+	e.GET("/admin/v1/usage/:who", operator(func(c echo.Context) error {
+		who, err := url.PathUnescape(c.Param("who"))
+		if err != nil {
+			return apierr.Invalid("identity", "is not a valid path segment")
+		}
+		v, err := s.admin.Usage(c.Request().Context(), who, c.QueryParam("window"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &v)
+	}))
+	e.GET("/admin/v1/audit", operator(func(c echo.Context) error {
+		q := c.QueryParams()
+		page, err := s.admin.Audit(c.Request().Context(), q.Get("type"), q.Get("since"), q.Get("limit"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, &page)
+	}))
+	e.GET("/admin/v1/overrides", operator(func(c echo.Context) error {
+		all := s.svc.Overrides()
+		return c.JSON(http.StatusOK, map[string]any{"overrides": all, "total": len(all)})
+	}))
+	e.DELETE(wire.PathConfig, operator(func(c echo.Context) error {
+		var req wire.ResetRequest
+		if err := s.decode(c, &req, true); err != nil {
+			return err
+		}
+		if err := s.svc.DeleteOverride(c.Request().Context(), &req); err != nil {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)
@@ -234,15 +268,23 @@ func (s *Server) health(c echo.Context) error {
 // requireAdmin checks the admin credential.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		want := s.svc.Policy().Config.AdminToken
-		if want == "" {
+		tokens := s.svc.Policy().Config.AdminTokens()
+		if len(tokens) == 0 {
 			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
 		got, repeated := onlyHeader(c, "X-Admin-Token")
 		if got == "" && !repeated {
 			got, repeated = bearer(c)
 		}
-		if repeated || !tokenMatches(got, want) {
+		holder := ""
+		for _, t := range tokens {
+			// Every token is compared, so the time taken does not say which
+			// one matched.
+			if tokenMatches(got, t.Token) && holder == "" {
+				holder = t.Name
+			}
+		}
+		if repeated || holder == "" {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
 			msg := "a valid admin token is required"
 			if repeated {
@@ -250,6 +292,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
 		}
+		c.SetRequest(c.Request().WithContext(audit.WithActor(c.Request().Context(), holder)))
 		return next(c)
 	}
 }

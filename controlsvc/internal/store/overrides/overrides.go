@@ -3,9 +3,11 @@
 package overrides
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +70,42 @@ func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override)
 	// Other replicas reload on the announcement; the override is stored,
 	// so a failed announcement only delays them to their version check.
 	return changes.Bump(ctx, o.rdb)
+}
+
+// Delete removes an override.
+func (o *Store) Delete(ctx context.Context, identity, endpoint string) error {
+	field := keys.OverrideField(identity, endpoint)
+	if err := o.rdb.HDel(ctx, keys.Overrides, field).Err(); err != nil {
+		return fmt.Errorf("delete override: %w", err)
+	}
+	o.mu.Lock()
+	delete(o.m, field)
+	o.mu.Unlock()
+	return changes.Bump(ctx, o.rdb)
+}
+
+// Entry is an override with whom and what it is for.
+type Entry struct {
+	Identity string `json:"identity"`
+	Endpoint string `json:"endpoint"`
+	Override
+}
+
+// All returns every override, by identity and endpoint.
+func (o *Store) All() []Entry {
+	o.mu.RLock()
+	out := make([]Entry, 0, len(o.m))
+	for field, ov := range o.m {
+		id, ep, ok := keys.ParseOverrideField(field)
+		if ok {
+			out = append(out, Entry{Identity: id, Endpoint: ep, Override: ov})
+		}
+	}
+	o.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Identity, b.Identity), cmp.Compare(a.Endpoint, b.Endpoint))
+	})
+	return out
 }
 
 // Refresh re-reads every override from Redis.

@@ -1,0 +1,132 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// Usage counts what was admitted (leases the filter will spend included,
+// tokens it gave back excluded) and the violations; the audit trail holds
+// each admin change with its actor, before and after, and each violation.
+func TestUsageAndAudit(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 5\nwindow_seconds = 60\n[[tiers]]\nname = \"premium\"\nlimit = 1000\nwindow_seconds = 60\n",
+		map[string]string{"TOLLGATE_ADMIN_TOKEN": "ops:" + adminToken, "TOLLGATE_LEASE_FRACTION": "0.5", "TOLLGATE_LEASE_MAX": "10"})
+	created := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "u1", "tier": "free"})
+	raw, keyID := created.json(t)["api_key"].(string), created.json(t)["key_id"].(string)
+	// Plain checks, a check taking a lease (the filter spends the granted
+	// tokens: they count), checks giving a token back (it does not), and
+	// denials (violations).
+	var want, denied int64
+	for _, extra := range []map[string]any{{}, {}, {}, {"lease": 10}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
+		body := map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": raw}
+		for k, v := range extra {
+			body[k] = v
+		}
+		r := s.check(body)
+		m := r.json(t)
+		returned, _ := extra["returned"].(int)
+		switch r.status {
+		case 200:
+			want += 1 + int64(m["lease"].(map[string]any)["granted"].(float64)) - int64(returned)
+		case 429:
+			want -= int64(returned)
+			denied++
+		default:
+			t.Fatalf("check: %d %s", r.status, r.body)
+		}
+	}
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	u := s.admin("GET", "/admin/v1/usage/"+url.PathEscape(raw)+"?window=current", nil)
+	m := u.json(t)
+	cw, _ := m["current_window"].(map[string]any)
+	day, _ := m["last_24_hours"].(map[string]any)
+	if u.status != 200 || m["key_id"] != keyID || m["tier"] != "free" || cw == nil || int64(cw["requests_made"].(float64)) != want ||
+		int64(day["total_requests"].(float64)) != want || int64(day["violations"].(float64)) != denied || denied == 0 {
+		t.Fatalf("usage (want %d requests, %d violations): %d %s", want, denied, u.status, u.body)
+	}
+	if byID := s.admin("GET", "/admin/v1/usage/"+keyID, nil).json(t); byID["identity"] != "key:"+keyID {
+		t.Fatalf("usage by key id: %v", byID)
+	}
+	for _, who := range []string{"user:%0Abad", "nobody%20here?window=past"} {
+		if r := s.admin("GET", "/admin/v1/usage/"+who, nil); r.status != 400 {
+			t.Errorf("usage of %q: %d %s", who, r.status, r.body)
+		}
+	}
+	// Admin changes in the trail, with the token holder's name.
+	rule := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/y", "limit": 3, "window_seconds": 60})
+	id := fmt.Sprint(rule.json(t)["rule_id"])
+	s.admin("PUT", "/admin/v1/rate-limit-rules/"+id, map[string]any{"limit": 4})
+	page := s.admin("GET", "/admin/v1/audit?type=admin", nil)
+	var trail struct {
+		Events []struct {
+			Type, Actor, Action, Target string
+			Before, After               json.RawMessage
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(page.body, &trail); err != nil || page.status != 200 {
+		t.Fatalf("audit: %d %s", page.status, page.body)
+	}
+	var sawUpdate, sawKey bool
+	for _, e := range trail.Events {
+		if e.Type != "admin" || e.Actor != "ops" {
+			t.Fatalf("event %+v: want type admin by ops", e)
+		}
+		if e.Action == "rule.update" && e.Target == id {
+			var before, after map[string]any
+			json.Unmarshal(e.Before, &before)
+			json.Unmarshal(e.After, &after)
+			sawUpdate = before["limit"] == 3.0 && after["limit"] == 4.0
+		}
+		if e.Action == "api_key.create" {
+			sawKey = true
+			if strings.Contains(string(e.After), raw) || strings.Contains(string(e.After), raw[len("ak_live_"):]) {
+				t.Fatal("the raw key reached the audit trail")
+			}
+		}
+	}
+	if !sawUpdate || !sawKey {
+		t.Fatalf("trail lacks the rule update's before/after or the key creation: %s", page.body)
+	}
+	v := s.admin("GET", "/admin/v1/audit?type=violation&limit=2", nil).json(t)
+	if v["count"] != 2.0 || v["next"] == nil {
+		t.Fatalf("violations page: %v", v)
+	}
+	if rest := s.admin("GET", "/admin/v1/audit?type=violation&since="+v["next"].(string), nil).json(t); rest["count"] != float64(denied-2) {
+		t.Fatalf("next page of violations: %v", rest)
+	}
+	for _, q := range []string{"?type=other", "?limit=0", "?since=yesterday"} {
+		if r := s.admin("GET", "/admin/v1/audit"+q, nil); r.status != 400 {
+			t.Errorf("audit%s: %d", q, r.status)
+		}
+	}
+}
+
+// Overrides can be listed and deleted, and the deletion is audited.
+func TestOverridesListAndDelete(t *testing.T) {
+	s := startService(t, "", nil)
+	put := map[string]any{"user_id": "user_9", "endpoint": "/api/v1/users", "limit": 2, "window_seconds": 60, "strategy": "fixed_window"}
+	if r := s.admin("PUT", "/v1/rate-limit/config", put); r.status != 200 {
+		t.Fatalf("put: %d %s", r.status, r.body)
+	}
+	list := s.admin("GET", "/admin/v1/overrides", nil).json(t)
+	all, _ := list["overrides"].([]any)
+	if len(all) != 1 || all[0].(map[string]any)["identity"] != "user:user_9" || all[0].(map[string]any)["endpoint"] != "/api/v1/users" {
+		t.Fatalf("overrides: %v", list)
+	}
+	if r := s.admin("DELETE", "/v1/rate-limit/config", map[string]any{"user_id": "user_9", "endpoint": "/api/v1/users"}); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if r := s.admin("DELETE", "/v1/rate-limit/config", map[string]any{"user_id": "user_9", "endpoint": "/api/v1/users"}); r.status != 404 {
+		t.Fatalf("delete again: %d %s", r.status, r.body)
+	}
+	req := map[string]any{"user_id": "user_9", "endpoint": "/api/v1/users"}
+	if a, b, c := s.check(req).status, s.check(req).status, s.check(req).status; a != 200 || b != 200 || c != 200 {
+		t.Fatalf("the deleted override still decides: %d %d %d", a, b, c)
+	}
+}

@@ -1,0 +1,178 @@
+// Package audit keeps the trail of what happened: every admin change (who,
+// what, before and after) and every violation, in a capped Redis stream.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+)
+
+// Event types.
+const (
+	TypeAdmin     = "admin"
+	TypeViolation = "violation"
+)
+
+// MaxLen caps the stream (approximately: Redis trims whole nodes).
+const MaxLen = 100_000
+
+// Event is one entry of the trail.
+type Event struct {
+	ID     string    `json:"id"` // the stream id, set when read
+	At     time.Time `json:"at"`
+	Type   string    `json:"type"`
+	Actor  string    `json:"actor,omitempty"`  // the admin token's name
+	Action string    `json:"action,omitempty"` // rule.create, api_key.revoke...
+	Target string    `json:"target,omitempty"` // what changed (a rule id, a key id...)
+	// Before and After are the changed thing as the API shows it (JSON).
+	Before json.RawMessage `json:"before,omitempty"`
+	After  json.RawMessage `json:"after,omitempty"`
+	// Of a violation.
+	Identity string `json:"identity,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	RuleID   string `json:"rule_id,omitempty"`
+}
+
+// Store appends to and reads the stream.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a store.
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Append adds events (one round trip).
+func (s *Store) Append(ctx context.Context, evs ...Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range evs {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Audit, MaxLen: MaxLen, Approx: true, Values: fields(&evs[i])})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("append to the audit trail: %w", err)
+	}
+	return nil
+}
+
+func fields(e *Event) []any {
+	out := []any{"at", e.At.UTC().Format(time.RFC3339Nano), "type", e.Type}
+	for _, kv := range [][2]string{{"actor", e.Actor}, {"action", e.Action}, {"target", e.Target},
+		{"before", string(e.Before)}, {"after", string(e.After)}, {"identity", e.Identity}, {"endpoint", e.Endpoint}, {"rule_id", e.RuleID}} {
+		if kv[1] != "" {
+			out = append(out, kv[0], kv[1])
+		}
+	}
+	return out
+}
+
+// Query selects events: Type ("" for all), those after Since (a stream id,
+// "" for the oldest kept), at most Limit.
+type Query struct {
+	Type  string
+	Since string
+	Limit int
+}
+
+// maxScan bounds the entries one listing reads while filtering by type.
+const maxScan = 5000
+
+// List returns events oldest first, and the id to pass as Since for the next
+// page ("" when the stream has no more).
+func (s *Store) List(ctx context.Context, q Query) ([]Event, string, error) {
+	start := "-"
+	if q.Since != "" {
+		start = "(" + q.Since
+	}
+	var out []Event
+	last := ""
+	for scanned := 0; len(out) < q.Limit && scanned < maxScan; {
+		msgs, err := s.rdb.XRangeN(ctx, keys.Audit, start, "+", int64(q.Limit)).Result()
+		if err != nil {
+			return nil, "", fmt.Errorf("read the audit trail: %w", err)
+		}
+		if len(msgs) == 0 {
+			return out, "", nil
+		}
+		for _, m := range msgs {
+			scanned++
+			last = m.ID
+			start = "(" + m.ID
+			e := decode(m)
+			if q.Type != "" && e.Type != q.Type {
+				continue
+			}
+			out = append(out, e)
+			if len(out) == q.Limit {
+				break
+			}
+		}
+	}
+	return out, last, nil
+}
+
+func decode(m redis.XMessage) Event {
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	e := Event{ID: m.ID, Type: str("type"), Actor: str("actor"), Action: str("action"), Target: str("target"),
+		Identity: str("identity"), Endpoint: str("endpoint"), RuleID: str("rule_id")}
+	e.At, _ = time.Parse(time.RFC3339Nano, str("at"))
+	if b := str("before"); b != "" {
+		e.Before = json.RawMessage(b)
+	}
+	if a := str("after"); a != "" {
+		e.After = json.RawMessage(a)
+	}
+	return e
+}
+
+// ValidID reports whether s is a stream id ("1700000000000-0").
+func ValidID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}
+
+type actorKey struct{}
+
+// WithActor names who acts in ctx (the admin token's name).
+func WithActor(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, actorKey{}, name)
+}
+
+// ActorOf returns who acts in ctx ("" when unknown).
+func ActorOf(ctx context.Context) string {
+	name, _ := ctx.Value(actorKey{}).(string)
+	return name
+}
+
+// Change is the event of an admin change: before and after are marshalled
+// as they are (nil for none).
+func Change(ctx context.Context, at time.Time, action, target string, before, after any) Event {
+	return Event{At: at, Type: TypeAdmin, Actor: ActorOf(ctx), Action: action, Target: target, Before: raw(before), After: raw(after)}
+}
+
+func raw(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
+}

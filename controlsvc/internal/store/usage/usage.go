@@ -1,0 +1,185 @@
+// Package usage counts what each identity was admitted, per minute and per
+// hour, and keeps violations for the audit trail, off the decision path:
+// Record only adds to memory, and a flusher writes the sums to Redis in one
+// pipeline every interval. A crash loses at most one interval of counts.
+package usage
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
+)
+
+// How long counters live: a day of hours is read, two hours of minutes.
+const (
+	hourTTL   = 25 * time.Hour
+	minuteTTL = 2 * time.Hour
+)
+
+// maxPending bounds what waits in memory for a flush: beyond it, events
+// (not counts) are dropped and counted as dropped.
+const maxPending = 10_000
+
+type counts struct{ requests, violations int64 }
+
+type slot struct {
+	identity string
+	minute   int64 // Unix minute
+}
+
+// Recorder gathers counts and violations between flushes.
+type Recorder struct {
+	rdb   redis.UniversalClient
+	trail *audit.Store
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	pending map[slot]*counts
+	events  []audit.Event
+	dropped int64
+}
+
+// NewRecorder returns a recorder writing to rdb and trail.
+func NewRecorder(rdb redis.UniversalClient, trail *audit.Store, log *slog.Logger) *Recorder {
+	return &Recorder{rdb: rdb, trail: trail, log: log, pending: map[slot]*counts{}}
+}
+
+// Record counts requests admitted for identity at `at`, and a violation
+// (with its audit event) when v is not nil. It never waits on Redis.
+func (r *Recorder) Record(identity string, at time.Time, requests int64, v *audit.Event) {
+	k := slot{identity, at.Unix() / 60}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.pending[k]
+	if c == nil {
+		if len(r.pending) >= maxPending {
+			r.dropped++
+			return
+		}
+		c = &counts{}
+		r.pending[k] = c
+	}
+	c.requests += requests
+	if v != nil {
+		c.violations++
+		if len(r.events) < maxPending {
+			r.events = append(r.events, *v)
+		} else {
+			r.dropped++
+		}
+	}
+}
+
+// Run flushes every interval until ctx ends, then once more.
+func (r *Recorder) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			r.flushLogged(fctx)
+			cancel()
+			return
+		case <-t.C:
+			r.flushLogged(ctx)
+		}
+	}
+}
+
+func (r *Recorder) flushLogged(ctx context.Context) {
+	if err := r.Flush(ctx); err != nil {
+		r.log.Warn("usage counts not written; they are lost", "err", err)
+	}
+}
+
+// Flush writes what was gathered since the last flush.
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	pending, events, dropped := r.pending, r.events, r.dropped
+	r.pending, r.events, r.dropped = map[slot]*counts{}, nil, 0
+	r.mu.Unlock()
+	if dropped > 0 {
+		r.log.Warn("usage recorder over its bound; entries dropped", "dropped", dropped)
+	}
+	if len(pending) > 0 {
+		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, c := range pending {
+				hk, mk := keys.UsageHour(k.identity, k.minute/60), keys.UsageMinute(k.identity, k.minute)
+				p.HIncrBy(ctx, hk, "requests", c.requests)
+				p.HIncrBy(ctx, mk, "requests", c.requests)
+				if c.violations > 0 {
+					p.HIncrBy(ctx, hk, "violations", c.violations)
+				}
+				p.Expire(ctx, hk, hourTTL)
+				p.Expire(ctx, mk, minuteTTL)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("write usage: %w", err)
+		}
+	}
+	return r.trail.Append(ctx, events...)
+}
+
+// Report is what an identity was admitted: in a window that ends at the
+// current minute, and over the last 24 hours.
+type Report struct {
+	WindowRequests int64
+	DayRequests    int64
+	DayViolations  int64
+}
+
+// Reader reads the counters.
+type Reader struct{ rdb redis.UniversalClient }
+
+// NewReader returns a reader.
+func NewReader(rdb redis.UniversalClient) *Reader { return &Reader{rdb: rdb} }
+
+// Read sums an identity's counters: the minutes of the window starting at
+// windowStart (minute resolution) and the last 24 hours (hour resolution),
+// in one round trip.
+func (r *Reader) Read(ctx context.Context, identity string, windowStart, now time.Time) (Report, error) {
+	rdb := r.rdb
+	var hours, minutes []*redis.SliceCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h := now.Unix() / 3600
+		for i := int64(0); i < 24; i++ {
+			hours = append(hours, p.HMGet(ctx, keys.UsageHour(identity, h-i), "requests", "violations"))
+		}
+		for m := windowStart.Unix() / 60; m <= now.Unix()/60; m++ {
+			minutes = append(minutes, p.HMGet(ctx, keys.UsageMinute(identity, m), "requests"))
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return Report{}, fmt.Errorf("read usage: %w", err)
+	}
+	var out Report
+	for _, c := range hours {
+		v := c.Val()
+		out.DayRequests += number(v, 0)
+		out.DayViolations += number(v, 1)
+	}
+	for _, c := range minutes {
+		out.WindowRequests += number(c.Val(), 0)
+	}
+	return out, nil
+}
+
+func number(vals []any, i int) int64 {
+	if i >= len(vals) {
+		return 0
+	}
+	s, _ := vals[i].(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
