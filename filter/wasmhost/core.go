@@ -102,9 +102,6 @@ func (c *Core) CloseStream(id uint32) { delete(c.streams, id) }
 // Enter makes a context effective, as the host does before a callback.
 func (c *Core) Enter(id uint32) { c.effective = id }
 
-// Stream returns a live stream.
-func (c *Core) Stream(id uint32) (*StreamState, bool) { s, ok := c.streams[id]; return s, ok }
-
 // PendingCallouts lists the callouts in flight.
 func (c *Core) PendingCallouts() []*Callout {
 	out := make([]*Callout, 0, len(c.callouts))
