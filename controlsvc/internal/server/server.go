@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,11 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
+
+// openAPI describes every route; a test validates real answers against it.
+//
+//go:embed openapi.yaml
+var openAPI []byte
 
 // Server holds the handlers' collaborators.
 type Server struct {
@@ -61,6 +67,7 @@ func New(d Deps) *Server {
 	})))
 	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
 	e.GET("/health", s.health)
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
 	// Admin routes take the middleware one by one: a group with an empty
