@@ -2,13 +2,16 @@ package filtertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 func TestAllowedHeadersBothWays(t *testing.T) {
@@ -179,4 +182,32 @@ func TestRefusedCalloutUsesConcurrentLease(t *testing.T) {
 		t.Fatal("the cached denial was not honoured after the lease ran out")
 	}
 	e.noCallout(0)
+}
+
+// Under a burst the limit is the bucket and the quota the sustained rate:
+// X-RateLimit-Limit is the bucket, RateLimit-Policy and the 429 message the
+// quota, fresh from the service and from the cached denial alike.
+func TestBurstQuotaBothWays(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":5},"headers":{"ietf":true}}`, 1)
+	burst := func(allowed bool, remaining, retry int64) string {
+		d := wire.CheckResponse{Allowed: allowed, Limit: 9, Quota: 3, Remaining: remaining, ResetAt: epoch.Unix() + 60, RetryAfter: retry,
+			Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Identity: "user:alice", Tier: "free"}
+		b, _ := json.Marshal(d)
+		return string(b)
+	}
+	s, _ := e.start(req{})
+	e.answer(0, "200", burst(true, 8, 0))
+	if h := respond(t, s); h.Value("x-ratelimit-limit") != "9" || h.Value("ratelimit-policy") != `"tier_free";q=3;w=60` {
+		t.Fatalf("allowed under a burst: %v", h)
+	}
+	for _, fresh := range []bool{true, false} {
+		s, _ = e.start(req{})
+		if fresh {
+			e.answer(0, "429", burst(false, 0, 20))
+		}
+		if s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("ratelimit-policy") != `"tier_free";q=3;w=60` ||
+			!strings.Contains(string(s.Local.Body), "rate limit of 3 requests per minute") {
+			t.Fatalf("denied (fresh %v): %+v", fresh, s.Local)
+		}
+	}
 }

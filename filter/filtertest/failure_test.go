@@ -263,3 +263,27 @@ func TestServiceClientErrorsKeepTheirHeaders(t *testing.T) {
 		t.Fatal("the service's internal request id reached the client")
 	}
 }
+
+// The service's failure mode is the one source of truth when it answers: its
+// fail_closed 503 reaches the client even through a fail_open filter, and
+// its fail_open (degraded) answer passes without rate-limit numbers, which
+// nothing counted.
+func TestServiceFailureModeDecides(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","failure_mode":"fail_open","lease":{"request":0}}`, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "503", `{"error":{"code":"SERVICE_UNAVAILABLE","message":"rate limiter unavailable","details":{"failure_mode":"fail_closed"}}}`)
+	if s.Resumed || s.Local == nil || s.Local.Status != 503 || !strings.Contains(string(s.Local.Body), "fail_closed") {
+		t.Fatalf("the service's fail_closed answer: resumed %v local %+v", s.Resumed, s.Local)
+	}
+	if n := e.host.Counter("tollgate_callout_failures_total"); n != 0 {
+		t.Fatalf("an answer of the service counted as a failed callout (%d)", n)
+	}
+	s, _ = e.start(req{})
+	e.answer(0, "200", `{"allowed":true,"limit":0,"remaining":0,"reset_at":0,"retry_after":0,"strategy":"token_bucket","window_seconds":60,"rule_id":"tier_free","lease":{"granted":0,"ttl_ms":0},"identity":"user:alice","degraded":true}`)
+	if !s.Resumed || s.RequestHeaders.Value("x-tollgate-decision") != "degraded" {
+		t.Fatalf("degraded answer: resumed %v decision %q", s.Resumed, s.RequestHeaders.Value("x-tollgate-decision"))
+	}
+	if h := respond(t, s); h.Value("x-ratelimit-remaining") != "" || h.Value("x-ratelimit-reset") != "" || h.Value("x-ratelimit-limit") != "" {
+		t.Fatalf("a degraded answer sent rate-limit numbers: %v", h)
+	}
+}

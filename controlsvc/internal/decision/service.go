@@ -403,12 +403,19 @@ func (s *Service) failure(p *Policy, c *caller, r *rules.Rule, err error) (wire.
 		s.log.Warn("redis unavailable for a check", "mode", p.Config.FailureMode, "err", err)
 	}
 	if p.Config.FailureMode == config.FailClosed {
-		return wire.CheckResponse{}, apierr.Unavailable("rate limiter unavailable", err)
+		// The filter reads failure_mode and answers 503 too, whatever its
+		// own setting: the service's mode is the one source of truth
+		// whenever the service answers.
+		e := apierr.Unavailable("rate limiter unavailable", err)
+		e.Details = map[string]any{"failure_mode": config.FailClosed}
+		return wire.CheckResponse{}, e
 	}
 	s.m.Decisions.WithLabelValues(metrics.Degraded, c.tier, "").Inc()
+	// Nothing was counted: the answer names the rule but no numbers it
+	// cannot know (limit, remaining, reset), so no rate-limit headers follow.
 	resp := wire.CheckResponse{Allowed: true, Degraded: true, Identity: c.id.String(), Tier: c.tier}
 	if r != nil {
-		resp.Limit, resp.Strategy, resp.WindowSeconds, resp.RuleID = r.Limit, string(r.Algorithm), r.WindowSeconds, r.ID
+		resp.Strategy, resp.WindowSeconds, resp.RuleID = string(r.Algorithm), r.WindowSeconds, r.ID
 	}
 	return resp, nil
 }

@@ -75,8 +75,8 @@ type Entry struct {
 	// DeniedUntilMs caches a denial until the wait is over.
 	DeniedUntilMs int64
 	// The decision the lease came with, for the response headers.
-	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter int64
-	RuleID, Identity, Tier                               string
+	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
+	RuleID, Identity, Tier                                      string
 }
 
 // Outcome of Take.
@@ -296,13 +296,13 @@ func (c *Cache) keyReplaced() bool {
 }
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
-// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter (int64 each, little
-// endian); then RuleID, Identity and Tier, each as a uint16 length and its
+// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota (int64 each,
+// little endian); then RuleID, Identity and Tier, each as a uint16 length and its
 // bytes. Lengths above maxField never occur (Put refuses them), so decode
 // treats them as a damaged slot.
 const (
 	offTokens = 16
-	fixedLen  = 16 + 8*8
+	fixedLen  = 16 + 9*8
 	minLen    = fixedLen + 3*2
 )
 
@@ -318,6 +318,7 @@ func encode(e Entry) []byte {
 	le.PutUint64(b[56:], uint64(e.ResetAt))
 	le.PutUint64(b[64:], uint64(e.WindowSeconds))
 	le.PutUint64(b[72:], uint64(e.RetryAfter))
+	le.PutUint64(b[80:], uint64(e.Quota))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -359,6 +360,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		ResetAt:       int64(le.Uint64(b[56:])),
 		WindowSeconds: int64(le.Uint64(b[64:])),
 		RetryAfter:    int64(le.Uint64(b[72:])),
+		Quota:         int64(le.Uint64(b[80:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

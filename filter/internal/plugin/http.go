@@ -330,6 +330,11 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 			return
 		}
 		h.decided(&d, now)
+	case status == 503 && failedClosed(body):
+		// The service could not decide and its failure mode is
+		// fail_closed: it is the one source of truth when it answers, so
+		// the client gets its 503 whatever this filter's failure_mode.
+		h.relay(status, hs, body, now)
 	case (status == 401 || status == 403) && refusedCredential(body):
 		// The service refused the filter itself (a missing or rotated
 		// decision_token, a field it needs the credential for): a
@@ -339,16 +344,21 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	case status >= 400 && status < 500 && status != 404 && status != 408:
 		// The service judged the request (an API key error...): pass its
 		// answer to the client as it was sent.
-		p.breaker.Record(true, now)
-		if h.done {
-			return
-		}
-		p.m.rejected.Increment(1)
-		h.localReply = true
-		_ = proxywasm.SendHttpResponse(uint32(status), passThrough(hs), body, -1)
+		h.relay(status, hs, body, now)
 	default:
 		h.calloutFailed(now, "status "+strconv.Itoa(status))
 	}
+}
+
+// relay answers the client with the service's own answer.
+func (h *httpContext) relay(status int, hs [][2]string, body []byte, now time.Time) {
+	h.p.breaker.Record(true, now)
+	if h.done {
+		return
+	}
+	h.p.m.rejected.Increment(1)
+	h.localReply = true
+	_ = proxywasm.SendHttpResponse(uint32(status), passThrough(hs), body, -1)
 }
 
 // passThrough keeps the headers of the service's own answer that mean
@@ -365,6 +375,12 @@ func passThrough(hs [][2]string) [][2]string {
 		}
 	}
 	return out
+}
+
+// failedClosed reports whether an error envelope is the service's
+// fail_closed answer.
+func failedClosed(body []byte) bool {
+	return bytes.Contains(body, []byte(`"code":"`+wire.CodeServiceUnavailable+`"`)) && bytes.Contains(body, []byte(`"failure_mode":"fail_closed"`))
 }
 
 // refusedCredential reports whether an error envelope says the decision API
@@ -411,9 +427,11 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	decision := decisionAllowed
 	switch {
 	case d.Degraded:
+		// Nothing was counted: there are no numbers to tell the client.
 		decision = decisionDegraded
+		v.limits = wire.Limits{}
 		p.m.degraded.Increment(1)
-	case d.RuleID == "exempt":
+	case d.RuleID == rules.IDExempt:
 		decision = decisionExempt
 	}
 	p.m.allowed.Increment(1)

@@ -23,19 +23,19 @@ type verdict struct {
 
 // verdictOf is the verdict of the control service's answer for this
 // request; the answer's identity and tier default to the ones the filter
-// resolved. A lease cache slot holds no quota or strategy, so a fresh verdict
-// drops them too: the client sees the same fields whether a request was
-// answered from the cache or not.
+// resolved. A lease cache slot holds no strategy, so a fresh verdict drops it
+// too: the client sees the same fields whether a request was answered from
+// the cache or not.
 func (h *httpContext) verdictOf(d *wire.CheckResponse) verdict {
 	l := d.Limits()
-	l.Quota, l.Strategy = 0, ""
+	l.Strategy = ""
 	return verdict{limits: l, identity: cmp.Or(d.Identity, h.id), tier: cmp.Or(d.Tier, h.tier)}
 }
 
 // cachedVerdict is the verdict a lease cache entry was stored with.
 func cachedVerdict(e *leasecache.Entry) verdict {
 	return verdict{
-		limits: wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Remaining: e.Remaining, ResetAt: e.ResetAt,
+		limits: wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Quota: e.Quota, Remaining: e.Remaining, ResetAt: e.ResetAt,
 			WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter},
 		identity: e.Identity, tier: e.Tier,
 	}
@@ -45,7 +45,7 @@ func cachedVerdict(e *leasecache.Entry) verdict {
 // a denial (the caller sets those).
 func (v *verdict) entry(owner leasecache.Owner) leasecache.Entry {
 	l := &v.limits
-	return leasecache.Entry{Owner: owner, Limit: l.Limit, Remaining: l.Remaining, ResetAt: l.ResetAt,
+	return leasecache.Entry{Owner: owner, Limit: l.Limit, Quota: l.Quota, Remaining: l.Remaining, ResetAt: l.ResetAt,
 		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Identity: v.identity, Tier: v.tier}
 }
 
