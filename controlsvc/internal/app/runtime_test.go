@@ -215,3 +215,23 @@ func TestMissedAnnouncementIsCaughtByTheVersionCheck(t *testing.T) {
 		t.Fatalf("tier from the version check: %d %d", a, b)
 	}
 }
+
+// A key revoked through one replica is refused by the others at once: keys
+// are read from Redis on each check, never cached by a replica.
+func TestKeyRevokedOnOneReplicaIsRefusedByAll(t *testing.T) {
+	rs := replicas(t, 2, "")
+	a, b := rs[0], rs[1]
+	raw := a.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "shared"}).json(t)["api_key"].(string)
+	check := map[string]any{"user_id": "ip:192.0.2.5", "endpoint": "/x", "api_key": raw}
+	if r := b.check(check); r.status != 200 {
+		t.Fatalf("key on b before the revocation: %d %s", r.status, r.body)
+	}
+	if r := b.admin("POST", "/admin/v1/api-keys/"+raw+"/revoke", nil); r.status != 200 {
+		t.Fatalf("revoke on b: %d %s", r.status, r.body)
+	}
+	for name, s := range map[string]*service{"a": a, "b": b} {
+		if r := s.check(check); r.status != 403 || r.errorCode(t) != "API_KEY_REVOKED" {
+			t.Errorf("replica %s after the revocation: %d %s", name, r.status, r.body)
+		}
+	}
+}
