@@ -133,6 +133,9 @@ func Reserved(id string) bool { return id == IDExempt || id == IDOverride || id 
 // ValidTierName reports whether s is a valid tier name: ^[a-z0-9_]{1,64}$.
 func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 
+// maxListed bounds a rule's tier and method lists.
+const maxListed = 32
+
 // Validate checks one rule and returns a *fielderr.Error naming the bad field.
 func (r *Rule) Validate() error {
 	bad := func(field, format string, args ...any) error {
@@ -143,6 +146,13 @@ func (r *Rule) Validate() error {
 	}
 	if Reserved(r.ID) {
 		return bad("id", "%q is reserved for decisions no configured rule makes", r.ID)
+	}
+	// Matching walks these lists on every request.
+	if len(r.Tiers) > maxListed {
+		return bad("tiers", "at most %d tiers", maxListed)
+	}
+	if len(r.Methods) > maxListed {
+		return bad("methods", "at most %d methods", maxListed)
 	}
 	for i, t := range r.Tiers {
 		if !ValidTierName(t) {

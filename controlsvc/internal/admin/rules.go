@@ -92,7 +92,9 @@ func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
 	for _, r := range snap.Rules {
 		runtime[r.ID] = r
 	}
-	for _, r := range p.Rules.Rules() {
+	// The policy's configuration holds every rule, the disabled ones too
+	// (the compiled set keeps only the enabled).
+	for _, r := range p.Config.Rules {
 		if tierName != "" && len(r.Tiers) > 0 && !slices.Contains(r.Tiers, tierName) {
 			continue
 		}
@@ -112,14 +114,10 @@ func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
 // Rule returns one rule.
 func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
 	p := s.policy()
-	for _, r := range p.Rules.Rules() {
-		if r.ID != id {
-			continue
-		}
-		if !runtimeID(id) {
+	for _, r := range p.Config.Rules {
+		if r.ID == id && !runtimeID(id) {
 			return viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers), nil
 		}
-		break
 	}
 	rr, err := s.runtimeRule(ctx, id)
 	if err != nil {
@@ -224,7 +222,7 @@ func (s *Service) DeleteRule(ctx context.Context, id string) error {
 // the config file, 404 for none.
 func (s *Service) runtimeRule(ctx context.Context, id string) (*ruleset.Rule, error) {
 	if !runtimeID(id) {
-		for _, r := range s.policy().Rules.Rules() {
+		for _, r := range s.policy().Config.Rules {
 			if r.ID == id {
 				return nil, apierr.New(apierr.KindConflict, wire.CodeReadOnly, "rule "+strconv.Quote(id)+" comes from the config file; change it there")
 			}

@@ -235,3 +235,27 @@ func TestKeyRevokedOnOneReplicaIsRefusedByAll(t *testing.T) {
 		}
 	}
 }
+
+// What the admin API may store is bounded: rules in all, endpoints per tier;
+// a disabled rule is still listed (with is_active false).
+func TestRuntimeBounds(t *testing.T) {
+	s := startService(t, "", nil)
+	eps := map[string]int64{}
+	for i := 0; i < 257; i++ {
+		eps[fmt.Sprintf("/e%d", i)] = 1
+	}
+	if r := s.admin("PUT", "/admin/v1/tiers/5", map[string]any{"name": "wide", "limit": 5, "window_seconds": 60, "endpoints": eps}); r.status != 400 {
+		t.Fatalf("257 endpoints: %d %s", r.status, r.body)
+	}
+	off := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/off", "limit": 1, "window_seconds": 60, "is_active": false})
+	if off.status != 201 {
+		t.Fatalf("disabled rule: %d %s", off.status, off.body)
+	}
+	list := s.admin("GET", "/admin/v1/rate-limit-rules", nil).json(t)
+	if list["total"] != 1.0 || list["rules"].([]any)[0].(map[string]any)["is_active"] != false {
+		t.Fatalf("a disabled rule is not listed: %v", list)
+	}
+	if r := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/m", "limit": 1, "window_seconds": 60, "methods": make([]string, 40)}); r.status != 400 {
+		t.Fatalf("40 methods: %d %s", r.status, r.body)
+	}
+}

@@ -249,9 +249,24 @@ func (c *Config) tierNames() []string {
 	return names
 }
 
+// Bounds on what a configuration holds (the file's and the runtime's
+// together): every check walks the rules of its scopes, and a policy is
+// compiled on every change.
+const (
+	MaxRules         = 1000
+	MaxTiers         = 256
+	MaxTierEndpoints = 256
+)
+
 func (c *Config) validateTiers() error {
 	if len(c.Tiers) == 0 {
 		return fielderr.New("tiers", "at least one tier is needed")
+	}
+	if len(c.Tiers) > MaxTiers {
+		return fielderr.New("tiers", "at most %d tiers", MaxTiers)
+	}
+	if len(c.Rules) > MaxRules {
+		return fielderr.New("rules", "at most %d rules", MaxRules)
 	}
 	for i := range c.Tiers {
 		at := fmt.Sprintf("tiers[%d]", i)
@@ -286,6 +301,9 @@ func (t *Tier) validate() error {
 	}
 	if t.Burst < 0 {
 		return bad("burst", "%d must be >= 0", t.Burst)
+	}
+	if len(t.Endpoints) > MaxTierEndpoints {
+		return bad("endpoints", "at most %d endpoints per tier", MaxTierEndpoints)
 	}
 	for _, p := range sortedKeys(t.Endpoints) {
 		field := fmt.Sprintf("endpoints[%q]", p)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -365,5 +366,15 @@ func TestREADMEListsTheSettings(t *testing.T) {
 	}
 	if want := SettingsTable(); table != want {
 		t.Fatalf("README.md's settings table is stale; replace it with:\n%s", want)
+	}
+}
+
+func TestRuleCountIsBounded(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i <= MaxRules; i++ {
+		fmt.Fprintf(&b, "[[rules]]\nid = \"r%d\"\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1\n", i)
+	}
+	if _, err := Parse([]byte(b.String()), noEnv); err == nil || !strings.Contains(err.Error(), "rules: at most 1000 rules") {
+		t.Fatalf("%d rules: %v", MaxRules+1, err)
 	}
 }

@@ -80,3 +80,15 @@ func TestOverrideFieldRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOverrideField: whatever the identity and endpoint, the field reads
+// back as them.
+func FuzzOverrideField(f *testing.F) {
+	f.Add("user:a b", "/x y%z")
+	f.Fuzz(func(t *testing.T, id, ep string) {
+		gotID, gotEP, ok := ParseOverrideField(OverrideField(id, ep))
+		if !ok || gotID != id || gotEP != ep {
+			t.Fatalf("%q %q came back as %q %q %v", id, ep, gotID, gotEP, ok)
+		}
+	})
+}

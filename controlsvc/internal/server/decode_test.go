@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net/url"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
@@ -52,5 +53,34 @@ func FuzzDecodeCheck(f *testing.F) {
 		}
 		var batch wire.BatchCheckRequest
 		_ = decodeJSON(body, &batch, strict)
+	})
+}
+
+// FuzzStatusQuery: the status route's query is read or refused, never
+// half-read: a refusal names a parameter, an acceptance sets only known ones.
+func FuzzStatusQuery(f *testing.F) {
+	for _, s := range []string{"method=GET&tier=free", "limit=5&window_seconds=60&strategy=gcra", "colour=red", "tier=a&tier=b", "limit=x", "%zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		var req wire.StatusRequest
+		if err := statusQuery(q, &req); err != nil {
+			var ae *apierr.Error
+			if !errors.As(err, &ae) || httpStatus(ae) != 400 || ae.Details["field"] == "" {
+				t.Fatalf("refusal %v", err)
+			}
+			return
+		}
+		for k := range q {
+			switch k {
+			case "method", "tier", "tenant", "strategy", "limit", "window_seconds":
+			default:
+				t.Fatalf("accepted unknown parameter %q", k)
+			}
+		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -225,7 +226,7 @@ func (s *Server) status(c echo.Context) error {
 func statusQuery(q url.Values, req *wire.StatusRequest) error {
 	for name, vs := range q {
 		if len(vs) > 1 {
-			return apierr.Invalid(name, "is given more than once")
+			return apierr.Invalid("query", fmt.Sprintf("%.64q is given more than once", name))
 		}
 		v := vs[0]
 		switch name {
@@ -248,7 +249,8 @@ func statusQuery(q url.Values, req *wire.StatusRequest) error {
 				req.WindowSeconds = &n
 			}
 		default:
-			return apierr.Invalid(name, "is not a parameter of the status route (method, tier, tenant, strategy, limit, window_seconds)")
+			// The name is the client's: quoted and clipped, under "query".
+			return apierr.Invalid("query", fmt.Sprintf("%.64q is not a parameter of the status route (method, tier, tenant, strategy, limit, window_seconds)", name))
 		}
 	}
 	return nil
