@@ -90,7 +90,7 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	ctx := context.Background()
 	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10000}}`)
 	d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,
-		Lease: wire.Lease{Granted: 10000, TTLMillis: 60_000}, Identity: "ip:203.0.113.5"}
+		Lease: wire.Lease{Granted: 10000, TTLMs: 60_000}, Identity: "ip:203.0.113.5"}
 	body, _ := json.Marshal(d)
 	refill := func() {
 		for _, c := range vm.PendingCallouts() {

@@ -147,7 +147,7 @@ func (e *env) answer(vm int, status string, body string) {
 func decision(allowed bool, remaining, granted, retry int64) string {
 	d := wire.CheckResponse{Allowed: allowed, Limit: 100, Remaining: remaining, ResetAt: epoch.Unix() + 60,
 		RetryAfter: retry, Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free",
-		Lease: wire.Lease{Granted: granted, TTLMillis: 1000}, Identity: "user:alice", Tier: "free"}
+		Lease: wire.Lease{Granted: granted, TTLMs: 1000}, Identity: "user:alice", Tier: "free"}
 	b, _ := json.Marshal(d)
 	return string(b)
 }

@@ -79,7 +79,7 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 			case EqualFoldASCII(k, "granted"):
 				return p.integer(&d.Lease.Granted)
 			case EqualFoldASCII(k, "ttl_ms"):
-				return p.integer(&d.Lease.TTLMillis)
+				return p.integer(&d.Lease.TTLMs)
 			}
 			return p.skip(0)
 		})

@@ -8,7 +8,7 @@ import (
 )
 
 var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, RetryAfter: 0,
-	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMillis: 1000},
+	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000},
 	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true}
 
 func TestDecodeCheckResponseRoundTrip(t *testing.T) {

@@ -46,8 +46,8 @@ type CheckRequest struct {
 type Lease struct {
 	// Granted tokens were consumed in Redis on the caller's behalf.
 	Granted int64 `json:"granted"`
-	// TTLMillis is how long the caller may spend them.
-	TTLMillis int64 `json:"ttl_ms"`
+	// TTLMs is how long the caller may spend them.
+	TTLMs int64 `json:"ttl_ms"`
 }
 
 // CheckResponse is the decision. The HTTP status is 200 when Allowed and 429

@@ -92,7 +92,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	a.usage = usage.NewRecorder(rdb, trail, log)
 	keys := apikeys.New(rdb, time.Now)
 	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
-		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMS) * time.Millisecond}, policy)
+		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, policy)
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
@@ -145,7 +145,7 @@ func (a *App) Serve(ctx context.Context) error {
 	usageDone := make(chan struct{})
 	go func() { a.usage.Run(bg, usageFlush); close(usageDone) }()
 	w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
-	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMS)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
+	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.ln) }()
 	a.log.Info("listening", "addr", a.Addr())
@@ -181,7 +181,7 @@ func (a *App) Reload() (err error) {
 	cfg, err := config.Load(a.cfgPath, a.lookup)
 	if err == nil {
 		if err = a.applyLocked(cfg, a.runtime); err == nil {
-			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMS != a.cfg.RedisTimeoutMS {
+			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMs != a.cfg.RedisTimeoutMs {
 				a.log.Warn("listen and redis settings changed; they take effect on restart")
 			}
 			a.metrics.ConfigReloads.WithLabelValues("success").Inc()

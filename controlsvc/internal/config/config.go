@@ -36,14 +36,14 @@ type Config struct {
 	// RedisURL selects the topology: redis:// or rediss:// (single),
 	// redis-sentinel://h1:p1,h2:p2/db?master=name, redis-cluster://h1:p1,h2:p2.
 	RedisURL string `toml:"redis_url"`
-	// RedisTimeoutMS bounds each Redis call; a slow Redis becomes a failure
+	// RedisTimeoutMs bounds each Redis call; a slow Redis becomes a failure
 	// (and the failure mode) instead of a queue.
-	RedisTimeoutMS int `toml:"redis_timeout_ms"`
+	RedisTimeoutMs int `toml:"redis_timeout_ms"`
 	RedisPoolSize  int `toml:"redis_pool_size"`
 	// RedisBreakerThreshold consecutive Redis failures stop calls to Redis for
-	// RedisBreakerCooldownMS; then one call probes.
+	// RedisBreakerCooldownMs; then one call probes.
 	RedisBreakerThreshold  int `toml:"redis_breaker_threshold"`
-	RedisBreakerCooldownMS int `toml:"redis_breaker_cooldown_ms"`
+	RedisBreakerCooldownMs int `toml:"redis_breaker_cooldown_ms"`
 	// AdminToken guards the admin API; empty disables it. Several tokens
 	// are comma-separated; each may carry its holder's name, "name:token",
 	// which the audit trail records as who acted. Never logged.
@@ -72,10 +72,10 @@ type Config struct {
 	// key (401 MISSING_API_KEY without one).
 	APIKeyRequiredPaths []string     `toml:"api_key_required_paths"`
 	Rules               []rules.Rule `toml:"rules"`
-	// OverrideRefreshMS is how often a replica compares the shared version
+	// OverrideRefreshMs is how often a replica compares the shared version
 	// of runtime rules, tiers and overrides with the one it applied: the
 	// backstop for a change announcement it missed.
-	OverrideRefreshMS int `toml:"override_refresh_ms"`
+	OverrideRefreshMs int `toml:"override_refresh_ms"`
 }
 
 // Lease bounds the tokens a filter may cache locally.
@@ -84,8 +84,8 @@ type Lease struct {
 	Fraction float64 `toml:"fraction"`
 	// Max tokens in one lease.
 	Max int64 `toml:"max"`
-	// TTLMS is how long a lease may be spent.
-	TTLMS int64 `toml:"ttl_ms"`
+	// TTLMs is how long a lease may be spent.
+	TTLMs int64 `toml:"ttl_ms"`
 }
 
 // Penalties is the progressive penalty policy: callers that keep hitting
@@ -493,9 +493,9 @@ func RedactURL(u string) string {
 	return scheme + "://" + user + ":[redacted]@" + rest[at+1:]
 }
 
-// RedisTimeout is RedisTimeoutMS as a duration.
+// RedisTimeout is RedisTimeoutMs as a duration.
 func (c *Config) RedisTimeout() time.Duration {
-	return time.Duration(c.RedisTimeoutMS) * time.Millisecond
+	return time.Duration(c.RedisTimeoutMs) * time.Millisecond
 }
 
 func sortedKeys(m map[string]int64) []string {

@@ -38,10 +38,10 @@ var Settings = []Setting{
 	text("listen", "127.0.0.1:8081", "HTTP address", func(c *Config) *string { return &c.Listen }, hostPort),
 	text("redis_url", "redis://127.0.0.1:6379/0", "`redis://` or `rediss://` (single), `redis-sentinel://h1:p1,h2:p2/0?master=NAME`, `redis-cluster://h1:p1,h2:p2`",
 		func(c *Config) *string { return &c.RedisURL }, redisURL),
-	integer("redis_timeout_ms", 200, 1, 60_000, "bound on each Redis call; a slow Redis becomes a failure (and the failure mode), not a queue", func(c *Config) *int { return &c.RedisTimeoutMS }),
+	integer("redis_timeout_ms", 200, 1, 60_000, "bound on each Redis call; a slow Redis becomes a failure (and the failure mode), not a queue", func(c *Config) *int { return &c.RedisTimeoutMs }),
 	integer("redis_pool_size", 64, 1, 10_000, "Redis connections", func(c *Config) *int { return &c.RedisPoolSize }),
 	integer("redis_breaker_threshold", 5, 1, 1000, "consecutive Redis failures that stop Redis calls", func(c *Config) *int { return &c.RedisBreakerThreshold }),
-	integer("redis_breaker_cooldown_ms", 1000, 10, 600_000, "how long Redis calls stay stopped before one probe", func(c *Config) *int { return &c.RedisBreakerCooldownMS }),
+	integer("redis_breaker_cooldown_ms", 1000, 10, 600_000, "how long Redis calls stay stopped before one probe", func(c *Config) *int { return &c.RedisBreakerCooldownMs }),
 	secret("admin_token", "bearer token of the admin API, at least 32 bytes; empty turns the admin API off", func(c *Config) *string { return &c.AdminToken }),
 	secret("decision_token", "the decision API's service credential (the filter's `decision_token`), at least 32 bytes; two comma-separated while rotating. Required when `listen` is not loopback; without it only the plain check shape is served",
 		func(c *Config) *string { return &c.DecisionToken }),
@@ -54,13 +54,13 @@ var Settings = []Setting{
 	oneOf("default_algorithm", string(rules.TokenBucket), algorithmNames(), "algorithm of tiers and limits that name none", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
 	number("lease.fraction", 0.1, 0, 1, "share of what is left that one filter lease may take (0 turns leases off)", func(c *Config) *float64 { return &c.Lease.Fraction }),
 	integer("lease.max", 100, 0, MaxLease, "tokens in one lease", func(c *Config) *int64 { return &c.Lease.Max }),
-	integer("lease.ttl_ms", 1000, 1, 60_000, "how long a lease may be spent", func(c *Config) *int64 { return &c.Lease.TTLMS }),
+	integer("lease.ttl_ms", 1000, 1, 60_000, "how long a lease may be spent", func(c *Config) *int64 { return &c.Lease.TTLMs }),
 	boolean("penalties.enabled", false, "progressive penalties for callers that keep hitting their limit", func(c *Config) *bool { return &c.Penalties.Enabled }),
 	integer("penalties.detection_window_seconds", 3600, 1, 86_400, "the window violations are counted in", func(c *Config) *int64 { return &c.Penalties.DetectionWindowSeconds }),
 	// The violation log keeps at most MaxViolations entries (its work per
 	// denial is bounded), so a higher threshold could never be reached.
 	integer("penalties.violation_threshold", 3, 1, MaxViolations, "violations in the window before penalties apply", func(c *Config) *int64 { return &c.Penalties.ViolationThreshold }),
-	integer("override_refresh_ms", 1000, 100, 3_600_000, "how often a replica checks the shared version of rules, tiers and overrides, in case it missed a change's announcement (changes otherwise apply at once)", func(c *Config) *int { return &c.OverrideRefreshMS }),
+	integer("override_refresh_ms", 1000, 100, 3_600_000, "how often a replica checks the shared version of rules, tiers and overrides, in case it missed a change's announcement (changes otherwise apply at once)", func(c *Config) *int { return &c.OverrideRefreshMs }),
 }
 
 func algorithmNames() []string {

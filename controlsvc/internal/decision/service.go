@@ -240,7 +240,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
 		s.usage.Record(c.id.String(), s.now(), c.cost+c.lease-c.returned, nil)
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.id.String(), Tier: c.tier,
-			Lease: wire.Lease{Granted: c.lease, TTLMillis: p.Config.Lease.TTLMS}}, nil
+			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Config.Lease.TTLMs}}, nil
 	}
 	rs := s.selectRules(p, &c.target, c.adhoc)
 	if len(rs) == 0 {
@@ -384,12 +384,12 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 		result = metrics.LogOnly
 	}
 	if len(rs) == 1 && rs[0].res.Granted > 0 {
-		ttl := time.Duration(p.Config.Lease.TTLMS) * time.Millisecond
+		ttl := time.Duration(p.Config.Lease.TTLMs) * time.Millisecond
 		if a := rs[0]; a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
 			// Tokens of a window must not be spent in the next one.
 			ttl = min(ttl, a.res.ResetAfter)
 		}
-		resp.Lease = wire.Lease{Granted: rs[0].res.Granted, TTLMillis: ttl.Milliseconds()}
+		resp.Lease = wire.Lease{Granted: rs[0].res.Granted, TTLMs: ttl.Milliseconds()}
 	}
 	return resp, result
 }

@@ -37,7 +37,7 @@ func fillLog(t *testing.T, rdb *redis.Client, key string, expired, live, w int64
 	if err != nil {
 		t.Fatal(err)
 	}
-	nowMS := float64(now.UnixMilli())
+	nowMs := float64(now.UnixMilli())
 	var cum int64
 	batch := make([]redis.Z, 0, 1000)
 	flush := func() {
@@ -60,7 +60,7 @@ func fillLog(t *testing.T, rdb *redis.Client, key string, expired, live, w int64
 	}
 	// Live entries spread over the last half hour, oldest first.
 	for i := int64(0); i < live; i++ {
-		add(nowMS-1_800_000+float64(i)*1_800_000/float64(live), w)
+		add(nowMs-1_800_000+float64(i)*1_800_000/float64(live), w)
 	}
 	flush()
 	if err := rdb.ZAdd(ctx, key, redis.Z{Score: float64(-cum), Member: "#c"}).Err(); err != nil {

@@ -387,10 +387,10 @@ func TestSlidingLogRetryIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nowMS := float64(now.UnixMicro()) / 1000
+	nowMs := float64(now.UnixMicro()) / 1000
 	entries := rdb.ZRangeByScore(ctx, r.Key(), &redis.ZRangeBy{Min: "(0", Max: "+inf"}).Val()
 	for i, m := range entries {
-		rdb.ZAdd(ctx, r.Key(), redis.Z{Score: nowMS - 3600_000 + float64(1000*(i+1)), Member: m})
+		rdb.ZAdd(ctx, r.Key(), redis.Z{Score: nowMs - 3600_000 + float64(1000*(i+1)), Member: m})
 	}
 	for _, cost := range []int64{1, 16, 17, 100, 999, 1000} {
 		c := r

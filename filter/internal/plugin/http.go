@@ -405,11 +405,11 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 	if d.Tier != "" && !rules.ValidTierName(d.Tier) {
 		return false
 	}
-	if d.Lease.Granted < 0 || d.Lease.TTLMillis < 0 {
+	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
-	d.Lease.TTLMillis = min(d.Lease.TTLMillis, maxLeaseTTLMs)
+	d.Lease.TTLMs = min(d.Lease.TTLMs, maxLeaseTTLMs)
 	return true
 }
 
@@ -465,7 +465,7 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, now time.Time) bool {
 		return false
 	}
 	e := v.entry(h.bucket)
-	e.Tokens, e.ExpiresMs = l.Granted, now.UnixMilli()+l.TTLMillis
+	e.Tokens, e.ExpiresMs = l.Granted, now.UnixMilli()+l.TTLMs
 	_ = h.p.cache.Put(e, now.UnixMilli())
 	return true
 }

@@ -36,7 +36,7 @@ func answer(allowed bool, granted int64) wasmhost.CalloutResponse {
 		status = "429"
 	}
 	d := wire.CheckResponse{Allowed: allowed, Limit: 100, Remaining: 50, ResetAt: time.Now().Unix() + 60, WindowSeconds: 60,
-		RuleID: "tier_free", Lease: wire.Lease{Granted: granted, TTLMillis: 60_000}, Identity: "ip:203.0.113.5", Tier: "free"}
+		RuleID: "tier_free", Lease: wire.Lease{Granted: granted, TTLMs: 60_000}, Identity: "ip:203.0.113.5", Tier: "free"}
 	if !allowed {
 		d.Remaining, d.RetryAfter = 0, 30
 	}
