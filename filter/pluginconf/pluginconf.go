@@ -136,13 +136,8 @@ func Parse(data []byte) (*Config, error) {
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(c); err != nil {
+		if err := wire.Decode(data, c, true); err != nil {
 			return nil, describe(err)
-		}
-		if dec.More() {
-			return nil, errors.New("plugin configuration: data after the JSON object")
 		}
 	}
 	if err := c.validate(); err != nil {
@@ -154,14 +149,14 @@ func Parse(data []byte) (*Config, error) {
 // describe turns a JSON decoding error into the field it concerns, or into
 // an error of the whole document.
 func describe(err error) error {
-	field, reason := wire.DescribeJSONError(err)
-	if field == "body" {
-		return errors.New("plugin configuration: " + reason)
+	fe, _ := fielderr.As(err) // wire.Decode fails with field errors only
+	switch {
+	case fe.Field == "":
+		return errors.New("plugin configuration: " + fe.Reason)
+	case errors.Is(err, wire.ErrUnknownField):
+		return &fielderr.Error{Field: fe.Field, Reason: "unknown setting"}
 	}
-	if reason == "is not a known field" {
-		reason = "unknown setting"
-	}
-	return &fielderr.Error{Field: field, Reason: reason}
+	return fe
 }
 
 // Name checks (no regexp: it would add a quarter of a megabyte to the module).

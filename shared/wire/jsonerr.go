@@ -1,48 +1,207 @@
 package wire
 
 import (
+	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
-// DescribeJSONError turns an encoding/json decode error into the field it is
-// about ("body" when none) and a reason a person can act on. Both halves
-// report bad JSON with it, so they say the same thing.
-func DescribeJSONError(err error) (field, reason string) {
+// ErrUnknownField is the kind of Decode's error for a key the destination
+// has no field for.
+var ErrUnknownField = errors.New("unknown field")
+
+// Decode reads one JSON value from b into dst, the one way both halves read
+// JSON they are sent (the service's requests, the filter's configuration).
+// strict refuses a key dst has no field for, named by its path
+// ("lease.requests", "checks[2].colour"): where a typo would silently do
+// something else. A failure is a *fielderr.Error whose Field is the path of
+// the bad value, or "" for the document as a whole (malformed, trailing
+// data).
+func Decode(b []byte, dst any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(dst); err != nil {
+		return describe(err)
+	}
+	if dec.More() {
+		return fielderr.New("", "has data after the JSON value")
+	}
+	if strict {
+		var doc any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return describe(err)
+		}
+		if path := unknownKey(doc, reflect.TypeOf(dst), ""); path != "" {
+			return &fielderr.Error{Field: path, Reason: "is not a known field", Kind: ErrUnknownField}
+		}
+	}
+	return nil
+}
+
+// describe turns an encoding/json error into the field it is about and a
+// reason a person can act on.
+func describe(err error) *fielderr.Error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		field = te.Field
-		if field == "" {
-			field = "body"
-		}
-		return field, fmt.Sprintf("must be %s, not %s", jsonKind(te.Type.Kind().String()), te.Value)
+		return fielderr.New(te.Field, "must be %s, not %s", jsonKind(te.Type.Kind()), te.Value)
 	case errors.As(err, &se):
-		return "body", fmt.Sprintf("malformed JSON at byte %d", se.Offset)
+		return fielderr.New("", "malformed JSON at byte %d", se.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return "body", "malformed JSON (truncated)"
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "is not a known field"
+		return fielderr.New("", "malformed JSON (truncated)")
 	}
-	return "body", "malformed JSON"
+	return fielderr.New("", "malformed JSON")
 }
 
-func jsonKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"), strings.HasPrefix(goKind, "float"):
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
 		return "a number"
-	case goKind == "string":
+	case reflect.String:
 		return "a string"
-	case goKind == "bool":
+	case reflect.Bool:
 		return "true or false"
-	case goKind == "slice":
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case goKind == "struct", goKind == "map", goKind == "ptr":
+	case reflect.Struct, reflect.Map, reflect.Pointer:
 		return "an object"
 	}
-	return goKind
+	return k.String()
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// unknownKey returns the path of the first key (in sorted order, so the
+// answer is stable) of the decoded document v that type t has no field for.
+// Keys are matched as encoding/json matches them: the tag, else the field's
+// name, case-insensitively. A type that decodes itself accepts anything.
+func unknownKey(v any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return ""
+	}
+	switch doc := v.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Map:
+			for _, k := range sortedKeys(doc) {
+				if p := unknownKey(doc[k], t.Elem(), path+"["+strconv.Quote(k)+"]"); p != "" {
+					return p
+				}
+			}
+		case reflect.Struct:
+			fields := jsonFields(t)
+			for _, k := range sortedKeys(doc) {
+				ft, ok := fields[k]
+				if !ok {
+					for name, f := range fields {
+						if strings.EqualFold(name, k) {
+							ft, ok = f, true
+							break
+						}
+					}
+				}
+				if !ok {
+					return join(path, k)
+				}
+				if p := unknownKey(doc[k], ft, join(path, k)); p != "" {
+					return p
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, item := range doc {
+				if p := unknownKey(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// jsonFields maps the JSON names of a struct's fields, those of embedded
+// structs promoted, to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				for n, ft := range jsonFields(et) {
+					if _, shadowed := out[n]; !shadowed {
+						out[n] = ft
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// join appends a key to a path: dotted when the key is a plain name,
+// quoted in brackets otherwise (a key holding '.', '[', a control...), so a
+// path always reads back one way.
+func join(path, key string) string {
+	if !plainKey(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func plainKey(k string) bool {
+	if k == "" || len(k) > 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,28 +1,82 @@
 package wire
 
 import (
-	"bytes"
-	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
 
-func TestDescribeJSONError(t *testing.T) {
-	for body, want := range map[string][2]string{
-		`{"user_id": 1}`:     {"user_id", "must be a string, not number"},
-		`{"cost": "x"}`:      {"cost", "must be a number, not string"},
-		`{"user_id": "a",`:   {"body", "malformed JSON (truncated)"},
-		`{"user_id" "a"}`:    {"body", "malformed JSON at byte 12"},
-		`{"surprise": true}`: {"surprise", "is not a known field"},
+func TestDecode(t *testing.T) {
+	type inner struct {
+		Requests int64 `json:"request"`
+	}
+	type conf struct {
+		Lease  inner            `json:"lease"`
+		Limits map[string]inner `json:"limits"`
+		List   []inner          `json:"list"`
+		CheckRequest
+	}
+	for _, tt := range []struct {
+		body          string
+		strict        bool
+		field, reason string
+	}{
+		{`{"user_id": 1}`, false, "user_id", "must be a string, not number"},
+		{`{"cost": "x"}`, false, "cost", "must be a number, not string"},
+		{`{"user_id": "a",`, false, "", "malformed JSON (truncated)"},
+		{`{"user_id" "a"}`, false, "", "malformed JSON at byte 12"},
+		{`{} {}`, false, "", "has data after the JSON value"},
+		{`{"surprise": true}`, false, "", ""},
+		{`{"surprise": true}`, true, "surprise", "is not a known field"},
+		{`{"lease": {"requests": 5}}`, true, "lease.requests", "is not a known field"},
+		{`{"limits": {"a": {"request": 1, "x": 2}}}`, true, `limits["a"].x`, "is not a known field"},
+		{`{"list": [{}, {"nope": 1}]}`, true, "list[1].nope", "is not a known field"},
+		{`{"USER_ID": "a", "Lease": {"REQUEST": 1}, "endpoint": "/x"}`, true, "", ""},
 	} {
-		dec := json.NewDecoder(bytes.NewReader([]byte(body)))
-		dec.DisallowUnknownFields()
-		var r CheckRequest
-		err := dec.Decode(&r)
-		if err == nil {
-			t.Fatalf("%s decoded", body)
+		// A type error is reported against a plain request (encoding/json
+		// names an embedded struct in its path); key checks against conf,
+		// whose embedded fields are promoted.
+		var err error
+		if strings.Contains(tt.reason, "must be") {
+			var r CheckRequest
+			err = Decode([]byte(tt.body), &r, tt.strict)
+		} else {
+			var c conf
+			err = Decode([]byte(tt.body), &c, tt.strict)
 		}
-		if f, why := DescribeJSONError(err); f != want[0] || why != want[1] {
-			t.Errorf("%s: %q %q, want %q %q", body, f, why, want[0], want[1])
+		if tt.reason == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tt.body, err)
+			}
+			continue
+		}
+		fe, ok := fielderr.As(err)
+		if !ok || fe.Field != tt.field || fe.Reason != tt.reason {
+			t.Errorf("%s (strict %v): %v; want %q %q", tt.body, tt.strict, err, tt.field, tt.reason)
 		}
 	}
+}
+
+// FuzzDecode: whatever the body, Decode returns nil or a field error, and an
+// unknown key is named by a path no longer than the body allows.
+func FuzzDecode(f *testing.F) {
+	f.Add(`{"checks":[{"user_id":"a","x":1}]}`, true)
+	f.Add(`{"lease":{"granted":1,"ttl_ms":2,"z":3}}`, true)
+	f.Fuzz(func(t *testing.T, body string, strict bool) {
+		var r BatchCheckRequest
+		err := Decode([]byte(body), &r, strict)
+		if err == nil {
+			return
+		}
+		fe, ok := fielderr.As(err)
+		if !ok {
+			t.Fatalf("%q: %T %v is not a field error", body, err, err)
+		}
+		// A path is built from the body's own keys: never longer than
+		// their quoted form.
+		if fe.Reason == "is not a known field" && (fe.Field == "" || len(fe.Field) > 8*len(body)+8) {
+			t.Fatalf("%q: unknown-field path %q", body, fe.Field)
+		}
+	})
 }

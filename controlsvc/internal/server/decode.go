@@ -2,7 +2,7 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -41,16 +42,9 @@ func decodeJSON(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return apierr.Invalid("body", "is empty; a JSON object is required")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(dst); err != nil {
-		field, reason := wire.DescribeJSONError(err)
-		return apierr.Invalid(field, reason)
-	}
-	if dec.More() {
-		return apierr.Invalid("body", "has data after the JSON object")
+	if err := wire.Decode(body, dst, strict); err != nil {
+		fe, _ := fielderr.As(err) // wire.Decode fails with field errors only
+		return apierr.Invalid(cmp.Or(fe.Field, "body"), fe.Reason)
 	}
 	return nil
 }
