@@ -1,9 +1,9 @@
 package rules
 
 import (
-	"errors"
 	"strings"
 
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/paths"
 )
 
@@ -16,17 +16,18 @@ import (
 // most one point per level (the classic greedy wildcard walk): its cost is
 // bounded by len(pattern)*len(path), whatever the input.
 
-// ValidateGlob checks a path pattern.
+// ValidateGlob checks a path pattern; its error is a *fielderr.Error whose
+// caller names the field.
 func ValidateGlob(p string) error {
 	if !strings.HasPrefix(p, "/") {
-		return errors.New("path pattern must start with '/'")
+		return fielderr.New("", "path pattern must start with '/'")
 	}
 	if len(p) > 1024 {
-		return errors.New("path pattern is longer than 1024 bytes")
+		return fielderr.New("", "path pattern is longer than 1024 bytes")
 	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if strings.Contains(seg, "**") && seg != "**" {
-			return errors.New("'**' must be a whole path segment, as in /api/**")
+			return fielderr.New("", "'**' must be a whole path segment, as in /api/**")
 		}
 	}
 	// Requests are matched in their normalised form (shared/paths): a
@@ -34,7 +35,7 @@ func ValidateGlob(p string) error {
 	// match. Wildcards stand in for plain characters while checking.
 	literal := strings.NewReplacer("*", "x", "?", "x").Replace(p)
 	if n, err := paths.Normalize(literal); err != nil || n != literal {
-		return errors.New("path pattern must be spelled as requests are normalised: no trailing slash, '//', '.' or '..' segments, ';' parameters or needless escapes")
+		return fielderr.New("", "path pattern must be spelled as requests are normalised: no trailing slash, '//', '.' or '..' segments, ';' parameters or needless escapes")
 	}
 	return nil
 }
