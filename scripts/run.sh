@@ -39,7 +39,7 @@ await() { # name url pid log
   echo "$1 did not come up; see $4"; exit 1
 }
 
-scripts/redis.sh start "$redis_port" "$run"
+scripts/redis.sh start "$redis_port" "$run" aof
 TOLLGATE_LISTEN=$control TOLLGATE_REDIS_URL=redis://127.0.0.1:$redis_port/0 TOLLGATE_ADMIN_TOKEN=$token \
   TOLLGATE_DECISION_TOKEN=$dtoken bin/controlsvc -config controlsvc/tollgate.example.toml >"$run/controlsvc.log" 2>&1 &
 pids+=($!); await controlsvc "http://$control/health" "${pids[-1]}" "$run/controlsvc.log"
