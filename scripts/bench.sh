@@ -9,7 +9,7 @@ trap 'scripts/redis.sh stop "$run"; rm -rf "$run"' EXIT
 scripts/redis.sh start "$port" "$run"
 
 echo "== Go benchmarks (limiter scripts on a real Redis, rule matching)"
-go test -run '^$' -bench . -benchtime 2000x -benchmem ./controlsvc/internal/limiter/ ./shared/rules/ | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench . -benchtime 2000x -benchmem ./controlsvc/internal/limiter/ ./shared/rules/ ./shared/wire/ | grep -E '^(Benchmark|ok)'
 echo
 echo "== Filter under wazero (compiled tollgate.wasm) and the same logic natively"
 go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest/ | grep -E '^Benchmark'

@@ -32,6 +32,9 @@ func DecodeCheckResponse(b []byte, d *CheckResponse) error {
 type parser struct {
 	b []byte
 	i int
+	// scratch holds an unescaped string until it is copied out, so a body
+	// costs one buffer, not one per string.
+	scratch []byte
 }
 
 func (p *parser) checkField(key []byte, d *CheckResponse) error {
@@ -224,11 +227,10 @@ func (p *parser) str(dst *string) error {
 	if p.null() {
 		return nil
 	}
-	var raw []byte
-	if err := p.rawString(&raw); err != nil {
+	if err := p.rawString(&p.scratch); err != nil {
 		return err
 	}
-	*dst = string(raw)
+	*dst = string(p.scratch)
 	return nil
 }
 

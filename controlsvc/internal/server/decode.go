@@ -42,6 +42,14 @@ func decodeJSON(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return apierr.Invalid("body", "is empty; a JSON object is required")
 	}
+	if r, ok := dst.(*wire.CheckRequest); ok && !strict {
+		// The decision route's fast path; what it does not take (an odd
+		// key, a wrong type) is decoded again below for the exact error.
+		if wire.DecodeCheckRequest(body, r) == nil {
+			return nil
+		}
+		*r = wire.CheckRequest{}
+	}
 	if err := wire.Decode(body, dst, strict); err != nil {
 		fe, _ := fielderr.As(err) // wire.Decode fails with field errors only
 		return apierr.Invalid(cmp.Or(fe.Field, "body"), fe.Reason)

@@ -1,0 +1,77 @@
+package wire
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+var sampleCheck = []byte(`{"user_id":"user:alice","endpoint":"/api/v1/items","method":"GET","tier":"free","tenant":"acme","api_key":"ak_live_x","cost":1,"lease":10,"returned":2}`)
+
+func TestDecodeCheckRequest(t *testing.T) {
+	for _, body := range []string{
+		string(sampleCheck),
+		`{"USER_ID":"a","Endpoint":"/x","limit":5,"window_seconds":60,"strategy":"gcra","extra":{"deep":[1,2,{"x":null}]}}`,
+		`{"user_id":"a","limit":5,"limit":null}`,
+		`{"user_id":"a","user_id":"b"}`,
+		`  {"user_id":"\u00e9\ud83d\ude00"} `,
+	} {
+		var mine, theirs CheckRequest
+		if err := DecodeCheckRequest([]byte(body), &mine); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if err := json.Unmarshal([]byte(body), &theirs); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("%s:\n mine %+v\njson %+v", body, mine, theirs)
+		}
+	}
+	for _, body := range []string{`{"user_id":1}`, `{"cost":1.5}`, `{"limit":"5"}`, `{"user_id":"a"} {}`, `{"ſer_id":"a"}`, "{\"user_id\":\"\xff\"}", `[]`} {
+		var r CheckRequest
+		if DecodeCheckRequest([]byte(body), &r) == nil {
+			t.Errorf("%s accepted", body)
+		}
+	}
+}
+
+// FuzzDecodeCheckRequest: what the fast decoder accepts, encoding/json
+// accepts too, with the same result.
+func FuzzDecodeCheckRequest(f *testing.F) {
+	f.Add(sampleCheck)
+	f.Add([]byte(`{"limit":null,"Limit":7,"window_seconds":-0,"x":[{}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var mine CheckRequest
+		if DecodeCheckRequest(b, &mine) != nil {
+			return
+		}
+		var theirs CheckRequest
+		if err := json.Unmarshal(b, &theirs); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("%q:\n mine %+v\njson %+v", b, mine, theirs)
+		}
+	})
+}
+
+func BenchmarkDecodeCheckRequest(b *testing.B) {
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r CheckRequest
+			if err := DecodeCheckRequest(sampleCheck, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r CheckRequest
+			if err := json.Unmarshal(sampleCheck, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
