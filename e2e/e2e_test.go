@@ -95,6 +95,12 @@ func freeAddr(t *testing.T) string {
 
 func startControl(t *testing.T, redisAddr, config string) *control {
 	t.Helper()
+	return startControlEnv(t, redisAddr, config)
+}
+
+// startControlEnv is startControl with more TOLLGATE_* variables ("K=V").
+func startControlEnv(t *testing.T, redisAddr, config string, env ...string) *control {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "tollgate.toml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,6 +109,7 @@ func startControl(t *testing.T, redisAddr, config string) *control {
 		"TOLLGATE_REDIS_URL=redis://" + redisAddr + "/0", "TOLLGATE_ADMIN_TOKEN=" + adminToken, "TOLLGATE_CONFIG=" + path,
 		"TOLLGATE_DECISION_TOKEN=" + decisionToken,
 	}}
+	c.env = append(c.env, env...)
 	c.start()
 	t.Cleanup(c.kill)
 	return c
@@ -412,4 +419,57 @@ func TestControlServiceDownFailClosed(t *testing.T) {
 	if up.count() != before {
 		t.Fatal("a request reached upstream while failing closed")
 	}
+}
+
+// Usage counts the requests admitted through the filter with leases on: a
+// lease counts when granted, so when the leased tokens are spent, usage is
+// exactly the requests made (here four callouts, each bringing a lease of
+// four that the next four requests spend locally).
+func TestUsageMatchesRequestsThroughLeases(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 1000\nwindow_seconds = 60\n", "TOLLGATE_LEASE_TTL_MS=60000")
+	up := newUpstream(t)
+	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":500,"lease":{"request":4}}`)
+	const n = 20
+	for i := 0; i < n; i++ {
+		if res := get(t, gw, "/api/v1/items", "X-Forwarded-For", "203.0.113.77"); res.status != 200 {
+			t.Fatalf("request %d: %d %s", i, res.status, res.body)
+		}
+	}
+	if up.count() != n {
+		t.Fatalf("upstream saw %d requests", up.count())
+	}
+	// Leases were in play: four callouts brought four tokens each.
+	resp, err := http.Get("http://" + ctl.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "tollgate_lease_tokens_granted_total 16\n") {
+		t.Fatalf("leases granted: %s", grepLine(string(metrics), "tollgate_lease_tokens_granted_total"))
+	}
+	// The service writes usage every 200 ms: read until the last write is
+	// in, bounded; it must never pass n.
+	var made float64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		u := ctl.admin(t, "GET", "/admin/v1/usage/ip:203.0.113.77", nil)
+		made = u["current_window"].(map[string]any)["requests_made"].(float64)
+		if made > n {
+			t.Fatalf("usage %v is more than the %d requests made", made, n)
+		}
+		if made == n && u["last_24_hours"].(map[string]any)["total_requests"].(float64) == n {
+			return
+		}
+	}
+	t.Fatalf("usage reached %v, want %d", made, n)
+}
+
+func grepLine(text, prefix string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return "(none)"
 }
