@@ -18,8 +18,13 @@ var ErrSyntax = errors.New("wire: malformed decision body")
 // them; its fuzz test holds it to encoding/json's results.
 func DecodeCheckResponse(b []byte, d *CheckResponse) error {
 	p := parser{b: b}
+	return p.document(func(key []byte) error { return p.checkField(key, d) })
+}
+
+// document parses the whole input as one object, calling field per key.
+func (p *parser) document(field func(key []byte) error) error {
 	p.ws()
-	if err := p.object(func(key []byte) error { return p.checkField(key, d) }); err != nil {
+	if err := p.object(field); err != nil {
 		return err
 	}
 	p.ws()

@@ -10,15 +10,7 @@ package wire
 // it to encoding/json's results.
 func DecodeCheckRequest(b []byte, r *CheckRequest) error {
 	p := parser{b: b}
-	p.ws()
-	if err := p.object(func(key []byte) error { return p.requestField(key, r) }); err != nil {
-		return err
-	}
-	p.ws()
-	if p.i != len(p.b) {
-		return ErrSyntax
-	}
-	return nil
+	return p.document(func(key []byte) error { return p.requestField(key, r) })
 }
 
 func (p *parser) requestField(key []byte, r *CheckRequest) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -98,14 +99,14 @@ func unknownKey(v any, t reflect.Type, path string) string {
 	case map[string]any:
 		switch t.Kind() {
 		case reflect.Map:
-			for _, k := range sortedKeys(doc) {
+			for _, k := range slices.Sorted(maps.Keys(doc)) {
 				if p := unknownKey(doc[k], t.Elem(), path+"["+strconv.Quote(k)+"]"); p != "" {
 					return p
 				}
 			}
 		case reflect.Struct:
 			fields := jsonFields(t)
-			for _, k := range sortedKeys(doc) {
+			for _, k := range slices.Sorted(maps.Keys(doc)) {
 				ft, ok := fields[k]
 				if !ok {
 					for name, f := range fields {
@@ -169,15 +170,6 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		out[name] = f.Type
 	}
 	return out
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // join appends a key to a path: dotted when the key is a plain name,

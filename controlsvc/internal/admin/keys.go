@@ -162,18 +162,15 @@ const MaxKeyPage = 100
 
 // Keys lists keys, oldest first, by user and status.
 func (s *Service) Keys(ctx context.Context, userID, status, cursor, limit string) (KeyList, error) {
-	q := apikeys.Query{UserID: userID, Status: status, Limit: 50}
+	q := apikeys.Query{UserID: userID, Status: status}
 	switch status {
 	case "", apikeys.StatusActive, apikeys.StatusRevoked, apikeys.StatusExpired:
 	default:
 		return KeyList{}, apierr.Invalid("status", "must be active, revoked or expired")
 	}
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > MaxKeyPage {
-			return KeyList{}, apierr.Invalid("limit", fmt.Sprintf("must be in 1..%d", MaxKeyPage))
-		}
-		q.Limit = n
+	var aerr *apierr.Error
+	if q.Limit, aerr = pageSize(limit, 50, MaxKeyPage); aerr != nil {
+		return KeyList{}, aerr
 	}
 	if cursor != "" {
 		n, err := strconv.ParseInt(cursor, 10, 64)
@@ -195,6 +192,18 @@ func (s *Service) Keys(ctx context.Context, userID, status, cursor, limit string
 		out.NextCursor = strconv.FormatInt(next, 10)
 	}
 	return out, nil
+}
+
+// pageSize reads a listing's limit parameter: def when absent, 1..max.
+func pageSize(raw string, def, max int) (int, *apierr.Error) {
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > max {
+		return 0, apierr.Invalid("limit", fmt.Sprintf("must be in 1..%d", max))
+	}
+	return n, nil
 }
 
 // findKey resolves a key id or a raw key to its record.

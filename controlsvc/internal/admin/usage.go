@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -98,18 +97,15 @@ const MaxAuditPage = 1000
 // Audit pages the trail, oldest first: since is a stream id from an earlier
 // page or an RFC 3339 time.
 func (s *Service) Audit(ctx context.Context, typ, since, limit string) (AuditPage, error) {
-	q := audit.Query{Type: typ, Limit: 100}
+	q := audit.Query{Type: typ}
 	switch typ {
 	case "", audit.TypeAdmin, audit.TypeViolation:
 	default:
 		return AuditPage{}, apierr.Invalid("type", "must be admin or violation")
 	}
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > MaxAuditPage {
-			return AuditPage{}, apierr.Invalid("limit", fmt.Sprintf("must be in 1..%d", MaxAuditPage))
-		}
-		q.Limit = n
+	var aerr *apierr.Error
+	if q.Limit, aerr = pageSize(limit, 100, MaxAuditPage); aerr != nil {
+		return AuditPage{}, aerr
 	}
 	switch {
 	case since == "":

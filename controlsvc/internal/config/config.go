@@ -6,6 +6,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -305,7 +306,7 @@ func (t *Tier) validate() error {
 	if len(t.Endpoints) > MaxTierEndpoints {
 		return bad("endpoints", "at most %d endpoints per tier", MaxTierEndpoints)
 	}
-	for _, p := range sortedKeys(t.Endpoints) {
+	for _, p := range slices.Sorted(maps.Keys(t.Endpoints)) {
 		field := fmt.Sprintf("endpoints[%q]", p)
 		if !endpointRE.MatchString(p) {
 			return bad(field, "endpoint path must start with '/' and hold printable ASCII only (globs: *, **, ?)")
@@ -496,15 +497,6 @@ func RedactURL(u string) string {
 // RedisTimeout is RedisTimeoutMs as a duration.
 func (c *Config) RedisTimeout() time.Duration {
 	return time.Duration(c.RedisTimeoutMs) * time.Millisecond
-}
-
-func sortedKeys(m map[string]int64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func validPort(p string) bool {
