@@ -60,6 +60,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer lim.Close()
 	if err := lim.Load(ctx); err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ type App struct {
 	svc       *decision.Service
 	overrides *overrides.Store
 	ruleset   *ruleset.Store
+	limiter   *limiter.Limiter
 	usage     *usage.Recorder
 	metrics   *metrics.Metrics
 	http      *http.Server
@@ -80,7 +81,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb, file: cfg}
+	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb, file: cfg, limiter: lim}
 	a.metrics = metrics.New(rdb.PoolStats)
 	policy, err := decision.Compile(cfg, a.nextVersion())
 	if err != nil {
@@ -159,6 +160,7 @@ func (a *App) Serve(ctx context.Context) error {
 	err := a.http.Shutdown(shutdownCtx)
 	stop()
 	<-usageDone // the last counts are written before Redis closes
+	a.limiter.Close()
 	if cerr := a.rdb.Close(); err == nil {
 		err = cerr
 	}

@@ -78,6 +78,9 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	l, err := New(rdb)
+	if err == nil {
+		t.Cleanup(l.Close)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type Client interface {
 	redis.Scripter
 	Unlink(ctx context.Context, keys ...string) *redis.IntCmd
 	Ping(ctx context.Context) *redis.StatusCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Penalty is the progressive penalty policy: from the Threshold-th violation
@@ -109,6 +110,7 @@ type Result struct {
 type Limiter struct {
 	rdb     Client
 	scripts map[rules.Algorithm]*redis.Script
+	batch   *batcher
 }
 
 // New loads the embedded scripts. It does not talk to Redis; scripts are sent
@@ -122,7 +124,7 @@ func New(rdb Client) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read epilogue: %w", err)
 	}
-	l := &Limiter{rdb: rdb, scripts: make(map[rules.Algorithm]*redis.Script, len(rules.Algorithms))}
+	l := &Limiter{rdb: rdb, scripts: make(map[rules.Algorithm]*redis.Script, len(rules.Algorithms)), batch: newBatcher(rdb)}
 	for _, a := range rules.Algorithms {
 		body, err := luaFiles.ReadFile("lua/" + string(a) + ".lua")
 		if err != nil {
@@ -193,13 +195,16 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		// client (RunRO uses EVALSHA_RO).
 		v, err = s.RunRO(ctx, l.rdb, ks, args...).Result()
 	} else {
-		v, err = s.Run(ctx, l.rdb, ks, args...).Result()
+		v, err = l.batch.run(ctx, s, ks, args)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s script: %w", q.Algorithm, err)
 	}
 	return parseResult(v)
 }
+
+// Close stops the limiter's flushers; calls after it fail.
+func (l *Limiter) Close() { l.batch.close() }
 
 // Reset deletes the request's counter and its owner's penalty record, and
 // returns how many keys existed. Keys of one owner share a slot; deleting

@@ -21,6 +21,9 @@ func newLimiter(t testing.TB) (*Limiter, *redis.Client) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	t.Cleanup(func() { rdb.Close() })
 	l, err := New(rdb)
+	if err == nil {
+		t.Cleanup(l.Close)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +275,47 @@ func TestScriptFlushFallsBackToEval(t *testing.T) {
 	sha, _ := l.ScriptHash(rules.GCRA)
 	if ok := rdb.ScriptExists(ctx, sha).Val(); len(ok) != 1 || !ok[0] {
 		t.Fatal("the script was not cached again")
+	}
+}
+
+// Calls that share a pipeline each recover from a flushed script cache, and
+// still count exactly: 200 concurrent calls against a limit of 100 right
+// after SCRIPT FLUSH admit exactly 100.
+func TestBatchedCallsSurviveScriptFlush(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ScriptFlush(ctx)
+	r := req(rules.TokenBucket, "flushed-batch", 100, 3600)
+	var allowed atomic.Int64
+	errs := make(chan error, 200)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := l.Do(ctx, r)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if res.Allowed {
+				allowed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if allowed.Load() != 100 {
+		t.Fatalf("allowed %d, want exactly 100", allowed.Load())
 	}
 }
 
