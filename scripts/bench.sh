@@ -25,6 +25,19 @@ echo "== Control service"
 go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port"
 
 echo
+echo "== Side by side with envoyproxy/ratelimit (same Redis, same load, separate processes)"
+make -s build
+# The peer is built from its public module; a machine that cannot fetch it
+# still gets Tollgate's own figures.
+peer=""
+if GOBIN="$run/peer" go install github.com/envoyproxy/ratelimit/src/service_cmd@latest 2>"$run/peer-install.log"; then
+  peer="$run/peer/service_cmd"
+else
+  echo "(envoyproxy/ratelimit did not build; see below) $(tail -1 "$run/peer-install.log")"
+fi
+go run ./scripts/peer-bench -redis "127.0.0.1:$port" -controlsvc bin/controlsvc -peer "$peer"
+
+echo
 echo "== Gateway with and without the filter (control service on the same Redis)"
 make -s build
 cport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
