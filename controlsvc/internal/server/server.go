@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -184,8 +185,17 @@ func (s *Server) check(c echo.Context) error {
 			Error wire.ErrorBody `json:"error"`
 		}{resp, body})
 	}
-	return c.JSON(http.StatusOK, &resp)
+	// The answer of every allowed check: written without reflection into a
+	// reused buffer (what c.JSON writes, newline included).
+	bp := answerBufs.Get().(*[]byte)
+	b := append(wire.AppendCheckResponse((*bp)[:0], &resp), '\n')
+	err = c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	*bp = b
+	answerBufs.Put(bp)
+	return err
 }
+
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // setLimitHeaders writes the X-RateLimit-* fields of a decision made by a
 // rule (none for exempt or degraded answers, which no quota backs).
