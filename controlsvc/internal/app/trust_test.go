@@ -75,6 +75,8 @@ func TestDecisionAPIHostile(t *testing.T) {
 		t.Fatalf("first batch: %d %s", r.status, r.body)
 	}
 	noAuth := []string{"Authorization", ""}
+	asAdmin := []string{"Authorization", "Bearer " + adminToken}
+	const rulesPath = "/admin/v1/rate-limit-rules"
 	const check, batchPath = "/v1/rate-limit/check", "/v1/rate-limit/batch-check"
 	mallory := func(extra string) string { return `{"user_id":"user:mallory",` + items + extra + `}` }
 	victim := func(extra string) string { return `{"user_id":"user:victim",` + items + extra + `}` }
@@ -139,6 +141,19 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"unknown field on the decision API is ignored", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/z","identity":"user:victim"}`, nil, 200, "", ""},
 		{"unknown field on an admin route is refused", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `,"everyone":true}`, []string{"Authorization", "Bearer " + adminToken}, 400, "INVALID_INPUT", "everyone"},
 		{"oversize body", filter, "POST", check, mallory(`,"pad":"` + strings.Repeat("a", 1<<20) + `"`), nil, 413, "PAYLOAD_TOO_LARGE", ""},
+		// The operator's surface: hostile input from a valid admin token.
+		{"rule pattern with crlf", filter, "POST", rulesPath, `{"endpoint_pattern":"/a\r\nx: y","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"10 kB rule pattern", filter, "POST", rulesPath, `{"endpoint_pattern":"/` + strings.Repeat("*", 10_000) + `","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"rule named exempt by path id", filter, "PUT", rulesPath + "/exempt", `{"limit":1}`, asAdmin, 404, "NOT_FOUND", ""},
+		{"rule limit of the wrong type", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":"1","window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "limit"},
+		{"nested unknown field in a tier", filter, "PUT", "/admin/v1/tiers/9", `{"name":"t","limit":1,"window_seconds":60,"endpoints":{"/a":1},"extra":{"x":1}}`, asAdmin, 400, "INVALID_INPUT", "extra"},
+		{"tier name with braces", filter, "PUT", "/admin/v1/tiers/9", `{"name":"a}{b","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "name"},
+		{"tier id beyond bounds", filter, "PUT", "/admin/v1/tiers/99999999999", `{"name":"t","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "tier_id"},
+		{"api key for a crlf user", filter, "POST", "/admin/v1/api-keys", `{"user_id":"a\r\nb"}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
+		{"api key user id beyond an int64", filter, "POST", "/admin/v1/api-keys", `{"user_id":99999999999999999999}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
+		{"usage of a crlf identity", filter, "GET", "/admin/v1/usage/user:a%0D%0Ab", "", asAdmin, 400, "INVALID_INPUT", "identity"},
+		{"audit since that is not an id", filter, "GET", "/admin/v1/audit?since=1-x%0D%0AFLUSHALL", "", asAdmin, 400, "INVALID_INPUT", "since"},
+		{"key listing page too large", filter, "GET", "/admin/v1/api-keys?limit=100000", "", asAdmin, 400, "INVALID_INPUT", "limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := filter.countersExcept(attacker)
