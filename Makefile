@@ -53,7 +53,7 @@ ci: lint test ## what .ci/run runs
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./controlsvc/internal/keys" \
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
-	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzStatusQuery ./controlsvc/internal/server" "FuzzParse ./controlsvc/internal/redisconn" \
+	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzStatusQuery ./controlsvc/internal/server" "FuzzParseHead ./controlsvc/internal/leanhttp" "FuzzParse ./controlsvc/internal/redisconn" \
 	          "FuzzUserID ./controlsvc/internal/admin" "FuzzOverrideField ./controlsvc/internal/keys" \
 	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
 	          "FuzzDecode ./filter/proxywasm/headermap" "FuzzDecodeCheckResponse ./shared/wire" "FuzzDecode ./shared/wire" "FuzzDecodeCheckRequest ./shared/wire" "FuzzAppendCheckResponse ./shared/wire"; do \

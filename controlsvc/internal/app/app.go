@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
@@ -51,6 +52,7 @@ type App struct {
 	usage     *usage.Recorder
 	metrics   *metrics.Metrics
 	http      *http.Server
+	lean      *leanhttp.Server // serves the decision route, hands the rest to http
 	ln        net.Listener
 
 	// reloadMu guards file and runtime: the policy is always compiled from
@@ -99,6 +101,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	srv := server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	a.lean = srv.LeanServer(a.http)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -148,7 +151,7 @@ func (a *App) Serve(ctx context.Context) error {
 	w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
 	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
 	errc := make(chan error, 1)
-	go func() { errc <- a.http.Serve(a.ln) }()
+	go func() { errc <- a.lean.Serve(a.ln) }()
 	a.log.Info("listening", "addr", a.Addr())
 	select {
 	case err := <-errc:
@@ -157,7 +160,7 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := a.http.Shutdown(shutdownCtx)
+	err := a.lean.Shutdown(shutdownCtx)
 	stop()
 	<-usageDone // the last counts are written before Redis closes
 	a.limiter.Close()

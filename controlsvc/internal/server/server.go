@@ -5,9 +5,13 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -25,6 +30,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -59,7 +65,7 @@ func New(d Deps) *Server {
 	e := s.e
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(middleware.RequestID())
+	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: newRequestID}))
 	e.Use(middleware.Recover())
 
 	decide := s.decisionCaller
@@ -174,40 +180,89 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	setLimitHeaders(c.Response().Header(), &resp)
-	if !resp.Allowed {
-		c.Response().Header().Set("Retry-After", strconv.FormatInt(resp.RetryAfter, 10))
-		l := resp.Limits()
-		body := wire.Exceeded(&l)
-		body.RequestID = requestID(c)
-		return c.JSON(http.StatusTooManyRequests, struct {
-			wire.CheckResponse
-			Error wire.ErrorBody `json:"error"`
-		}{resp, body})
-	}
-	// The answer of every allowed check: written without reflection into a
-	// reused buffer (what c.JSON writes, newline included).
 	bp := answerBufs.Get().(*[]byte)
-	b := append(wire.AppendCheckResponse((*bp)[:0], &resp), '\n')
-	err = c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
-	*bp = b
-	answerBufs.Put(bp)
-	return err
+	defer answerBufs.Put(bp)
+	var hbuf [6][2]string
+	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, requestID(c))
+	*bp = body
+	h := c.Response().Header()
+	for _, kv := range headers {
+		h.Set(kv[0], kv[1])
+	}
+	return c.Blob(status, echo.MIMEApplicationJSON, body)
+}
+
+// leanCheck is the decision route on the lean path (leanhttp): the same
+// answer as check, without net/http's and echo's per-request work. A
+// request it would answer with an error before deciding (a refused
+// credential, a body the fast decoder does not take, one over
+// max_body_bytes) it declines, and check answers it.
+func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp.Response) bool {
+	trust := decision.Untrusted
+	if digests := s.svc.Policy().DecisionTokenDigests(); len(digests) > 0 {
+		a := r.Authorization
+		if r.Authorizations != 1 || len(a) <= 7 || !wire.EqualFoldASCII(a[:7], "bearer ") || !tokenTrusted(a[7:], digests) {
+			return false
+		}
+		trust = decision.Trusted
+	}
+	var req wire.CheckRequest
+	if int64(len(r.Body)) > s.svc.Policy().Config.MaxBodyBytes || wire.DecodeCheckRequest(r.Body, &req) != nil {
+		return false
+	}
+	id := string(r.RequestID)
+	if id == "" {
+		id = newRequestID()
+	}
+	w.Header(echo.HeaderXRequestID, id)
+	resp, err := s.svc.Check(ctx, &req, trust)
+	if err != nil {
+		status, body := s.errorAnswer(err, http.MethodPost, wire.PathCheck, id)
+		b, _ := json.Marshal(wire.ErrorEnvelope{Error: body})
+		w.Write(status, echo.MIMEApplicationJSON, append(b, '\n'))
+		return true
+	}
+	bp := answerBufs.Get().(*[]byte)
+	defer answerBufs.Put(bp)
+	var hbuf [6][2]string
+	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, id)
+	*bp = body
+	for _, kv := range headers {
+		w.Header(kv[0], kv[1])
+	}
+	w.Write(status, echo.MIMEApplicationJSON, body)
+	return true
+}
+
+// checkAnswer renders a decision: its status, its header fields (appended
+// to hs) and its body (appended to b, newline-terminated as echo's JSON).
+// An allowed check's answer is written without reflection.
+func checkAnswer(b []byte, hs [][2]string, resp *wire.CheckResponse, requestID string) (int, [][2]string, []byte) {
+	hs = limitHeaders(hs, resp)
+	if resp.Allowed {
+		return http.StatusOK, hs, append(wire.AppendCheckResponse(b, resp), '\n')
+	}
+	hs = append(hs, [2]string{"retry-after", strconv.FormatInt(resp.RetryAfter, 10)})
+	l := resp.Limits()
+	exceeded := wire.Exceeded(&l)
+	exceeded.RequestID = requestID
+	body, _ := json.Marshal(struct {
+		wire.CheckResponse
+		Error wire.ErrorBody `json:"error"`
+	}{*resp, exceeded})
+	return http.StatusTooManyRequests, hs, append(append(b, body...), '\n')
 }
 
 var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// setLimitHeaders writes the X-RateLimit-* fields of a decision made by a
+// limitHeaders appends the X-RateLimit-* fields of a decision made by a
 // rule (none for exempt or degraded answers, which no quota backs).
-func setLimitHeaders(h http.Header, d *wire.CheckResponse) {
+func limitHeaders(hs [][2]string, d *wire.CheckResponse) [][2]string {
 	if d.Limit <= 0 || d.Degraded {
-		return
+		return hs
 	}
 	l := d.Limits()
-	var buf [4][2]string
-	for _, kv := range wire.AppendHeaders(buf[:0], &l, wire.HeaderSet{XRateLimit: true, Strategy: true}, 0, !d.Allowed) {
-		h.Set(kv[0], kv[1])
-	}
+	return wire.AppendHeaders(hs, &l, wire.HeaderSet{XRateLimit: true, Strategy: true}, 0, !d.Allowed)
 }
 
 func (s *Server) status(c echo.Context) error {
@@ -330,14 +385,7 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		got, repeated := bearer(c)
-		gh := sha256.Sum256([]byte(got))
-		ok := 0
-		for i := range digests {
-			// Every token is compared, so the time taken does not say which
-			// one (or whether the first) matched.
-			ok |= subtle.ConstantTimeCompare(gh[:], digests[i][:])
-		}
-		if got == "" || ok != 1 {
+		if !tokenTrusted([]byte(got), digests) {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-decision"`)
 			msg := "the decision API needs its service credential (Authorization: Bearer)"
 			if repeated {
@@ -348,6 +396,18 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(trustKey, decision.Trusted)
 		return next(c)
 	}
+}
+
+// tokenTrusted reports whether a decision token is one of the configured
+// ones. Every digest is compared, so the time taken does not say which one
+// (or whether the first) matched.
+func tokenTrusted(got []byte, digests [][sha256.Size]byte) bool {
+	gh := sha256.Sum256(got)
+	ok := 0
+	for i := range digests {
+		ok |= subtle.ConstantTimeCompare(gh[:], digests[i][:])
+	}
+	return len(got) > 0 && ok == 1
 }
 
 func trustOf(c echo.Context) decision.Trust {
@@ -436,11 +496,22 @@ func httpStatus(ae *apierr.Error) int {
 	return http.StatusInternalServerError
 }
 
-// handleError is the one place errors become HTTP answers.
+// handleError is the one place errors become HTTP answers (the lean
+// decision route renders them with errorAnswer too).
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	status, body := s.errorAnswer(err, c.Request().Method, c.Path(), requestID(c))
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, wire.ErrorEnvelope{Error: body})
+}
+
+// errorAnswer is the status and envelope body of an error; a 5xx is logged.
+func (s *Server) errorAnswer(err error, method, path, requestID string) (int, wire.ErrorBody) {
 	var ae *apierr.Error
 	var he *echo.HTTPError
 	var status int
@@ -456,15 +527,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		status = httpStatus(ae)
 	}
 	if status >= 500 {
-		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", status, "err", err, "request_id", requestID(c))
+		s.log.Error("request failed", "method", method, "path", path, "status", status, "err", err, "request_id", requestID)
 	}
 	body := ae.Body()
-	body.RequestID = requestID(c)
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(status)
-		return
-	}
-	_ = c.JSON(status, wire.ErrorEnvelope{Error: body})
+	body.RequestID = requestID
+	return status, body
 }
 
 func fromHTTPError(he *echo.HTTPError) *apierr.Error {
@@ -486,4 +553,27 @@ func fromHTTPError(he *echo.HTTPError) *apierr.Error {
 
 func requestID(c echo.Context) string {
 	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+// newRequestID names a request in its answer and in the logs: a random
+// per-process prefix and a counter, 32 hex digits, cheap enough for the
+// decision route (echo's default draws 32 random characters a request).
+func newRequestID() string {
+	var b [32]byte
+	hex.Encode(b[:16], requestIDPrefix[:])
+	binary.BigEndian.PutUint64(b[24:], requestIDs.Add(1))
+	hex.Encode(b[16:], b[24:])
+	return string(b[:])
+}
+
+var (
+	requestIDPrefix = func() (p [8]byte) { _, _ = rand.Read(p[:]); return p }()
+	requestIDs      atomic.Uint64
+)
+
+// LeanServer serves the decision route on the lean path (leanhttp) and
+// every other request through fallback, whose handler is Handler.
+func (s *Server) LeanServer(fallback *http.Server) *leanhttp.Server {
+	return &leanhttp.Server{Path: wire.PathCheck, Handle: s.leanCheck, Fallback: fallback, Log: s.log,
+		ReadHeaderTimeout: fallback.ReadHeaderTimeout, IdleTimeout: fallback.IdleTimeout}
 }
