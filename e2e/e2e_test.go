@@ -449,7 +449,7 @@ func TestUsageMatchesRequestsThroughLeases(t *testing.T) {
 	if !strings.Contains(string(metrics), "tollgate_lease_tokens_granted_total 16\n") {
 		t.Fatalf("leases granted: %s", grepLine(string(metrics), "tollgate_lease_tokens_granted_total"))
 	}
-	// The service writes usage every 200 ms: read until the last write is
+	// The service writes usage every second: read until the last write is
 	// in, bounded; it must never pass n.
 	var made float64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
