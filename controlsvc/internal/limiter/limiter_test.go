@@ -449,3 +449,51 @@ func TestSlidingLogRetryIsExact(t *testing.T) {
 		}
 	}
 }
+
+// A denial without a refund writes nothing back (the next call computes the
+// same from the stored state), and decides the same as one that did; a
+// denial that brings a refund writes it.
+func TestDenialWritesNothing(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		if a == rules.SlidingLog {
+			continue // its denials sweep expired entries
+		}
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "deny-"+string(a), 5, 3600)
+			r.Lease, r.LeaseFraction = 2, 0.5
+			res, err := l.Do(ctx, r) // 1 spent, 2 leased
+			if err != nil || !res.Allowed || res.Granted != 2 {
+				t.Fatalf("lease: %+v %v", res, err)
+			}
+			r.Lease = 0
+			for range 2 {
+				if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+					t.Fatalf("spend: %+v %v", res, err)
+				}
+			}
+			stored := rdb.Dump(ctx, r.Key()).Val()
+			for i := range 3 {
+				res, err := l.Do(ctx, r)
+				if err != nil || res.Allowed || res.Remaining != 0 || res.RetryAfter <= 0 {
+					t.Fatalf("denial %d: %+v %v", i, res, err)
+				}
+				if now := rdb.Dump(ctx, r.Key()).Val(); now != stored {
+					t.Fatalf("denial %d rewrote the state", i)
+				}
+			}
+			r.Returned = 2
+			if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+				t.Fatalf("the refund did not make room: %+v %v", res, err)
+			}
+			r.Returned = 0
+			if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+				t.Fatalf("the refund was not written: %+v %v", res, err)
+			}
+			if res, err := l.Do(ctx, r); err != nil || res.Allowed {
+				t.Fatalf("more than the limit: %+v %v", res, err)
+			}
+		})
+	}
+}

@@ -23,7 +23,7 @@ local function decide()
   else
     retry = reset
   end
-  if not peek then
+  if changed(allowed) then
     redis.call('HSET', KEYS[1], 'w', idx, 'c', c, 'lg', lg)
     redis.call('PEXPIRE', KEYS[1], math.ceil(reset + window))
   end

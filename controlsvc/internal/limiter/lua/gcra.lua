@@ -21,7 +21,7 @@ local function decide()
   else
     retry = math.ceil(new_tat - tau - now)
   end
-  if not peek then
+  if changed(allowed) then
     redis.call('HSET', KEYS[1], 'tat', num(tat), 'lg', lg)
     redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(tat - now + tau)))
   end

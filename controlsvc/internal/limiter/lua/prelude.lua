@@ -35,3 +35,12 @@ local function grant(avail)
   if g > want then g = want end
   return g
 end
+
+-- changed reports whether a decision must be written back: a denial
+-- without a refund spends nothing, and what it computed (a refill, a new
+-- window) the next call computes again from the same stored state, so it
+-- writes nothing (two commands fewer: a flood of denials is cheaper than
+-- the traffic it replaces). The stored TTL still covers that state.
+local function changed(allowed)
+  return not peek and (allowed == 1 or returned > 0)
+end

@@ -39,7 +39,7 @@ local function decide()
       end
     end
   end
-  if not peek then
+  if changed(allowed) then
     redis.call('HSET', KEYS[1], 'w', idx, 'c', c, 'p', p, 'lg', lg)
     redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window))
   end

@@ -28,7 +28,7 @@ local function decide()
   else
     retry = math.ceil((cost - tokens) / rate)
   end
-  if not peek then
+  if changed(allowed) then
     redis.call('HSET', KEYS[1], 't', num(tokens), 'ts', num(ts), 'lg', lg)
     redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(2 * capacity / rate)))
   end
