@@ -30,7 +30,7 @@ const (
 
 // service is a control service running in-process against a real Redis.
 type service struct {
-	t       *testing.T
+	t       testing.TB
 	app     *app.App
 	base    string
 	redis   *redistest.Server
@@ -61,13 +61,13 @@ func (s *syncBuffer) String() string {
 
 // startService runs the service with the given TOML (and env on top), on a
 // free loopback port, against a fresh redis-server.
-func startService(t *testing.T, toml string, env map[string]string) *service {
+func startService(t testing.TB, toml string, env map[string]string) *service {
 	t.Helper()
 	r := redistest.Start(t)
 	return startServiceOn(t, r, "redis://"+r.Addr+"/0", toml, env)
 }
 
-func startServiceOn(t *testing.T, r *redistest.Server, redisURL, toml string, env map[string]string) *service {
+func startServiceOn(t testing.TB, r *redistest.Server, redisURL, toml string, env map[string]string) *service {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tollgate.toml")

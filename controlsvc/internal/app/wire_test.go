@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -93,5 +94,61 @@ func TestDecisionRouteRequestID(t *testing.T) {
 	}
 	if got := r.json(t)["error"].(map[string]any)["request_id"]; got != r.header.Get("X-Request-Id") {
 		t.Fatalf("body request_id %v, header %q", got, r.header.Get("X-Request-Id"))
+	}
+}
+
+// BenchmarkCheckOverTheWire is one check over a kept-alive connection, the
+// way the filter's callouts arrive: written as bytes, answer read into a
+// reused buffer, so allocs/op are the service's own (and the Redis
+// client's), not the load generator's.
+func BenchmarkCheckOverTheWire(b *testing.B) {
+	// A limit no benchmark reaches: every answer is a 200.
+	s := startService(b, "[[tiers]]\nname = \"free\"\nlimit = 1000000000\nwindow_seconds = 60\n", nil)
+	body := `{"user_id":"user:bench","endpoint":"/api/v1/items"}`
+	raw := []byte("POST /v1/rate-limit/check HTTP/1.1\r\nHost: svc\r\nAuthorization: Bearer " + decisionToken +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	first := func() *http.Response { // read with net/http once: it checks the framing
+		if _, err := c.Write(raw); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("answer: %v %v", resp, err)
+		}
+		return resp
+	}
+	if _, err := io.ReadAll(first().Body); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(raw); err != nil {
+			b.Fatal(err)
+		}
+		n := -1
+		if line, err := br.ReadSlice('\n'); err != nil || !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
+			b.Fatalf("answer %q %v", line, err)
+		}
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(line) == 2 {
+				break
+			}
+			if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
+				n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+			}
+		}
+		if _, err := br.Discard(n); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -37,8 +37,8 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)
 		}
 	}
-	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.id.String(), Tier: t.tier}
-	if p.exempt(t.id) {
+	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.name, Tier: t.tier}
+	if p.exempt(t.id, t.name) {
 		resp.RuleID = rules.IDExempt
 		return resp, nil
 	}
@@ -81,9 +81,9 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 			return wire.ResetResponse{}, apierr.Unavailable("rate limiter unavailable", err)
 		}
 	}
-	s.log.Info("counters reset", "identity", t.id.String(), "endpoint", t.endpoint, "keys", n)
+	s.log.Info("counters reset", "identity", t.name, "endpoint", t.endpoint, "keys", n)
 	resp := wire.ResetResponse{UserID: req.UserID, Endpoint: t.endpoint, KeysDeleted: n, ResetAt: s.now().UTC().Format(time.RFC3339)}
-	s.audit(ctx, audit.Change(ctx, s.now(), "counters.reset", t.id.String()+" "+t.endpoint, nil, resp))
+	s.audit(ctx, audit.Change(ctx, s.now(), "counters.reset", t.name+" "+t.endpoint, nil, resp))
 	return resp, nil
 }
 
@@ -118,20 +118,20 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 	if _, aerr := p.adhocRule(rules.IDOverride, &req.Limit, &req.WindowSeconds, req.Strategy, req.BurstCapacity); aerr != nil {
 		return wire.ConfigResponse{}, aerr
 	}
-	before, had := s.overrides.Get(t.id.String(), t.endpoint)
+	before, had := s.overrides.Get(t.name, t.endpoint)
 	ov := overrides.Override{Limit: req.Limit, WindowSeconds: req.WindowSeconds, Algorithm: rules.Algorithm(req.Strategy), Burst: req.BurstCapacity, UpdatedAt: s.now().UTC().Truncate(time.Second)}
-	if err := s.overrides.Set(ctx, t.id.String(), t.endpoint, ov); err != nil {
+	if err := s.overrides.Set(ctx, t.name, t.endpoint, ov); err != nil {
 		s.m.RedisErrors.WithLabelValues("config").Inc()
 		return wire.ConfigResponse{}, apierr.Unavailable("could not store the override", err)
 	}
-	s.log.Info("override set", "identity", t.id.String(), "endpoint", t.endpoint, "limit", req.Limit, "window_seconds", req.WindowSeconds, "strategy", req.Strategy)
+	s.log.Info("override set", "identity", t.name, "endpoint", t.endpoint, "limit", req.Limit, "window_seconds", req.WindowSeconds, "strategy", req.Strategy)
 	out := *req
 	out.Endpoint = t.endpoint
 	var was any
 	if had {
 		was = before
 	}
-	s.audit(ctx, audit.Change(ctx, s.now(), "override.set", t.id.String()+" "+t.endpoint, was, ov))
+	s.audit(ctx, audit.Change(ctx, s.now(), "override.set", t.name+" "+t.endpoint, was, ov))
 	return wire.ConfigResponse{ConfigRequest: out, UpdatedAt: ov.UpdatedAt.Format(time.RFC3339)}, nil
 }
 
@@ -145,16 +145,16 @@ func (s *Service) DeleteOverride(ctx context.Context, req *wire.ResetRequest) er
 	if aerr != nil {
 		return aerr
 	}
-	before, had := s.overrides.Get(t.id.String(), t.endpoint)
+	before, had := s.overrides.Get(t.name, t.endpoint)
 	if !had {
 		return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no override for that user_id and endpoint")
 	}
-	if err := s.overrides.Delete(ctx, t.id.String(), t.endpoint); err != nil {
+	if err := s.overrides.Delete(ctx, t.name, t.endpoint); err != nil {
 		s.m.RedisErrors.WithLabelValues("config").Inc()
 		return apierr.Unavailable("could not delete the override", err)
 	}
-	s.log.Info("override deleted", "identity", t.id.String(), "endpoint", t.endpoint)
-	s.audit(ctx, audit.Change(ctx, s.now(), "override.delete", t.id.String()+" "+t.endpoint, before, nil))
+	s.log.Info("override deleted", "identity", t.name, "endpoint", t.endpoint)
+	s.audit(ctx, audit.Change(ctx, s.now(), "override.delete", t.name+" "+t.endpoint, before, nil))
 	return nil
 }
 

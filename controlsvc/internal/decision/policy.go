@@ -128,8 +128,9 @@ func (p *Policy) keyRequired(tier, endpoint string) bool {
 	return false
 }
 
-// exempt reports whether the caller skips rate limiting.
-func (p *Policy) exempt(id identity.ID) bool {
+// exempt reports whether the caller skips rate limiting; name is
+// id.String().
+func (p *Policy) exempt(id identity.ID, name string) bool {
 	if id.Kind == identity.KindIP && len(p.exemptIPs) > 0 {
 		a, err := netip.ParseAddr(id.Value)
 		if err == nil {
@@ -141,7 +142,7 @@ func (p *Policy) exempt(id identity.ID) bool {
 		}
 		return false
 	}
-	return p.exemptIDs[id.String()]
+	return p.exemptIDs[name]
 }
 
 // match returns the rules that apply: the configured rules' winners, or the

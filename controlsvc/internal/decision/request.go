@@ -38,11 +38,14 @@ type subject struct {
 // Every entry point builds its target through Policy.target, in one place.
 type target struct {
 	id       identity.ID
+	name     string // id.String(), made once: a check needs it several times
 	tier     string
 	tenant   string
 	endpoint string
 	method   string
 }
+
+func (t *target) setID(id identity.ID) { t.id, t.name = id, id.String() }
 
 // caller is a validated check: its target and what it spends.
 type caller struct {
@@ -66,7 +69,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 	if err != nil {
 		return t, apierr.InvalidAt("user_id", err)
 	}
-	t.id = id
+	t.setID(id)
 	if trust == Untrusted {
 		if aerr := untrusted(in, id); aerr != nil {
 			return t, aerr

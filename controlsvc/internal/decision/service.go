@@ -160,7 +160,7 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 			Message: "This API key has expired", Details: map[string]any{"expired_at": rec.ExpiresAt.Format(time.RFC3339)}}
 	}
 	if c.id.Kind != identity.KindUser {
-		c.id = identity.ID{Kind: identity.KindKey, Value: rec.ID}
+		c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	}
 	if reqTier == "" && rec.Tier != "" {
 		c.tier = p.tier(rec.Tier)
@@ -197,7 +197,7 @@ func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied
 	case adhoc != nil:
 		matched = []*rules.Rule{adhoc}
 	default:
-		if ov, ok := s.overrides.Get(t.id.String(), t.endpoint); ok {
+		if ov, ok := s.overrides.Get(t.name, t.endpoint); ok {
 			r, _ := p.adhocRule(rules.IDOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
 			if r != nil {
 				matched = []*rules.Rule{r}
@@ -236,17 +236,17 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		return wire.CheckResponse{}, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
 			"This endpoint requires an API key (X-API-Key header)")
 	}
-	if p.exempt(c.id) {
+	if p.exempt(c.id, c.name) {
 		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
-		s.usage.Record(c.id.String(), s.now(), c.cost+c.lease-c.returned, nil)
-		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.id.String(), Tier: c.tier,
+		s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
+		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier,
 			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Config.Lease.TTLMs}}, nil
 	}
 	rs := s.selectRules(p, &c.target, c.adhoc)
 	if len(rs) == 0 {
 		// Unreachable with a valid config (every tier has a default rule),
 		// but an empty answer must still be a decision.
-		return wire.CheckResponse{Allowed: true, Identity: c.id.String(), Tier: c.tier}, nil
+		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
 	for i := range rs {
 		// Refuse before anything is spent: a rejected request touches nothing.
@@ -291,11 +291,11 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 func (s *Service) record(c *caller, resp *wire.CheckResponse) {
 	now := s.now()
 	if !resp.Allowed {
-		s.usage.Record(c.id.String(), now, -c.returned, &audit.Event{At: now, Type: audit.TypeViolation,
-			Identity: c.id.String(), Endpoint: c.endpoint, RuleID: resp.RuleID})
+		s.usage.Record(c.name, now, -c.returned, &audit.Event{At: now, Type: audit.TypeViolation,
+			Identity: c.name, Endpoint: c.endpoint, RuleID: resp.RuleID})
 		return
 	}
-	s.usage.Record(c.id.String(), now, c.cost+resp.Lease.Granted-c.returned, nil)
+	s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-c.returned, nil)
 }
 
 // limit runs one counter through the circuit breaker.
@@ -371,7 +371,7 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 		Strategy:      string(decider.req.Rule.Algorithm),
 		WindowSeconds: decider.req.Rule.WindowSeconds,
 		RuleID:        decider.req.Rule.ID,
-		Identity:      t.id.String(),
+		Identity:      t.name,
 		Tier:          t.tier,
 		LogOnly:       logOnly,
 	}
@@ -413,7 +413,7 @@ func (s *Service) failure(p *Policy, c *caller, r *rules.Rule, err error) (wire.
 	s.m.Decisions.WithLabelValues(metrics.Degraded, c.tier, "").Inc()
 	// Nothing was counted: the answer names the rule but no numbers it
 	// cannot know (limit, remaining, reset), so no rate-limit headers follow.
-	resp := wire.CheckResponse{Allowed: true, Degraded: true, Identity: c.id.String(), Tier: c.tier}
+	resp := wire.CheckResponse{Allowed: true, Degraded: true, Identity: c.name, Tier: c.tier}
 	if r != nil {
 		resp.Strategy, resp.WindowSeconds, resp.RuleID = string(r.Algorithm), r.WindowSeconds, r.ID
 	}
