@@ -71,6 +71,7 @@ func BenchmarkRequestCallout(b *testing.B) {
 	ctx := context.Background()
 	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":0}}`)
 	b.ReportAllocs()
+	allocs := guestAllocs(ctx, b, vm)
 	for b.Loop() {
 		s, _ := vm.NewStream(ctx, benchReq, benchProps)
 		s.OnRequestHeaders(ctx, true)
@@ -80,6 +81,7 @@ func BenchmarkRequestCallout(b *testing.B) {
 		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
 		s.Done(ctx)
 	}
+	reportGuestAllocs(ctx, b, vm, allocs)
 	b.ReportMetric(float64(vm.MemorySize()), "vm-memory-bytes")
 }
 
@@ -102,6 +104,7 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	refill()
 	s.Done(ctx)
 	b.ReportAllocs()
+	allocs := guestAllocs(ctx, b, vm)
 	misses := 0
 	for b.Loop() {
 		s, _ := vm.NewStream(ctx, benchReq, benchProps)
@@ -112,5 +115,23 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
 		s.Done(ctx)
 	}
+	reportGuestAllocs(ctx, b, vm, allocs)
 	b.ReportMetric(float64(misses), "refills")
+}
+
+// guestAllocs is the module's cumulative heap allocation count. The
+// benchmark's allocs/op are the host's (wazero and wasmhost); the guest's Go
+// heap is invisible to them, so the module counts its own.
+func guestAllocs(ctx context.Context, b *testing.B, vm *wasmhost.VM) uint64 {
+	n, ok := vm.GuestAllocs(ctx)
+	if !ok {
+		b.Fatal("the module does not export tollgate_debug_allocs")
+	}
+	return n
+}
+
+// reportGuestAllocs reports the guest's allocations per request since
+// before (read just ahead of the loop).
+func reportGuestAllocs(ctx context.Context, b *testing.B, vm *wasmhost.VM, before uint64) {
+	b.ReportMetric(float64(guestAllocs(ctx, b, vm)-before)/float64(b.N), "guest-allocs/op")
 }

@@ -256,6 +256,18 @@ func (vm *VM) call(ctx context.Context, f api.Function, params ...uint64) (uint6
 	return res[0], nil
 }
 
+// GuestAllocs is the module's cumulative count of heap allocations, read
+// through its tollgate_debug_allocs export (Tollgate's own module exports it
+// for benchmarks); ok is false for a module without it.
+func (vm *VM) GuestAllocs(ctx context.Context) (n uint64, ok bool) {
+	f := vm.mod.ExportedFunction("tollgate_debug_allocs")
+	if f == nil {
+		return 0, false
+	}
+	n, err := vm.call(ctx, f)
+	return n, err == nil
+}
+
 // Tick runs the plugin's tick once (if the plugin asked for ticks).
 func (vm *VM) Tick(ctx context.Context) error {
 	if vm.tick == 0 {
