@@ -27,7 +27,9 @@ type httpState struct {
 var (
 	vmContext types.VMContext = types.DefaultVMContext{}
 	plugins                   = map[uint32]*pluginState{}
-	streams                   = map[uint32]*httpState{}
+	// streams holds its states by value: a new stream costs no allocation
+	// of its own here.
+	streams = map[uint32]httpState{}
 	// activeID is the context whose callback runs now; DispatchHttpCall
 	// remembers it so the response runs in the same context.
 	activeID uint32
@@ -60,7 +62,7 @@ func onContextCreate(contextID, parentID uint32) {
 		return
 	}
 	if h := p.ctx.NewHttpContext(contextID); h != nil {
-		streams[contextID] = &httpState{ctx: h, rootID: parentID}
+		streams[contextID] = httpState{ctx: h, rootID: parentID}
 	}
 }
 

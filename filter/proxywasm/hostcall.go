@@ -19,26 +19,12 @@ var (
 // GC cannot reuse it in between.
 var allocBuf []byte
 
-// scratch is reused for host data that is consumed before the next host call
-// (header maps walked in place), saving an allocation per call.
-var (
-	scratch    []byte
-	useScratch bool
-)
-
 func allocate(size uint32) *byte {
 	if size == 0 {
 		allocBuf = []byte{}
 		return nil
 	}
-	if useScratch {
-		if uint32(cap(scratch)) < size {
-			scratch = make([]byte, size+size/2)
-		}
-		allocBuf = scratch[:size]
-	} else {
-		allocBuf = make([]byte, size)
-	}
+	allocBuf = make([]byte, size)
 	return &allocBuf[0]
 }
 
@@ -50,6 +36,16 @@ func hostData() []byte {
 		return nil
 	}
 	return b[:retSize]
+}
+
+// owned is a string of bytes the host just wrote into a fresh allocation:
+// nothing else references that memory or ever writes it again, so it can be
+// a string as it is, without a copy.
+func owned(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func statusErr(st abi.Status) error {
@@ -134,6 +130,21 @@ func GetProperty(path []string) ([]byte, error) {
 	return hostData(), nil
 }
 
+// GetPropertyString reads a host property by its path already in the ABI's
+// form, the parts NUL-separated ("source\x00address"): no path to encode per
+// call, and the value as a string without a copy.
+func GetPropertyString(path string) (string, error) {
+	if path == "" {
+		return "", types.ErrorStatusBadArgument
+	}
+	retSize = 0
+	if err := statusErr(proxyGetProperty(strPtr(path), uint32(len(path)), &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return "", err
+	}
+	return owned(hostData()), nil
+}
+
 // --- headers
 
 func getMapValue(mapType abi.MapType, key string) (string, error) {
@@ -162,20 +173,18 @@ func GetHttpRequestHeader(key string) (string, error) {
 // GetHttpRequestHeaders returns every request header.
 func GetHttpRequestHeaders() ([][2]string, error) { return getMap(abi.MapHttpRequestHeaders) }
 
-// VisitHttpRequestHeaders calls f for every request header without copying
-// them out of the host's answer: key and value are only valid during the
-// call. (Not in the SDK: the hot path reads every header, and decoding them
+// GetHttpRequestHeaderMap returns the request headers as the host
+// serialised them, for headermap.Walk: one allocation however many headers
+// there are, and the keys and values Walk yields are substrings that stay
+// valid. (Not in the SDK: the hot path reads every header, and decoding them
 // all into strings was a quarter of its allocations.)
-func VisitHttpRequestHeaders(f func(key, value []byte)) error {
+func GetHttpRequestHeaderMap() (string, error) {
 	retSize = 0
-	useScratch = true
-	st := proxyGetHeaderMapPairs(abi.MapHttpRequestHeaders, &retData, &retSize)
-	useScratch = false
-	if err := statusErr(st); err != nil {
+	if err := statusErr(proxyGetHeaderMapPairs(abi.MapHttpRequestHeaders, &retData, &retSize)); err != nil {
 		allocBuf = nil
-		return err
+		return "", err
 	}
-	return headermap.Walk(hostData(), func(k, v []byte) bool { f(k, v); return true })
+	return owned(hostData()), nil
 }
 
 // RemoveHttpRequestHeader removes every value of a request header.
@@ -203,6 +212,12 @@ func AddHttpResponseHeader(key, value string) error {
 // ReplaceHttpResponseHeader sets a response header to one value.
 func ReplaceHttpResponseHeader(key, value string) error {
 	return statusErr(proxyReplaceHeaderMapValue(abi.MapHttpResponseHeaders, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
+}
+
+// ReplaceHttpResponseHeaderBytes is ReplaceHttpResponseHeader with the value
+// in a buffer the caller reuses (the host copies it during the call).
+func ReplaceHttpResponseHeaderBytes(key string, value []byte) error {
+	return statusErr(proxyReplaceHeaderMapValue(abi.MapHttpResponseHeaders, strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value))))
 }
 
 // --- stream control

@@ -44,28 +44,77 @@ type HeaderSet struct {
 // AppendHeaders appends the rate-limit header fields of l, lower-case, to dst.
 // now is the Unix second the IETF field's t= counts from; on a denial t= is
 // the retry wait instead, so it agrees with Retry-After. A negative remaining
-// (a refund race) is reported as 0.
+// (a refund race) is reported as 0. The values share one string.
 func AppendHeaders(dst [][2]string, l *Limits, set HeaderSet, now int64, denied bool) [][2]string {
-	remaining := strconv.FormatInt(max(l.Remaining, 0), 10)
+	var fs [MaxHeaderFields]HeaderField
+	var buf [160]byte
+	b, fields := AppendHeaderFields(buf[:0], fs[:0], l, set, now, denied)
+	values := string(b)
+	for _, f := range fields {
+		dst = append(dst, [2]string{f.Name, values[f.Start:f.End]})
+	}
+	return dst
+}
+
+// MaxHeaderFields is the most fields AppendHeaderFields renders.
+const MaxHeaderFields = 7
+
+// HeaderField is one field AppendHeaderFields rendered: its lower-case name
+// and where its value lies in the buffer.
+type HeaderField struct {
+	Name       string
+	Start, End int
+}
+
+// Value is the field's value in buf (the buffer AppendHeaderFields returned).
+func (f HeaderField) Value(buf []byte) []byte { return buf[f.Start:f.End] }
+
+// AppendHeaderFields renders the fields AppendHeaders returns, in the same
+// order and spelling, as values appended to buf: a caller with a reused
+// buffer (the filter, on every admitted request) makes no string per value.
+func AppendHeaderFields(buf []byte, fields []HeaderField, l *Limits, set HeaderSet, now int64, denied bool) ([]byte, []HeaderField) {
+	remaining := max(l.Remaining, 0)
+	field := func(name string, start int) {
+		fields = append(fields, HeaderField{Name: name, Start: start, End: len(buf)})
+	}
 	if set.XRateLimit {
-		dst = append(dst,
-			[2]string{"x-ratelimit-limit", strconv.FormatInt(l.Limit, 10)},
-			[2]string{"x-ratelimit-remaining", remaining},
-			[2]string{"x-ratelimit-reset", strconv.FormatInt(l.ResetAt, 10)},
-			[2]string{"x-ratelimit-window", strconv.FormatInt(l.WindowSeconds, 10)})
+		start := len(buf)
+		buf = strconv.AppendInt(buf, l.Limit, 10)
+		field("x-ratelimit-limit", start)
+		start = len(buf)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		field("x-ratelimit-remaining", start)
+		start = len(buf)
+		buf = strconv.AppendInt(buf, l.ResetAt, 10)
+		field("x-ratelimit-reset", start)
+		start = len(buf)
+		buf = strconv.AppendInt(buf, l.WindowSeconds, 10)
+		field("x-ratelimit-window", start)
 	}
 	if set.Strategy && l.Strategy != "" {
-		dst = append(dst, [2]string{"x-ratelimit-strategy", l.Strategy})
+		start := len(buf)
+		buf = append(buf, l.Strategy...)
+		field("x-ratelimit-strategy", start)
 	}
 	if set.IETF {
-		name := strconv.Quote(l.RuleID)
 		t := max(l.ResetAt-now, 0)
 		if denied {
 			t = l.RetryAfter
 		}
-		dst = append(dst,
-			[2]string{"ratelimit-policy", name + ";q=" + strconv.FormatInt(l.SustainedQuota(), 10) + ";w=" + strconv.FormatInt(l.WindowSeconds, 10)},
-			[2]string{"ratelimit", name + ";r=" + remaining + ";t=" + strconv.FormatInt(t, 10)})
+		start := len(buf)
+		buf = strconv.AppendQuote(buf, l.RuleID)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, l.SustainedQuota(), 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, l.WindowSeconds, 10)
+		field("ratelimit-policy", start)
+		start = len(buf)
+		buf = strconv.AppendQuote(buf, l.RuleID)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, t, 10)
+		field("ratelimit", start)
 	}
-	return dst
+	return buf, fields
 }

@@ -41,3 +41,29 @@ func TestAppendHeaders(t *testing.T) {
 		})
 	}
 }
+
+// AppendHeaderFields renders what AppendHeaders returns, appending to what
+// the buffer already holds, and allocates nothing into a buffer with room.
+func TestAppendHeaderFields(t *testing.T) {
+	l := Limits{RuleID: "tier \"free\"", Strategy: "gcra", Limit: 1 << 40, Quota: 3, Remaining: -1, ResetAt: 1060, WindowSeconds: 3600, RetryAfter: 9}
+	for _, set := range []HeaderSet{{}, {XRateLimit: true}, {IETF: true}, {XRateLimit: true, Strategy: true, IETF: true}} {
+		for _, denied := range []bool{false, true} {
+			want := AppendHeaders(nil, &l, set, 1000, denied)
+			buf, fields := AppendHeaderFields([]byte("kept"), nil, &l, set, 1000, denied)
+			if string(buf[:4]) != "kept" || len(fields) != len(want) {
+				t.Fatalf("%+v: %q %v", set, buf, fields)
+			}
+			for i, f := range fields {
+				if f.Name != want[i][0] || string(f.Value(buf)) != want[i][1] {
+					t.Fatalf("%+v field %d: %s=%q, want %q", set, i, f.Name, f.Value(buf), want[i])
+				}
+			}
+		}
+	}
+	buf := make([]byte, 0, 256)
+	fields := make([]HeaderField, 0, MaxHeaderFields)
+	set := HeaderSet{XRateLimit: true, Strategy: true, IETF: true}
+	if n := testing.AllocsPerRun(100, func() { AppendHeaderFields(buf, fields, &l, set, 1000, false) }); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}

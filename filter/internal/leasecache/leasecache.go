@@ -23,6 +23,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/shared/identity"
 )
@@ -163,7 +164,35 @@ func (c *Cache) loadKey() error {
 // Bucket is the owner id of a bucket's description: the keyed hash of its
 // parts, each length-delimited so that no two lists of parts collide.
 func (c *Cache) Bucket(parts ...string) Owner {
-	h0, h1 := bucketHash(c.k0, c.k1, parts)
+	b := c.NewBucket()
+	for _, p := range parts {
+		b.Add(p)
+	}
+	return b.Owner()
+}
+
+// BucketHasher computes an owner id part by part: adding the parts of a
+// Bucket call one at a time, from strings or from bytes, gives the same
+// owner. The filter hashes what it read where it lies, building no string
+// for a part it does not keep.
+type BucketHasher struct{ s sip }
+
+// NewBucket starts the owner id of a bucket.
+func (c *Cache) NewBucket() BucketHasher { return BucketHasher{newSip(c.k0, c.k1)} }
+
+// Add adds the next part.
+func (b *BucketHasher) Add(part string) { addPart(&b.s, part) }
+
+// AddBytes adds the next part, held in a buffer. The hash reads the bytes
+// during the call and keeps nothing of them, so they are read as a string
+// where they lie rather than copied into one.
+func (b *BucketHasher) AddBytes(part []byte) {
+	addPart(&b.s, unsafe.String(unsafe.SliceData(part), len(part)))
+}
+
+// Owner is the owner id of the parts added.
+func (b *BucketHasher) Owner() Owner {
+	h0, h1 := b.s.sum()
 	var o Owner
 	binary.LittleEndian.PutUint64(o[:8], h0|1) // never zero: the zero Owner is no bucket
 	binary.LittleEndian.PutUint64(o[8:], h1)

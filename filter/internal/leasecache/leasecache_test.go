@@ -629,3 +629,31 @@ func BenchmarkHit(b *testing.B) {
 		}
 	})
 }
+
+// A BucketHasher fed the parts one at a time, as strings or as bytes, gives
+// the owner Bucket gives, without allocating.
+func TestBucketHasherAgreesWithBucket(t *testing.T) {
+	c := newCache(t, newMemStore(), 8)
+	parts := []string{"ip:203.0.113.5", "", "free", "", "GET", strings.Repeat("/x", 20)}
+	want := c.Bucket(parts...)
+	b := c.NewBucket()
+	for i, p := range parts {
+		if i%2 == 0 {
+			b.AddBytes([]byte(p))
+		} else {
+			b.Add(p)
+		}
+	}
+	if got := b.Owner(); got != want {
+		t.Fatalf("hasher %x, Bucket %x", got, want)
+	}
+	buf := []byte(parts[0])
+	if n := testing.AllocsPerRun(100, func() {
+		b := c.NewBucket()
+		b.AddBytes(buf)
+		b.Add(parts[5])
+		_ = b.Owner()
+	}); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}

@@ -17,29 +17,52 @@ import (
 // the strings, with its state in locals: no tail buffer, no byte-at-a-time
 // path, no allocation (this runs on every request).
 func bucketHash(k0, k1 uint64, parts []string) (h0, h1 uint64) {
-	v0 := k0 ^ 0x736f6d6570736575
-	v1 := k1 ^ 0x646f72616e646f6d ^ 0xee // 0xee: the 128-bit variant
-	v2 := k0 ^ 0x6c7967656e657261
-	v3 := k1 ^ 0x7465646279746573
-	var n uint64 // message length in bytes, always a multiple of 8
+	s := newSip(k0, k1)
 	for _, p := range parts {
-		v0, v1, v2, v3 = compress(v0, v1, v2, v3, uint64(len(p)))
-		i := 0
-		for ; i+8 <= len(p); i += 8 {
-			v0, v1, v2, v3 = compress(v0, v1, v2, v3, load64(p, i))
-		}
-		if i < len(p) {
-			var m uint64
-			for j := len(p) - 1; j >= i; j-- {
-				m = m<<8 | uint64(p[j])
-			}
-			v0, v1, v2, v3 = compress(v0, v1, v2, v3, m)
-		}
-		n += 8 + uint64(len(p)+7)&^7
+		addPart(&s, p)
 	}
+	return s.sum()
+}
+
+// sip is SipHash's state while parts are absorbed; n is the message length
+// so far in bytes, always a multiple of 8.
+type sip struct{ v0, v1, v2, v3, n uint64 }
+
+func newSip(k0, k1 uint64) sip {
+	return sip{
+		v0: k0 ^ 0x736f6d6570736575,
+		v1: k1 ^ 0x646f72616e646f6d ^ 0xee, // 0xee: the 128-bit variant
+		v2: k0 ^ 0x6c7967656e657261,
+		v3: k1 ^ 0x7465646279746573,
+	}
+}
+
+// addPart absorbs one part: its length word, then its bytes zero-padded to
+// whole words, read where they lie. (Not generic over []byte: a generic
+// call inlined into another package loses its escape facts, and the
+// caller's state and buffers moved to the heap.)
+func addPart(s *sip, p string) {
+	v0, v1, v2, v3 := compress(s.v0, s.v1, s.v2, s.v3, uint64(len(p)))
+	i := 0
+	for ; i+8 <= len(p); i += 8 {
+		v0, v1, v2, v3 = compress(v0, v1, v2, v3, load64(p, i))
+	}
+	if i < len(p) {
+		var m uint64
+		for j := len(p) - 1; j >= i; j-- {
+			m = m<<8 | uint64(p[j])
+		}
+		v0, v1, v2, v3 = compress(v0, v1, v2, v3, m)
+	}
+	s.v0, s.v1, s.v2, s.v3 = v0, v1, v2, v3
+	s.n += 8 + uint64(len(p)+7)&^7
+}
+
+// sum finishes the hash.
+func (s *sip) sum() (h0, h1 uint64) {
 	// The message is whole words: the last block is only its length (mod
 	// 256, in the top byte), as SipHash pads any message.
-	v0, v1, v2, v3 = compress(v0, v1, v2, v3, n<<56)
+	v0, v1, v2, v3 := compress(s.v0, s.v1, s.v2, s.v3, s.n<<56)
 	v2 ^= 0xee
 	v0, v1, v2, v3 = round(v0, v1, v2, v3)
 	v0, v1, v2, v3 = round(v0, v1, v2, v3)

@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/paths"
@@ -40,11 +42,14 @@ type httpContext struct {
 	types.DefaultHttpContext
 	p *pluginContext
 
-	// caller
+	// caller: id is its identity, or "" while it is the client address ip
+	// (see ident: a lease hit never needs it as a string)
 	id, tier, tenant, apiKey string
+	ip                       netip.Addr
 	bucket                   leasecache.Owner
 
-	verdict    *verdict // for the response headers; nil: none are written
+	verdict    verdict // for the response headers, when hasVerdict
+	hasVerdict bool
 	localReply bool
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
@@ -88,8 +93,22 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return types.ActionPause // answered 401
 	}
 	// The raw API key goes into the keyed hash: only its 128-bit digest
-	// reaches shared data, and the hash is secret per process.
-	h.bucket = p.cache.Bucket(h.id, h.apiKey, h.tier, h.tenant, rq.method, path)
+	// reaches shared data, and the hash is secret per process. The parts are
+	// those of Bucket(identity, api key, tier, tenant, method, path), hashed
+	// where they lie: the client address's identity in a stack buffer.
+	b := p.cache.NewBucket()
+	if h.id != "" {
+		b.Add(h.id)
+	} else {
+		var buf [64]byte
+		b.AddBytes(h.appendIPIdentity(buf[:0]))
+	}
+	b.Add(h.apiKey)
+	b.Add(h.tier)
+	b.Add(h.tenant)
+	b.Add(rq.method)
+	b.Add(path)
+	h.bucket = b.Owner()
 
 	now := h.now()
 	var returned int64
@@ -112,33 +131,40 @@ type request struct {
 }
 
 // readRequest reads the request headers in one pass; the API key goes to
-// h.apiKey.
+// h.apiKey. The host's serialised map is one string and every value kept is
+// a substring of it: one allocation for the whole read.
 func (h *httpContext) readRequest() (request, error) {
 	var rq request
-	err := proxywasm.VisitHttpRequestHeaders(func(k, v []byte) {
+	hm, err := proxywasm.GetHttpRequestHeaderMap()
+	if err != nil {
+		return rq, err
+	}
+	apiKeyHeader := h.p.cfg.APIKeyHeader
+	err = headermap.Walk(hm, func(k, v string) bool {
 		switch {
 		case headerHasPrefix(k, headerPrefix):
 			rq.forged++
-		case wire.EqualFoldASCII(k, ":path"):
-			rq.rawPath = string(v)
-		case wire.EqualFoldASCII(k, ":method"):
-			rq.method = string(v)
-		case wire.EqualFoldASCII(k, "authorization"):
+		case equalFold(k, ":path"):
+			rq.rawPath = v
+		case equalFold(k, ":method"):
+			rq.method = v
+		case equalFold(k, "authorization"):
 			rq.auths++
-			rq.auth = string(v)
-		case headerIs(k, h.p.cfg.APIKeyHeader):
+			rq.auth = v
+		case headerIs(k, apiKeyHeader):
 			// x_api_key counts too: an upstream that reads headers CGI-style
 			// sees both spellings as one.
 			rq.apiKeys++
-			h.apiKey = string(v)
-		case wire.EqualFoldASCII(k, "x-forwarded-for"):
+			h.apiKey = v
+		case equalFold(k, "x-forwarded-for"):
 			if rq.xff != "" {
-				rq.xff += ","
+				v = rq.xff + "," + v // several lines: rare, joined as Envoy would
 			}
-			rq.xff += string(v)
-		case wire.EqualFoldASCII(k, "x-real-ip"):
-			rq.realIP = string(v)
+			rq.xff = v
+		case equalFold(k, "x-real-ip"):
+			rq.realIP = v
 		}
+		return true
 	})
 	return rq, err
 }
@@ -171,7 +197,7 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 		return h.failure("circuit breaker open")
 	}
 	body, _ := json.Marshal(wire.CheckRequest{
-		UserID: h.id, Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
+		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned,
 	})
 	headers := [][2]string{
@@ -201,7 +227,7 @@ func stripForged() error {
 	}
 	kept := hs[:0]
 	for _, kv := range hs {
-		if !headerHasPrefix([]byte(kv[0]), headerPrefix) {
+		if !headerHasPrefix(kv[0], headerPrefix) {
 			kept = append(kept, kv)
 		}
 	}
@@ -258,10 +284,7 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 	if len(h.apiKey) > 256 {
 		h.apiKey = h.apiKey[:256] // the service refuses it as malformed
 	}
-	var source string
-	if b, err := proxywasm.GetProperty(sourceAddress); err == nil {
-		source = string(b)
-	}
+	source, _ := proxywasm.GetPropertyString(sourceAddress)
 	addr, _, err := identity.ClientIP(identity.ClientIPInput{
 		SourceAddress: source, ForwardedFor: xff, XFFTrustedHops: p.cfg.XFFTrustedHops,
 		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP,
@@ -270,12 +293,33 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		h.id = identity.UnknownIP.String()
 		return true
 	}
-	h.id = identity.KindIP.Prefix() + identity.Bucket(addr, p.cfg.IPv6Prefix).String()
+	// The identity string waits until something keeps it (ident): a lease
+	// hit only hashes it.
+	h.ip = identity.Bucket(addr, p.cfg.IPv6Prefix)
 	return true
 }
 
-// sourceAddress is the property Envoy resolves the client address into.
-var sourceAddress = []string{"source", "address"}
+// ident is the caller's identity: the one resolved, or the client
+// address's, made into a string on first use.
+func (h *httpContext) ident() string {
+	if h.id == "" && h.ip.IsValid() {
+		var buf [64]byte
+		h.id = string(h.appendIPIdentity(buf[:0]))
+	}
+	return h.id
+}
+
+// appendIPIdentity appends the client address's identity, "ip:" and the
+// address as netip.Addr.String spells it (identity.KindIP's canonical form).
+func (h *httpContext) appendIPIdentity(b []byte) []byte {
+	b = append(b, string(identity.KindIP)...)
+	b = append(b, ':')
+	return h.ip.AppendTo(b)
+}
+
+// sourceAddress is the property Envoy resolves the client address into,
+// its path in the ABI's NUL-separated form.
+const sourceAddress = "source\x00address"
 
 // refuse answers a request the filter will not decide (ambiguous
 // credentials, a path it cannot normalise) with 400 INVALID_INPUT.
@@ -499,7 +543,7 @@ func (h *httpContext) failure(reason string) types.Action {
 		return types.ActionPause
 	}
 	now := h.now()
-	ok, waitMs := p.fallback.Allow(h.id, now.UnixMilli())
+	ok, waitMs := p.fallback.Allow(h.ident(), now.UnixMilli())
 	if !ok {
 		h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
 			RetryAfter: max(1, (waitMs+999)/1000), ResetAt: (now.UnixMilli() + waitMs + 999) / 1000}})
@@ -507,7 +551,7 @@ func (h *httpContext) failure(reason string) types.Action {
 	}
 	p.m.degraded.Increment(1)
 	p.m.allowed.Increment(1)
-	h.allow(verdict{identity: h.id, tier: h.tier}, decisionDegraded)
+	h.allow(verdict{identity: h.ident(), tier: h.tier}, decisionDegraded)
 	return h.resume()
 }
 
@@ -530,11 +574,11 @@ func (h *httpContext) sendError(status uint32, code, msg string, extra [][2]stri
 // headerIs compares a header name with a lower-case hyphenated one, ASCII
 // case-insensitively and reading "_" as "-": proxies and frameworks that map
 // headers CGI-style (HTTP_X_API_KEY) treat the two spellings as one header.
-func headerIs(name []byte, lower string) bool {
+func headerIs[T string | []byte](name T, lower string) bool {
 	return len(name) == len(lower) && headerHasPrefix(name, lower)
 }
 
-func headerHasPrefix(name []byte, lower string) bool {
+func headerHasPrefix[T string | []byte](name T, lower string) bool {
 	if len(name) < len(lower) {
 		return false
 	}
@@ -544,6 +588,24 @@ func headerHasPrefix(name []byte, lower string) bool {
 			c += 'a' - 'A'
 		} else if c == '_' {
 			c = '-'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalFold compares a header name with a lower-case one, ASCII
+// case-insensitively (wire.EqualFoldASCII for a string).
+func equalFold(name, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(lower); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
 		}
 		if c != lower[i] {
 			return false

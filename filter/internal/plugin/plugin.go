@@ -36,7 +36,11 @@ type pluginContext struct {
 	fallback *fallback.Limiter
 	// headerSet is the rate-limit header fields the configuration selects.
 	headerSet wire.HeaderSet
-	m         metrics
+	// headerBuf and headerFields are reused to render each response's
+	// rate-limit header fields (a VM runs one callback at a time).
+	headerBuf    []byte
+	headerFields [wire.MaxHeaderFields]wire.HeaderField
+	m            metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
@@ -54,6 +58,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	p.cfg = cfg
 	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
+	p.headerBuf = make([]byte, 0, 256)
 	if j := cfg.JWT; j != nil {
 		p.verifier = jwt.NewVerifier(jwt.Options{Keys: j.Keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,

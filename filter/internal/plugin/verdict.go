@@ -29,7 +29,7 @@ type verdict struct {
 func (h *httpContext) verdictOf(d *wire.CheckResponse) verdict {
 	l := d.Limits()
 	l.Strategy = ""
-	return verdict{limits: l, identity: cmp.Or(d.Identity, h.id), tier: cmp.Or(d.Tier, h.tier)}
+	return verdict{limits: l, identity: cmp.Or(d.Identity, h.ident()), tier: cmp.Or(d.Tier, h.tier)}
 }
 
 // cachedVerdict is the verdict a lease cache entry was stored with.
@@ -58,7 +58,7 @@ func (h *httpContext) allow(v verdict, decision string) {
 	}
 	_ = proxywasm.ReplaceHttpRequestHeader(headerDecision, decision)
 	if v.limits.Limit > 0 {
-		h.verdict = &v
+		h.verdict, h.hasVerdict = v, true
 	}
 }
 
@@ -84,15 +84,18 @@ func (h *httpContext) deny(v verdict) {
 	_ = proxywasm.SendHttpResponse(429, headers, body, -1)
 }
 
-// OnHttpResponseHeaders writes the verdict back to the client.
+// OnHttpResponseHeaders writes the verdict back to the client, rendered
+// into the plugin's reused buffer (the host copies each value).
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if h.verdict == nil || h.localReply {
+	if !h.hasVerdict || h.localReply {
 		return types.ActionContinue
 	}
-	var buf [6][2]string // the X-RateLimit set and the two IETF fields
-	for _, kv := range h.limitHeaders(buf[:0], h.verdict, false) {
-		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
+	p := h.p
+	buf, fields := wire.AppendHeaderFields(p.headerBuf[:0], p.headerFields[:0], &h.verdict.limits, p.headerSet, h.now().Unix(), false)
+	for _, f := range fields {
+		_ = proxywasm.ReplaceHttpResponseHeaderBytes(f.Name, f.Value(buf))
 	}
+	p.headerBuf = buf[:0] // keep what it grew to
 	return types.ActionContinue
 }
 

@@ -62,23 +62,23 @@ func Decode(b []byte) ([][2]string, error) {
 }
 
 // Walk calls f for every entry of a serialised map without allocating; the
-// slices alias b, so f must copy what it keeps. It stops early when f returns
-// false.
-func Walk(b []byte, f func(key, value []byte) bool) error {
+// keys and values are sub-slices (or substrings) of b, so f must copy what it
+// keeps from a []byte that will change. It stops early when f returns false.
+func Walk[T string | []byte](b T, f func(key, value T) bool) error {
 	if len(b) == 0 {
 		return nil
 	}
 	if len(b) < 4 {
 		return ErrMalformed
 	}
-	n := int(binary.LittleEndian.Uint32(b))
+	n := int(le32(b, 0))
 	if n > (len(b)-4)/10 {
 		return ErrMalformed
 	}
 	p := 4 + 8*n
 	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint32(b[4+8*i:]))
-		vl := int(binary.LittleEndian.Uint32(b[8+8*i:]))
+		kl := int(le32(b, 4+8*i))
+		vl := int(le32(b, 8+8*i))
 		if kl < 0 || vl < 0 || p+kl+1+vl+1 > len(b) || p+kl+1+vl+1 < p {
 			return ErrMalformed
 		}
@@ -91,4 +91,9 @@ func Walk(b []byte, f func(key, value []byte) bool) error {
 		}
 	}
 	return nil
+}
+
+// le32 is the little-endian uint32 at b[i:i+4].
+func le32[T string | []byte](b T, i int) uint32 {
+	return uint32(b[i]) | uint32(b[i+1])<<8 | uint32(b[i+2])<<16 | uint32(b[i+3])<<24
 }
