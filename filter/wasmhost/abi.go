@@ -96,14 +96,15 @@ func (h *Host) defineHeaderMaps(def definer) {
 		if st != abi.StatusOK {
 			return st
 		}
-		return vm.give(m, []byte(v), s[3], s[4])
+		return vm.giveString(m, v, s[3], s[4])
 	})
 	def("proxy_get_header_map_pairs", i32s(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		pairs, st := vm.GetHeaderMapPairs(abi.MapType(s[0]))
 		if st != abi.StatusOK {
 			return st
 		}
-		return vm.give(m, headermap.Encode(pairs), s[1], s[2])
+		vm.enc = headermap.AppendEncode(vm.enc[:0], pairs) // give copies it into the guest
+		return vm.give(m, vm.enc, s[1], s[2])
 	})
 	def("proxy_set_header_map_pairs", i32s(3), func(vm *VM, m api.Module, s []uint64) abi.Status {
 		data, ok := read(m, s[1], s[2])
@@ -143,11 +144,11 @@ func (h *Host) defineStream(def definer) {
 		if !ok {
 			return abi.StatusBadArgument
 		}
-		v, st := vm.GetProperty(string(path))
+		v, st := property(vm.Core, path)
 		if st != abi.StatusOK {
 			return st
 		}
-		return vm.give(m, v, s[2], s[3])
+		return vm.giveString(m, v, s[2], s[3])
 	})
 	def("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(vm *VM, m api.Module, s []uint64) abi.Status {
 		body, ok1 := read(m, s[3], s[4])
@@ -254,36 +255,57 @@ func (h *Host) defineState(def definer) {
 // give copies data into memory the guest allocates and writes its address and
 // size to the guest's out-parameters.
 func (vm *VM) give(m api.Module, data []byte, ptrOut, sizeOut uint64) abi.Status {
-	var ptr uint32
-	if len(data) > 0 {
-		outer := vm.phase
-		vm.phase = phaseAlloc
-		res, err := vm.fn.alloc.Call(context.WithValue(context.Background(), vmKey{}, vm), uint64(len(data)))
-		vm.phase = outer
-		if err != nil || len(res) == 0 {
-			return abi.StatusInternalFailure
-		}
-		ptr = uint32(res[0])
-		if !m.Memory().Write(ptr, data) {
-			return abi.StatusInternalFailure
-		}
+	ptr, st := vm.reserve(len(data))
+	if st == abi.StatusOK && len(data) > 0 && !m.Memory().Write(ptr, data) {
+		st = abi.StatusInternalFailure
+	}
+	return vm.answer(m, st, ptr, len(data), ptrOut, sizeOut)
+}
+
+// giveString is give for a string, written without a conversion.
+func (vm *VM) giveString(m api.Module, data string, ptrOut, sizeOut uint64) abi.Status {
+	ptr, st := vm.reserve(len(data))
+	if st == abi.StatusOK && len(data) > 0 && !m.Memory().WriteString(ptr, data) {
+		st = abi.StatusInternalFailure
+	}
+	return vm.answer(m, st, ptr, len(data), ptrOut, sizeOut)
+}
+
+// reserve has the guest allocate n bytes (none for 0) for an answer.
+func (vm *VM) reserve(n int) (uint32, abi.Status) {
+	if n == 0 {
+		return 0, abi.StatusOK
+	}
+	outer := vm.phase
+	vm.phase = phaseAlloc
+	vm.allocStack[0] = uint64(n)
+	err := vm.fn.alloc.CallWithStack(vm.bgCtx, vm.allocStack[:])
+	vm.phase = outer
+	if err != nil {
+		return 0, abi.StatusInternalFailure
+	}
+	return uint32(vm.allocStack[0]), abi.StatusOK
+}
+
+// answer writes an answer's address and size to the out-parameters.
+func (vm *VM) answer(m api.Module, st abi.Status, ptr uint32, n int, ptrOut, sizeOut uint64) abi.Status {
+	if st != abi.StatusOK {
+		return st
 	}
 	mem := m.Memory()
-	if !mem.WriteUint32Le(uint32(ptrOut), ptr) || !mem.WriteUint32Le(uint32(sizeOut), uint32(len(data))) {
+	if !mem.WriteUint32Le(uint32(ptrOut), ptr) || !mem.WriteUint32Le(uint32(sizeOut), uint32(n)) {
 		return abi.StatusBadArgument
 	}
 	return abi.StatusOK
 }
 
-// read copies guest memory; the guest may reuse it once the call returns.
+// read is a view of guest memory, valid until the guest runs again: every
+// caller copies what it keeps (into strings, or Core's own copies of bodies
+// and shared values), so it is not copied here first.
 func read(m api.Module, ptr, size uint64) ([]byte, bool) {
 	p, n := uint32(ptr), uint32(size)
 	if n == 0 {
 		return nil, true
 	}
-	b, ok := m.Memory().Read(p, n)
-	if !ok {
-		return nil, false
-	}
-	return append([]byte(nil), b...), true
+	return m.Memory().Read(p, n)
 }

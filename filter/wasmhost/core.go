@@ -1,7 +1,6 @@
 package wasmhost
 
 import (
-	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -241,15 +240,32 @@ func (c *Core) RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status 
 // GetProperty reads a property of the effective stream; path parts are
 // NUL-separated, as the ABI sends them.
 func (c *Core) GetProperty(path string) ([]byte, abi.Status) {
-	s := c.streams[c.effective]
-	if s == nil {
-		return nil, abi.StatusNotFound
-	}
-	v, ok := s.Properties[strings.ReplaceAll(path, "\x00", ".")]
-	if !ok {
-		return nil, abi.StatusNotFound
+	v, st := property(c, path)
+	if st != abi.StatusOK {
+		return nil, st
 	}
 	return []byte(v), abi.StatusOK
+}
+
+// property looks a NUL-separated path up as its dotted name, spelled in a
+// stack buffer (properties are read on every request).
+func property[T string | []byte](c *Core, path T) (string, abi.Status) {
+	s := c.streams[c.effective]
+	if s == nil {
+		return "", abi.StatusNotFound
+	}
+	var buf [64]byte
+	name := append(buf[:0], path...)
+	for i, ch := range name {
+		if ch == 0 {
+			name[i] = '.'
+		}
+	}
+	v, ok := s.Properties[string(name)]
+	if !ok {
+		return "", abi.StatusNotFound
+	}
+	return v, abi.StatusOK
 }
 
 func (c *Core) SendLocalResponse(status uint32, headers [][2]string, body []byte) abi.Status {

@@ -133,6 +133,17 @@ type VM struct {
 	broken error
 	calls  map[string]int // host function name -> calls
 
+	// bgCtx is context.Background with this VM in it, made once: most
+	// calls come with Background, and the host functions find their VM in
+	// the context. stack and allocStack are the parameter and result slots
+	// of a call (allocStack for proxy_on_memory_allocate, which runs inside
+	// another call), and enc is reused to serialise header maps: a call
+	// into the guest allocates nothing on the host's side of its own.
+	bgCtx      context.Context
+	stack      [8]uint64
+	allocStack [1]uint64
+	enc        []byte
+
 	phase      phase    // what the VM is doing, for Envoy's allow-lists
 	violations []string // calls Envoy would have refused in that phase
 }
@@ -164,6 +175,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
 	vm := &VM{host: h, calls: map[string]int{},
 		Core: NewCore(CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
+	vm.bgCtx = context.WithValue(context.Background(), vmKey{}, vm)
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
 	vm.phase = phaseRun
@@ -245,15 +257,24 @@ func (vm *VM) call(ctx context.Context, f api.Function, params ...uint64) (uint6
 	if f == nil {
 		return 0, nil
 	}
-	res, err := f.Call(context.WithValue(ctx, vmKey{}, vm), params...)
-	if err != nil {
+	if ctx == context.Background() {
+		ctx = vm.bgCtx
+	} else {
+		ctx = context.WithValue(ctx, vmKey{}, vm)
+	}
+	// Every export takes at most 5 parameters and answers at most one
+	// result, so the slots fit; the result is read from slot 0 only when
+	// the export has one.
+	stack := vm.stack[:]
+	copy(stack, params)
+	if err := f.CallWithStack(ctx, stack); err != nil {
 		vm.broken = fmt.Errorf("guest trapped: %w", err)
 		return 0, vm.broken
 	}
-	if len(res) == 0 {
+	if len(f.Definition().ResultTypes()) == 0 {
 		return 0, nil
 	}
-	return res[0], nil
+	return stack[0], nil
 }
 
 // GuestAllocs is the module's cumulative count of heap allocations, read

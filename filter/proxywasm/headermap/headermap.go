@@ -7,22 +7,28 @@ package headermap
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 )
 
 // ErrMalformed is returned for bytes that are not a header map.
 var ErrMalformed = errors.New("headermap: malformed")
 
 // Encode serialises pairs.
-func Encode(pairs [][2]string) []byte {
+func Encode(pairs [][2]string) []byte { return AppendEncode(nil, pairs) }
+
+// AppendEncode appends the serialisation of pairs to dst.
+func AppendEncode(dst []byte, pairs [][2]string) []byte {
 	size := 4
 	for _, p := range pairs {
 		size += 8 + len(p[0]) + len(p[1]) + 2
 	}
-	b := make([]byte, 4+8*len(pairs), size)
-	binary.LittleEndian.PutUint32(b, uint32(len(pairs)))
+	start := len(dst)
+	b := slices.Grow(dst, size)[:start+4+8*len(pairs)]
+	head := b[start:]
+	binary.LittleEndian.PutUint32(head, uint32(len(pairs)))
 	for i, p := range pairs {
-		binary.LittleEndian.PutUint32(b[4+8*i:], uint32(len(p[0])))
-		binary.LittleEndian.PutUint32(b[8+8*i:], uint32(len(p[1])))
+		binary.LittleEndian.PutUint32(head[4+8*i:], uint32(len(p[0])))
+		binary.LittleEndian.PutUint32(head[8+8*i:], uint32(len(p[1])))
 	}
 	for _, p := range pairs {
 		b = append(b, p[0]...)

@@ -49,3 +49,14 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendEncodeAppends(t *testing.T) {
+	in := [][2]string{{":path", "/x"}, {"a", ""}}
+	got := AppendEncode([]byte("pre"), in)
+	if string(got[:3]) != "pre" || string(got[3:]) != string(Encode(in)) {
+		t.Fatalf("%q", got)
+	}
+	if string(Encode(nil)) != "\x00\x00\x00\x00" {
+		t.Fatalf("empty map %q", Encode(nil))
+	}
+}
