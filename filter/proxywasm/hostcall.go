@@ -237,8 +237,18 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCS
 // answer (or a failure) arrives.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMs uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	h := headermap.Encode(headers)
-	t := headermap.Encode(trailers)
+	return dispatch(cluster, headermap.Encode(headers), body, headermap.Encode(trailers), timeoutMs, callBack)
+}
+
+// DispatchHttpCallEncoded is DispatchHttpCall with the headers already
+// serialised (headermap.Encode) and no trailers: a caller whose callout
+// headers never change encodes them once.
+func DispatchHttpCallEncoded(cluster string, headers, body []byte, timeoutMs uint32,
+	callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+	return dispatch(cluster, headers, body, nil, timeoutMs, callBack)
+}
+
+func dispatch(cluster string, h, body, t []byte, timeoutMs uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
 	var token uint32
 	st := proxyHttpCall(strPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)), bytesPtr(body), uint32(len(body)),
 		bytesPtr(t), uint32(len(t)), timeoutMs, &retID)
@@ -259,6 +269,18 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 // GetHttpCallResponseHeaders returns the callout answer's headers (inside the
 // callback only).
 func GetHttpCallResponseHeaders() ([][2]string, error) { return getMap(abi.MapHttpCallResponseHeaders) }
+
+// GetHttpCallResponseHeaderMap returns the callout answer's headers as the
+// host serialised them, for headermap.Walk (inside the callback only): one
+// allocation, and the keys and values are substrings that stay valid.
+func GetHttpCallResponseHeaderMap() (string, error) {
+	retSize = 0
+	if err := statusErr(proxyGetHeaderMapPairs(abi.MapHttpCallResponseHeaders, &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return "", err
+	}
+	return owned(hostData()), nil
+}
 
 // GetHttpCallResponseBody returns part of the callout answer's body.
 func GetHttpCallResponseBody(start, maxSize int) ([]byte, error) {

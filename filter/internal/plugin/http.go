@@ -200,15 +200,8 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned,
 	})
-	headers := [][2]string{
-		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", p.cfg.ControlAuthority},
-		{"content-type", "application/json"},
-	}
-	if p.cfg.DecisionToken != "" {
-		headers = append(headers, [2]string{"authorization", "Bearer " + p.cfg.DecisionToken})
-	}
 	h.start = now
-	if _, err := proxywasm.DispatchHttpCall(p.cfg.ControlCluster, headers, body, nil, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
+	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)
 		p.m.calloutFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
@@ -342,16 +335,20 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 		h.calloutFailed(now, "stream reset")
 		return
 	}
-	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	hs, err := proxywasm.GetHttpCallResponseHeaderMap()
 	if err != nil {
 		h.calloutFailed(now, "no response headers")
 		return
 	}
 	status := 0
-	for _, kv := range hs {
-		if kv[0] == ":status" {
-			status, _ = strconv.Atoi(kv[1])
+	if err := headermap.Walk(hs, func(k, v string) bool {
+		if k == ":status" {
+			status, _ = strconv.Atoi(v)
 		}
+		return true
+	}); err != nil {
+		h.calloutFailed(now, "no response headers")
+		return
 	}
 	var body []byte
 	if bodySize > 0 {
@@ -395,7 +392,7 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 }
 
 // relay answers the client with the service's own answer.
-func (h *httpContext) relay(status int, hs [][2]string, body []byte, now time.Time) {
+func (h *httpContext) relay(status int, hs string, body []byte, now time.Time) {
 	h.p.breaker.Record(true, now)
 	if h.done {
 		return
@@ -408,16 +405,18 @@ func (h *httpContext) relay(status int, hs [][2]string, body []byte, now time.Ti
 // passThrough keeps the headers of the service's own answer that mean
 // something to the client (content-type, WWW-Authenticate, Retry-After...):
 // not pseudo-headers, framing or connection headers, which the proxy sets.
-func passThrough(hs [][2]string) [][2]string {
-	out := make([][2]string, 0, len(hs))
-	for _, kv := range hs {
-		switch k := kv[0]; {
+// hs is the answer's serialised header map.
+func passThrough(hs string) [][2]string {
+	var out [][2]string
+	_ = headermap.Walk(hs, func(k, v string) bool {
+		switch {
 		case strings.HasPrefix(k, ":"), k == "content-length", k == "transfer-encoding", k == "connection",
 			k == "keep-alive", k == "date", k == "server", k == "x-request-id":
 		default:
-			out = append(out, kv)
+			out = append(out, [2]string{k, v})
 		}
-	}
+		return true
+	})
 	return out
 }
 

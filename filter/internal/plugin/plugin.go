@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -40,7 +41,10 @@ type pluginContext struct {
 	// rate-limit header fields (a VM runs one callback at a time).
 	headerBuf    []byte
 	headerFields [wire.MaxHeaderFields]wire.HeaderField
-	m            metrics
+	// calloutHeaders are the control service callout's headers, the same
+	// on every call: serialised once.
+	calloutHeaders []byte
+	m              metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
@@ -59,6 +63,14 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.cfg = cfg
 	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
 	p.headerBuf = make([]byte, 0, 256)
+	callout := [][2]string{
+		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", cfg.ControlAuthority},
+		{"content-type", "application/json"},
+	}
+	if cfg.DecisionToken != "" {
+		callout = append(callout, [2]string{"authorization", "Bearer " + cfg.DecisionToken})
+	}
+	p.calloutHeaders = headermap.Encode(callout)
 	if j := cfg.JWT; j != nil {
 		p.verifier = jwt.NewVerifier(jwt.Options{Keys: j.Keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
