@@ -228,7 +228,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			// granted.
 			e.Tokens--
 		case e.DeniedUntilMs > nowMs:
-			decodeStrings(data, &e)
+			viewStrings(data, &e)
 			return e, Denied, 0
 		case e.Tokens > 0:
 			returned, e.Tokens = e.Tokens, 0 // expired: hand back once
@@ -248,7 +248,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		if returned > 0 {
 			return Entry{}, Miss, returned
 		}
-		decodeStrings(data, &e)
+		viewStrings(data, &e)
 		return e, Hit, 0
 	}
 	return Entry{}, Miss, 0
@@ -396,6 +396,23 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		decodeStrings(b, &e)
 	}
 	return e, true
+}
+
+// viewStrings is decodeStrings without the copy, for Take: the slot's bytes
+// are the Store's answer, which belongs to Take (Store.Get) and which
+// nothing writes again once Take returns (Set copies it), so the strings can
+// be read where they lie. This runs on every lease hit.
+func viewStrings(b []byte, e *Entry) {
+	rest := b[fixedLen:]
+	var f [3]string
+	for i := range f {
+		n := int(rest[0]) | int(rest[1])<<8
+		if n > 0 {
+			f[i] = unsafe.String(&rest[2], n)
+		}
+		rest = rest[2+n:]
+	}
+	e.RuleID, e.Identity, e.Tier = f[0], f[1], f[2]
 }
 
 // decodeStrings fills e's strings from a slot decode has checked, with one
