@@ -10,7 +10,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/tollgate-rl/tollgate/shared v0.0.0 // indirect
+require github.com/tollgate-rl/tollgate/shared v0.0.0
 
 require (
 	cel.dev/expr v0.25.2 // indirect
