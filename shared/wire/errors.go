@@ -17,6 +17,8 @@ const (
 	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	// CodeReadOnly: the thing comes from the config file; change it there.
 	CodeReadOnly = "READ_ONLY"
+	// CodeConflict: other changes kept coming first; send it again.
+	CodeConflict = "CONFLICT"
 	// CodeForbidden: the caller may not say this (a field only the filter,
 	// holding the decision API's service credential, may send).
 	CodeForbidden = "FORBIDDEN"

@@ -31,9 +31,11 @@ type KeyStore interface {
 type RuleStore interface {
 	Load(ctx context.Context) (ruleset.Snapshot, []error, error)
 	NextRuleID(ctx context.Context) (int64, error)
-	PutRule(ctx context.Context, r ruleset.Rule) error
-	DeleteRule(ctx context.Context, id string) error
-	PutTier(ctx context.Context, t ruleset.Tier) error
+	// Changes are made against the version they were validated with and
+	// fail with ruleset.ErrConflict when another change came first.
+	PutRule(ctx context.Context, r ruleset.Rule, version int64) error
+	DeleteRule(ctx context.Context, id string, version int64) error
+	PutTier(ctx context.Context, t ruleset.Tier, version int64) error
 }
 
 // Trail is the audit trail.

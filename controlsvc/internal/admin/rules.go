@@ -119,7 +119,11 @@ func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
 			return viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers), nil
 		}
 	}
-	rr, err := s.runtimeRule(ctx, id)
+	snap, err := s.load(ctx)
+	if err != nil {
+		return RuleView{}, err
+	}
+	rr, err := s.runtimeRule(snap, id)
 	if err != nil {
 		return RuleView{}, err
 	}
@@ -140,22 +144,25 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 	if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
 		return RuleView{}, aerr
 	}
-	snap, err := s.load(ctx)
+	err := s.storeChange(ctx, func(snap ruleset.Snapshot) error {
+		// Validate before an id is spent: a refused rule changes nothing.
+		if r.ID == "" {
+			r.ID = "0"
+		}
+		if aerr := s.check(append(slices.Clone(snap.Rules), r), snap); aerr != nil {
+			return aerr
+		}
+		if r.ID == "0" {
+			n, err := s.rules.NextRuleID(ctx)
+			if err != nil {
+				return s.unavailable("rules", err)
+			}
+			r.ID = strconv.FormatInt(n, 10)
+		}
+		return s.storeErr(s.rules.PutRule(ctx, r, snap.Version))
+	})
 	if err != nil {
 		return RuleView{}, err
-	}
-	// Validate before an id is spent: a refused rule changes nothing.
-	r.ID = "0"
-	if aerr := s.check(append(slices.Clone(snap.Rules), r), snap); aerr != nil {
-		return RuleView{}, aerr
-	}
-	n, err := s.rules.NextRuleID(ctx)
-	if err != nil {
-		return RuleView{}, s.unavailable("rules", err)
-	}
-	r.ID = strconv.FormatInt(n, 10)
-	if err := s.rules.PutRule(ctx, r); err != nil {
-		return RuleView{}, s.unavailable("rules", err)
 	}
 	s.log.Info("rule created", "rule_id", r.ID, "endpoint_pattern", r.Path, "limit", r.Limit, "window_seconds", r.WindowSeconds)
 	s.changed(ctx)
@@ -166,61 +173,67 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 
 // UpdateRule changes the fields the body names (a partial update).
 func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (RuleView, error) {
-	cur, err := s.runtimeRule(ctx, id)
-	if err != nil {
-		return RuleView{}, err
-	}
 	p := s.policy()
-	r := *cur
-	r.Tiers, r.Methods = slices.Clone(r.Tiers), slices.Clone(r.Methods)
-	if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
-		return RuleView{}, aerr
-	}
-	r.UpdatedAt = s.now().UTC().Truncate(time.Second)
-	snap, err := s.load(ctx)
+	var cur, r ruleset.Rule
+	err := s.storeChange(ctx, func(snap ruleset.Snapshot) error {
+		found, err := s.runtimeRule(snap, id)
+		if err != nil {
+			return err
+		}
+		cur, r = *found, *found
+		r.Tiers, r.Methods = slices.Clone(r.Tiers), slices.Clone(r.Methods)
+		if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
+			return aerr
+		}
+		r.UpdatedAt = s.now().UTC().Truncate(time.Second)
+		next := slices.Clone(snap.Rules)
+		for i := range next {
+			if next[i].ID == id {
+				next[i] = r
+			}
+		}
+		if aerr := s.check(next, snap); aerr != nil {
+			return aerr
+		}
+		return s.storeErr(s.rules.PutRule(ctx, r, snap.Version))
+	})
 	if err != nil {
 		return RuleView{}, err
-	}
-	next := slices.Clone(snap.Rules)
-	for i := range next {
-		if next[i].ID == id {
-			next[i] = r
-		}
-	}
-	if aerr := s.check(next, snap); aerr != nil {
-		return RuleView{}, aerr
-	}
-	if err := s.rules.PutRule(ctx, r); err != nil {
-		return RuleView{}, s.unavailable("rules", err)
 	}
 	s.log.Info("rule updated", "rule_id", r.ID)
 	s.changed(ctx)
 	v := viewOf(&r, p.Config.Tiers)
-	s.audit(ctx, "rule.update", r.ID, viewOf(cur, p.Config.Tiers), v)
+	s.audit(ctx, "rule.update", r.ID, viewOf(&cur, p.Config.Tiers), v)
 	return v, nil
 }
 
 // DeleteRule removes a runtime rule.
 func (s *Service) DeleteRule(ctx context.Context, id string) error {
-	cur, err := s.runtimeRule(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := s.rules.DeleteRule(ctx, id); err != nil {
+	var cur ruleset.Rule
+	err := s.storeChange(ctx, func(snap ruleset.Snapshot) error {
+		found, err := s.runtimeRule(snap, id)
+		if err != nil {
+			return err
+		}
+		cur = *found
+		err = s.rules.DeleteRule(ctx, id, snap.Version)
 		if errors.Is(err, ruleset.ErrNotFound) {
 			return apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
 		}
-		return s.unavailable("rules", err)
+		return s.storeErr(err)
+	})
+	if err != nil {
+		return err
 	}
 	s.log.Info("rule deleted", "rule_id", id)
 	s.changed(ctx)
-	s.audit(ctx, "rule.delete", id, viewOf(cur, s.policy().Config.Tiers), nil)
+	s.audit(ctx, "rule.delete", id, viewOf(&cur, s.policy().Config.Tiers), nil)
 	return nil
 }
 
-// runtimeRule finds a rule the API may change: 409 READ_ONLY for a rule of
-// the config file, 404 for none.
-func (s *Service) runtimeRule(ctx context.Context, id string) (*ruleset.Rule, error) {
+// runtimeRule finds a rule the API may change in snap: 409 READ_ONLY for a
+// rule of the config file, 404 for none.
+func (s *Service) runtimeRule(snap ruleset.Snapshot, id string) (*ruleset.Rule, error) {
 	if !runtimeID(id) {
 		for _, r := range s.policy().Config.Rules {
 			if r.ID == id {
@@ -229,16 +242,42 @@ func (s *Service) runtimeRule(ctx context.Context, id string) (*ruleset.Rule, er
 		}
 		return nil, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
 	}
-	snap, err := s.load(ctx)
-	if err != nil {
-		return nil, err
-	}
 	for i := range snap.Rules {
 		if snap.Rules[i].ID == id {
 			return &snap.Rules[i], nil
 		}
 	}
 	return nil, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no rule with that rule_id")
+}
+
+// maxAttempts bounds how often one change is validated again because
+// another change was stored first.
+const maxAttempts = 8
+
+// storeChange runs op on a fresh snapshot until the store takes what op
+// wrote: when another change came first (ruleset.ErrConflict), op runs again
+// on the new state, so what is stored was always validated against what it
+// replaces. Under a storm of changes it gives up with 409 CONFLICT.
+func (s *Service) storeChange(ctx context.Context, op func(ruleset.Snapshot) error) error {
+	for range maxAttempts {
+		snap, err := s.load(ctx)
+		if err != nil {
+			return err
+		}
+		if err := op(snap); !errors.Is(err, ruleset.ErrConflict) {
+			return err
+		}
+	}
+	return apierr.New(apierr.KindConflict, wire.CodeConflict, "the rules kept changing while this change was made; send it again")
+}
+
+// storeErr passes a conflict on (storeChange retries it) and reports any
+// other store failure as the store being unreachable.
+func (s *Service) storeErr(err error) error {
+	if err == nil || errors.Is(err, ruleset.ErrConflict) {
+		return err
+	}
+	return s.unavailable("rules", err)
 }
 
 var decimal = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)

@@ -68,37 +68,35 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 	if err != nil || id < 1 || id > 1_000_000 {
 		return TierView{}, apierr.Invalid("tier_id", "must be a number in 1..1000000")
 	}
-	snap, err := s.load(ctx)
-	if err != nil {
-		return TierView{}, err
-	}
-	runtime := slices.IndexFunc(snap.Tiers, func(t ruleset.Tier) bool { return t.ID == id })
-	if t := findTier(s.policy().Config.Tiers, id); t != nil && runtime < 0 {
-		return TierView{}, apierr.New(apierr.KindConflict, wire.CodeReadOnly, "tier "+strconv.Itoa(id)+" comes from the config file; change it there")
-	}
 	t := ruleset.Tier{Tier: config.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
 		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, Endpoints: body.Endpoints,
 		Description: body.Description}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
-	next := slices.Clone(snap.Tiers)
-	if runtime >= 0 {
-		next[runtime] = t
-	} else {
-		next = append(next, t)
-	}
-	cand := snap
-	cand.Tiers = next
-	if aerr := s.checkSnapshot(cand); aerr != nil {
-		return TierView{}, aerr
-	}
-	if err := s.rules.PutTier(ctx, t); err != nil {
-		return TierView{}, s.unavailable("tiers", err)
+	var before any
+	err = s.storeChange(ctx, func(snap ruleset.Snapshot) error {
+		before = nil
+		runtime := slices.IndexFunc(snap.Tiers, func(t ruleset.Tier) bool { return t.ID == id })
+		if t := findTier(s.policy().Config.Tiers, id); t != nil && runtime < 0 {
+			return apierr.New(apierr.KindConflict, wire.CodeReadOnly, "tier "+strconv.Itoa(id)+" comes from the config file; change it there")
+		}
+		next := slices.Clone(snap.Tiers)
+		if runtime >= 0 {
+			before = snap.Tiers[runtime].Tier
+			next[runtime] = t
+		} else {
+			next = append(next, t)
+		}
+		cand := snap
+		cand.Tiers = next
+		if aerr := s.checkSnapshot(cand); aerr != nil {
+			return aerr
+		}
+		return s.storeErr(s.rules.PutTier(ctx, t, snap.Version))
+	})
+	if err != nil {
+		return TierView{}, err
 	}
 	s.log.Info("tier stored", "tier_id", id, "name", t.Name, "limit", t.Limit, "window_seconds", t.WindowSeconds)
 	s.changed(ctx)
-	var before any
-	if runtime >= 0 {
-		before = snap.Tiers[runtime].Tier
-	}
 	v := TierView{Tier: t.Tier, UpdatedAt: &t.UpdatedAt}
 	s.audit(ctx, "tier.put", strconv.Itoa(id), before, v.Tier)
 	return v, nil

@@ -46,6 +46,12 @@ type Snapshot struct {
 // ErrNotFound is returned for a rule that is not in the store.
 var ErrNotFound = errors.New("no such runtime rule")
 
+// ErrConflict is returned for a change made against a version that is no
+// longer the stored one: another change came first. The caller reloads,
+// validates again and retries; validating against a stale snapshot and
+// writing anyway is how two tiers got one name.
+var ErrConflict = errors.New("the rules changed since they were read")
+
 // Store keeps runtime rules and tiers in Redis.
 type Store struct {
 	rdb redis.UniversalClient
@@ -119,19 +125,23 @@ func (s *Store) NextRuleID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// Every change below is made against the snapshot version it was
+// validated with (Snapshot.Version) and fails with ErrConflict when the
+// store moved on since.
+
 // PutRule stores a rule (new or replaced).
-func (s *Store) PutRule(ctx context.Context, r Rule) error {
+func (s *Store) PutRule(ctx context.Context, r Rule, version int64) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode rule: %w", err)
 	}
-	return s.change(ctx, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminRules, r.ID, b) })
+	return s.change(ctx, version, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminRules, r.ID, b) })
 }
 
 // DeleteRule removes a rule; ErrNotFound when there was none.
-func (s *Store) DeleteRule(ctx context.Context, id string) error {
+func (s *Store) DeleteRule(ctx context.Context, id string, version int64) error {
 	var del *redis.IntCmd
-	if err := s.change(ctx, func(p redis.Pipeliner) { del = p.HDel(ctx, keys.AdminRules, id) }); err != nil {
+	if err := s.change(ctx, version, func(p redis.Pipeliner) { del = p.HDel(ctx, keys.AdminRules, id) }); err != nil {
 		return err
 	}
 	if del.Val() == 0 {
@@ -141,24 +151,40 @@ func (s *Store) DeleteRule(ctx context.Context, id string) error {
 }
 
 // PutTier stores a tier (new or replaced).
-func (s *Store) PutTier(ctx context.Context, t Tier) error {
+func (s *Store) PutTier(ctx context.Context, t Tier, version int64) error {
 	b, err := json.Marshal(t)
 	if err != nil {
 		return fmt.Errorf("encode tier: %w", err)
 	}
-	return s.change(ctx, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminTiers, strconv.Itoa(t.ID), b) })
+	return s.change(ctx, version, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminTiers, strconv.Itoa(t.ID), b) })
 }
 
-// change writes and bumps the version in one transaction (one slot: the keys
-// share a hash tag), then announces the new version.
-func (s *Store) change(ctx context.Context, write func(redis.Pipeliner)) error {
-	var version *redis.IntCmd
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		write(p)
-		version = p.Incr(ctx, keys.AdminVersion)
-		return nil
-	}); err != nil {
+// change writes and bumps the version in one transaction, provided the
+// version is still the one the change was validated against (WATCH: the
+// keys share a hash tag, so this holds in cluster mode too), then announces
+// the new version.
+func (s *Store) change(ctx context.Context, version int64, write func(redis.Pipeliner)) error {
+	var next *redis.IntCmd
+	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		cur, err := tx.Get(ctx, keys.AdminVersion).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		if cur != version {
+			return ErrConflict
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			write(p)
+			next = p.Incr(ctx, keys.AdminVersion)
+			return nil
+		})
+		return err
+	}, keys.AdminVersion)
+	switch {
+	case errors.Is(err, ErrConflict), errors.Is(err, redis.TxFailedErr):
+		return ErrConflict
+	case err != nil:
 		return fmt.Errorf("store change: %w", err)
 	}
-	return changes.Announce(ctx, s.rdb, version.Val())
+	return changes.Announce(ctx, s.rdb, next.Val())
 }
