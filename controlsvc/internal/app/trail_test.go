@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 )
 
 // Usage counts what was admitted (leases the filter will spend included,
@@ -129,4 +131,69 @@ func TestOverridesListAndDelete(t *testing.T) {
 	if a, b, c := s.check(req).status, s.check(req).status, s.check(req).status; a != 200 || b != 200 || c != 200 {
 		t.Fatalf("the deleted override still decides: %d %d %d", a, b, c)
 	}
+}
+
+// Violations are made by clients, so they are kept apart from admin
+// changes: however many denials a client provokes, no admin change is
+// trimmed for them. The trail without a type merges both, in order, and
+// pages through them.
+func TestViolationsNeverCrowdOutAdminChanges(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", nil)
+	s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/first", "limit": 3, "window_seconds": 60})
+	const denials = 7
+	for i := range denials + 1 {
+		// A new method each time: a client dodging the filter's cached denial.
+		if r := s.check(map[string]any{"user_id": "ip:192.0.2.9", "endpoint": "/x", "method": "M" + strings.Repeat("X", i)}); r.status != 200 && r.status != 429 {
+			t.Fatalf("check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/second", "limit": 3, "window_seconds": 60})
+	ctx := context.Background()
+	if n, err := s.rdb.XLen(ctx, keys.Audit).Result(); err != nil || n != 2 {
+		t.Fatalf("admin stream holds %d entries (%v); want the 2 changes, no violations", n, err)
+	}
+	if n, err := s.rdb.XLen(ctx, keys.AuditViolations).Result(); err != nil || n != denials {
+		t.Fatalf("violation stream holds %d entries (%v); want %d", n, err, denials)
+	}
+	var types []string
+	var last, since string
+	for page := 0; page < 10; page++ {
+		q := "?limit=3"
+		if since != "" {
+			q += "&since=" + since
+		}
+		r := s.admin("GET", "/admin/v1/audit"+q, nil)
+		var body struct {
+			Events []struct{ ID, Type string } `json:"events"`
+			Next   *string                     `json:"next"`
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil || r.status != 200 {
+			t.Fatalf("audit page: %d %s", r.status, r.body)
+		}
+		for _, e := range body.Events {
+			if last != "" && !idBefore(last, e.ID) {
+				t.Fatalf("event %s after %s: the merged trail is out of order", e.ID, last)
+			}
+			last = e.ID
+			types = append(types, e.Type)
+		}
+		if body.Next == nil || *body.Next == "" {
+			break
+		}
+		since = *body.Next
+	}
+	if len(types) != denials+2 || types[0] != "admin" || types[len(types)-1] != "admin" {
+		t.Fatalf("merged trail: %v; want admin, %d violations, admin", types, denials)
+	}
+}
+
+// idBefore orders two stream ids.
+func idBefore(a, b string) bool {
+	var ams, aseq, bms, bseq uint64
+	fmt.Sscanf(a, "%d-%d", &ams, &aseq)
+	fmt.Sscanf(b, "%d-%d", &bms, &bseq)
+	return ams < bms || ams == bms && aseq < bseq
 }

@@ -105,8 +105,13 @@ const APIKeyIndex = Prefix + "apikeys"
 // APIKeyUser lists one user's key ids by creation time.
 func APIKeyUser(userID string) string { return Prefix + "apikeys:user:" + escape(userID, true) }
 
-// Audit is the capped stream of admin changes and violations.
+// Audit is the capped stream of admin changes.
 const Audit = Prefix + "audit"
+
+// AuditViolations is the capped stream of violations. It is apart from
+// Audit because clients make violations: in one stream, a flood of denials
+// would trim the admin changes out of the trail.
+const AuditViolations = Prefix + "audit:violations"
 
 // UsageHour and UsageMinute count an identity's requests in one hour or one
 // minute (Unix hour / minute number). One identity's counters share a hash

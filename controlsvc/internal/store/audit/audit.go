@@ -1,11 +1,15 @@
 // Package audit keeps the trail of what happened: every admin change (who,
-// what, before and after) and every violation, in a capped Redis stream.
+// what, before and after) and every violation, each kind in a capped Redis
+// stream of its own, so that what clients cause can never push out what
+// operators did.
 package audit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +25,16 @@ const (
 	TypeViolation = "violation"
 )
 
-// MaxLen caps the stream (approximately: Redis trims whole nodes).
+// MaxLen caps each stream (approximately: Redis trims whole nodes).
 const MaxLen = 100_000
+
+// stream is where events of a type are kept.
+func stream(typ string) string {
+	if typ == TypeViolation {
+		return keys.AuditViolations
+	}
+	return keys.Audit
+}
 
 // Event is one entry of the trail.
 type Event struct {
@@ -56,7 +68,7 @@ func (s *Store) Append(ctx context.Context, evs ...Event) error {
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range evs {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Audit, MaxLen: MaxLen, Approx: true, Values: fields(&evs[i])})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: stream(evs[i].Type), MaxLen: MaxLen, Approx: true, Values: fields(&evs[i])})
 		}
 		return nil
 	})
@@ -85,41 +97,74 @@ type Query struct {
 	Limit int
 }
 
-// maxScan bounds the entries one listing reads while filtering by type.
-const maxScan = 5000
-
 // List returns events oldest first, and the id to pass as Since for the next
-// page ("" when the stream has no more).
+// page ("" when there are no more). Without a type, both streams are read
+// and merged by id.
 func (s *Store) List(ctx context.Context, q Query) ([]Event, string, error) {
+	if q.Type != "" {
+		return s.list(ctx, stream(q.Type), q)
+	}
+	admin, moreAdmin, err := s.list(ctx, keys.Audit, q)
+	if err != nil {
+		return nil, "", err
+	}
+	violations, moreViolations, err := s.list(ctx, keys.AuditViolations, q)
+	if err != nil {
+		return nil, "", err
+	}
+	out := append(admin, violations...)
+	slices.SortStableFunc(out, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
+	if len(out) > q.Limit {
+		// Cut after the limit, but never between two events of one id (one
+		// in each stream): the next page starts after that id.
+		n := q.Limit
+		for n < len(out) && out[n].ID == out[n-1].ID {
+			n++
+		}
+		if n < len(out) {
+			return out[:n], out[n-1].ID, nil
+		}
+	}
+	next := ""
+	if moreAdmin != "" || moreViolations != "" {
+		next = out[len(out)-1].ID
+	}
+	return out, next, nil
+}
+
+// list reads one page of one stream; the cursor is "" when the page was
+// not full.
+func (s *Store) list(ctx context.Context, key string, q Query) ([]Event, string, error) {
 	start := "-"
 	if q.Since != "" {
 		start = "(" + q.Since
 	}
-	var out []Event
-	last := ""
-	for scanned := 0; len(out) < q.Limit && scanned < maxScan; {
-		msgs, err := s.rdb.XRangeN(ctx, keys.Audit, start, "+", int64(q.Limit)).Result()
-		if err != nil {
-			return nil, "", fmt.Errorf("read the audit trail: %w", err)
-		}
-		if len(msgs) == 0 {
-			return out, "", nil
-		}
-		for _, m := range msgs {
-			scanned++
-			last = m.ID
-			start = "(" + m.ID
-			e := decode(m)
-			if q.Type != "" && e.Type != q.Type {
-				continue
-			}
-			out = append(out, e)
-			if len(out) == q.Limit {
-				break
-			}
-		}
+	msgs, err := s.rdb.XRangeN(ctx, key, start, "+", int64(q.Limit)).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("read the audit trail: %w", err)
 	}
-	return out, last, nil
+	out := make([]Event, len(msgs))
+	for i, m := range msgs {
+		out[i] = decode(m)
+	}
+	if len(out) < q.Limit {
+		return out, "", nil
+	}
+	return out, out[len(out)-1].ID, nil
+}
+
+// compareIDs orders stream ids ("<ms>-<seq>") as Redis does.
+func compareIDs(a, b string) int {
+	ams, aseq, _ := strings.Cut(a, "-")
+	bms, bseq, _ := strings.Cut(b, "-")
+	x, _ := strconv.ParseUint(ams, 10, 64)
+	y, _ := strconv.ParseUint(bms, 10, 64)
+	if c := cmp.Compare(x, y); c != 0 {
+		return c
+	}
+	x, _ = strconv.ParseUint(aseq, 10, 64)
+	y, _ = strconv.ParseUint(bseq, 10, 64)
+	return cmp.Compare(x, y)
 }
 
 func decode(m redis.XMessage) Event {
