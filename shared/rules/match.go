@@ -16,6 +16,14 @@ type Request struct {
 	Path   string
 	// IdentityKind decides whether the user, api_key and ip scopes apply.
 	IdentityKind identity.Kind
+	// KeyUser is true for an API-key caller whose key belongs to a user:
+	// the user scope applies to it too (a user's limit holds across all of
+	// their keys).
+	KeyUser bool
+	// ClientAddress is true when the caller's address is known although it
+	// is identified otherwise (an API key): the ip scope applies to it too,
+	// so a key cannot walk around a per-address rule.
+	ClientAddress bool
 	// Tenant is empty when the caller has none; the tenant scope then does
 	// not apply.
 	Tenant string
@@ -118,11 +126,11 @@ func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 func scopeApplies(s Scope, req Request) bool {
 	switch s {
 	case ScopeUser:
-		return req.IdentityKind == identity.KindUser
+		return req.IdentityKind == identity.KindUser || req.KeyUser
 	case ScopeAPIKey:
 		return req.IdentityKind == identity.KindKey
 	case ScopeIP:
-		return req.IdentityKind == identity.KindIP
+		return req.IdentityKind == identity.KindIP || req.ClientAddress
 	case ScopeTenant:
 		return req.Tenant != ""
 	}

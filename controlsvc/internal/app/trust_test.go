@@ -422,3 +422,57 @@ func TestBatchIdempotencyBoundToChecks(t *testing.T) {
 		})
 	}
 }
+
+// An API key does not walk around a per-address rule (a login brute-force
+// limit), and a user's keys share the user's limit: the ip scope counts a key
+// caller's client address and the user scope the key's user.
+func TestKeyCallersCountForAddressAndUserRules(t *testing.T) {
+	s := startService(t, `[[rules]]
+id = "login"
+path = "/api/v1/auth/login"
+scope = "ip"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 60
+[[rules]]
+id = "per_user"
+path = "/api/v1/reports"
+scope = "user"
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+`, nil)
+	key := func(user string) string {
+		r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": user, "tier": "free"})
+		if r.status != 201 {
+			t.Fatalf("create key: %d %s", r.status, r.body)
+		}
+		return r.json(t)["api_key"].(string)
+	}
+	k1, k2, other := key("alice"), key("alice"), key("bob")
+	check := func(addr, apiKey, path string) *response {
+		return s.check(map[string]any{"user_id": "ip:" + addr, "api_key": apiKey, "endpoint": path})
+	}
+	for _, tt := range []struct {
+		name       string
+		addr, key  string
+		path       string
+		wantStatus int
+		wantRule   string
+	}{
+		{"anonymous, first", "192.0.2.7", "", "/api/v1/auth/login", 200, ""},
+		{"alice's key from the same address", "192.0.2.7", k1, "/api/v1/auth/login", 200, ""},
+		{"bob's key from the same address: the address is spent", "192.0.2.7", other, "/api/v1/auth/login", 429, "login"},
+		{"a key from another address", "192.0.2.8", k1, "/api/v1/auth/login", 200, ""},
+		{"alice's first key", "198.51.100.1", k1, "/api/v1/reports", 200, ""},
+		{"alice's second key", "198.51.100.2", k2, "/api/v1/reports", 200, ""},
+		{"alice's first key again", "198.51.100.3", k1, "/api/v1/reports", 200, ""},
+		{"alice's second key: the user's limit is spent", "198.51.100.4", k2, "/api/v1/reports", 429, "per_user"},
+		{"bob has his own", "198.51.100.5", other, "/api/v1/reports", 200, ""},
+	} {
+		r := check(tt.addr, tt.key, tt.path)
+		if r.status != tt.wantStatus || (tt.wantRule != "" && r.json(t)["rule_id"] != tt.wantRule) {
+			t.Errorf("%s: %d %s; want %d by rule %q", tt.name, r.status, r.body, tt.wantStatus, tt.wantRule)
+		}
+	}
+}

@@ -43,9 +43,32 @@ type target struct {
 	tenant   string
 	endpoint string
 	method   string
+	// address is the client address an API-key caller was presented with
+	// ("" when unknown), keyUser its key's user id: the ip and user scopes
+	// count these (idFor).
+	address, keyUser string
 }
 
 func (t *target) setID(id identity.ID) { t.id, t.name = id, id.String() }
+
+// idFor is the identity a rule of scope s counts for this caller: the
+// client address for the ip scope and the key's user for the user scope
+// when the caller is identified by an API key, else its own.
+func (t *target) idFor(s rules.Scope) identity.ID {
+	switch {
+	case s == rules.ScopeIP && t.address != "":
+		return identity.ID{Kind: identity.KindIP, Value: t.address}
+	case s == rules.ScopeUser && t.keyUser != "":
+		return identity.ID{Kind: identity.KindUser, Value: t.keyUser}
+	}
+	return t.id
+}
+
+// rulesRequest is what rule matching reads of the caller.
+func (t *target) rulesRequest() rules.Request {
+	return rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: t.id.Kind, Tenant: t.tenant,
+		KeyUser: t.keyUser != "", ClientAddress: t.address != ""}
+}
 
 // caller is a validated check: its target and what it spends.
 type caller struct {

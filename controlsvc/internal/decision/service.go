@@ -160,6 +160,15 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 			Message: "This API key has expired", Details: map[string]any{"expired_at": rec.ExpiresAt.Format(time.RFC3339)}}
 	}
 	if c.id.Kind != identity.KindUser {
+		// The filter presents a key caller by its client address: that
+		// address still counts for ip rules, and the key's user for user
+		// rules.
+		if c.id.Kind == identity.KindIP && c.id.Value != identity.UnknownIP.Value {
+			c.address = c.id.Value
+		}
+		if _, err := identity.User(rec.UserID); err == nil {
+			c.keyUser = rec.UserID
+		}
 		c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	}
 	if reqTier == "" && rec.Tier != "" {
@@ -205,11 +214,11 @@ func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied
 			}
 		}
 		var buf [6]*rules.Rule
-		matched = p.match(buf[:0], rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: t.id.Kind, Tenant: t.tenant})
+		matched = p.match(buf[:0], t.rulesRequest())
 	}
 	out := make([]applied, len(matched))
 	for i, r := range matched {
-		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.id, t.tenant), Rule: r, Endpoint: t.endpoint}}
+		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint}}
 	}
 	return out
 }
