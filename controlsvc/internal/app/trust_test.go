@@ -45,6 +45,9 @@ func (s *service) countersExcept(identity string) string {
 // "open", on loopback without a token (plain seed shape only). Each row
 // asserts the status, the code (and the field named), and that no counter of
 // any other identity moved: the victim's keys, dumped before and after.
+// rawKeyLike has the shape of an issued API key.
+const rawKeyLike = "ak_live_0123456789abcdefghijABCDEFGHIJ_-01234567890"
+
 func TestDecisionAPIHostile(t *testing.T) {
 	filter := startService(t, "", nil)
 	open := startServiceOn(t, filter.redis, "redis://"+filter.redis.Addr+"/0", "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
@@ -154,6 +157,9 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"usage of a crlf identity", filter, "GET", "/admin/v1/usage/user:a%0D%0Ab", "", asAdmin, 400, "INVALID_INPUT", "identity"},
 		{"audit since that is not an id", filter, "GET", "/admin/v1/audit?since=1-x%0D%0AFLUSHALL", "", asAdmin, 400, "INVALID_INPUT", "since"},
 		{"key listing page too large", filter, "GET", "/admin/v1/api-keys?limit=100000", "", asAdmin, 400, "INVALID_INPUT", "limit"},
+		{"raw api key as an override's user", filter, "PUT", "/v1/rate-limit/config", `{"user_id":"` + rawKeyLike + `","endpoint":"/a","limit":5,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
+		{"raw api key as a reset's user", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:` + rawKeyLike + `",` + items + `}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
+		{"raw legacy api key as a check's user", filter, "POST", check, `{"user_id":"tg_` + rawKeyLike[len("ak_live_"):] + `",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := filter.countersExcept(attacker)
@@ -178,10 +184,10 @@ func TestDecisionAPIHostile(t *testing.T) {
 			}
 		})
 	}
-	// Rows above sent right, wrong, partial and repeated credentials; none
-	// of them may reach a log line.
+	// Rows above sent right, wrong, partial and repeated credentials, and
+	// raw API keys; none of them may reach a log line.
 	for _, s := range []*service{filter, open} {
-		for _, secret := range []string{decisionToken, decisionToken[:20], adminToken} {
+		for _, secret := range []string{decisionToken, decisionToken[:20], adminToken, rawKeyLike[len("ak_live_"):]} {
 			if strings.Contains(s.logs.String(), secret) {
 				t.Fatalf("a credential reached the log:\n%s", s.logs.String())
 			}

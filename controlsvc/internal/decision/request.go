@@ -2,8 +2,10 @@ package decision
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/shared/ascii"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
@@ -92,6 +94,11 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 	if err != nil {
 		return t, apierr.InvalidAt("user_id", err)
 	}
+	if looksLikeKey(id.Value) {
+		// Stored as "user:ak_live_..." it would keep a usable key in Redis
+		// and the logs, and count for nobody: the key's caller is key:<id>.
+		return t, apierr.Invalid("user_id", "is a raw API key; name its caller as key:<key_id> (the raw key is never stored or logged)")
+	}
 	t.setID(id)
 	if trust == Untrusted {
 		if aerr := untrusted(in, id); aerr != nil {
@@ -116,6 +123,11 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 		t.tenant = in.tenant
 	}
 	return t, nil
+}
+
+// looksLikeKey reports whether a user id is a raw API key.
+func looksLikeKey(v string) bool {
+	return (strings.HasPrefix(v, apikeys.Prefix) || strings.HasPrefix(v, apikeys.LegacyPrefix)) && apikeys.ValidFormat(v)
 }
 
 // untrusted refuses what a caller without the credential could buy with
