@@ -20,10 +20,11 @@ func TestUsageAndAudit(t *testing.T) {
 	created := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "u1", "tier": "free"})
 	raw, keyID := created.json(t)["api_key"].(string), created.json(t)["key_id"].(string)
 	// Plain checks, a check taking a lease (the filter spends the granted
-	// tokens: they count), checks giving a token back (it does not), and
-	// denials (violations).
-	var want, denied int64
-	for _, extra := range []map[string]any{{}, {}, {}, {"lease": 10}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
+	// tokens: they count), checks giving a token back (it does not, up to
+	// what is still leased: a claim beyond that gives nothing back and takes
+	// nothing off), and denials (violations).
+	var want, denied, leased, gaveBack, overclaimed int64
+	for _, extra := range []map[string]any{{"lease": 10}, {}, {"returned": 1}, {}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
 		body := map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": raw}
 		for k, v := range extra {
 			body[k] = v
@@ -31,11 +32,17 @@ func TestUsageAndAudit(t *testing.T) {
 		r := s.check(body)
 		m := r.json(t)
 		returned, _ := extra["returned"].(int)
+		credited := min(int64(returned), leased)
+		leased -= credited
+		gaveBack += credited
+		overclaimed += int64(returned) - credited
 		switch r.status {
 		case 200:
-			want += 1 + int64(m["lease"].(map[string]any)["granted"].(float64)) - int64(returned)
+			granted := int64(m["lease"].(map[string]any)["granted"].(float64))
+			leased += granted
+			want += 1 + granted - credited
 		case 429:
-			want -= int64(returned)
+			want -= credited
 			denied++
 		default:
 			t.Fatalf("check: %d %s", r.status, r.body)
@@ -48,6 +55,9 @@ func TestUsageAndAudit(t *testing.T) {
 	m := u.json(t)
 	cw, _ := m["current_window"].(map[string]any)
 	day, _ := m["last_24_hours"].(map[string]any)
+	if gaveBack == 0 || overclaimed == 0 {
+		t.Fatalf("returns credited %d, claimed beyond the lease %d: the sequence must do both", gaveBack, overclaimed)
+	}
 	if u.status != 200 || m["key_id"] != keyID || m["tier"] != "free" || cw == nil || int64(cw["requests_made"].(float64)) != want ||
 		int64(day["total_requests"].(float64)) != want || int64(day["violations"].(float64)) != denied || denied == 0 {
 		t.Fatalf("usage (want %d requests, %d violations): %d %s", want, denied, u.status, u.body)

@@ -282,7 +282,11 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		a.res = res
 	}
 	resp, result := s.verdict(p, &c.target, rs)
-	s.record(c, &resp)
+	var credited int64
+	if single {
+		credited = rs[0].res.Credited
+	}
+	s.record(c, &resp, credited)
 	s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
 	s.m.LeaseGranted.Add(float64(resp.Lease.Granted))
 	for i := range rs {
@@ -295,16 +299,18 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 }
 
 // record counts what the decision admitted for usage: the cost, and the
-// lease the filter will spend, less tokens an earlier lease gave back; and a
-// denial as a violation. It only adds to memory.
-func (s *Service) record(c *caller, resp *wire.CheckResponse) {
+// lease the filter will spend, less the tokens of an earlier lease that the
+// counter really took back (credited: a claim beyond what was leased gives
+// nothing back, so it takes nothing off usage); and a denial as a violation.
+// It only adds to memory.
+func (s *Service) record(c *caller, resp *wire.CheckResponse, credited int64) {
 	now := s.now()
 	if !resp.Allowed {
-		s.usage.Record(c.name, now, -c.returned, &audit.Event{At: now, Type: audit.TypeViolation,
+		s.usage.Record(c.name, now, -credited, &audit.Event{At: now, Type: audit.TypeViolation,
 			Identity: c.name, Endpoint: c.endpoint, RuleID: resp.RuleID})
 		return
 	}
-	s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-c.returned, nil)
+	s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-credited, nil)
 }
 
 // limit runs one counter through the circuit breaker.

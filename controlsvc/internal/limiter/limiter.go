@@ -104,6 +104,9 @@ type Result struct {
 	// Penalized is true when a progressive penalty lengthened or caused the
 	// denial.
 	Penalized bool
+	// Credited is what the request's Returned really gave back: never more
+	// than the counter still had leased.
+	Credited int64
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -233,10 +236,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 
 func parseResult(v any) (Result, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 6 {
-		return Result{}, fmt.Errorf("script returned %T %v, want 6 integers", v, v)
+	if !ok || len(vals) != 7 {
+		return Result{}, fmt.Errorf("script returned %T %v, want 7 integers", v, v)
 	}
-	var n [6]int64
+	var n [7]int64
 	for i, x := range vals {
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("script result %d is %T, want an integer", i, x)
@@ -249,6 +252,7 @@ func parseResult(v any) (Result, error) {
 		RetryAfter: time.Duration(max(n[3], 0)) * time.Millisecond,
 		Granted:    max(n[4], 0),
 		Penalized:  n[5] == 1,
+		Credited:   max(n[6], 0),
 	}, nil
 }
 

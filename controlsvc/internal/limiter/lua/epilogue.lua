@@ -4,7 +4,7 @@ local pen = ARGV[9] == '1' and not peek
 if pen then
   local blocked = redis.call('PTTL', KEYS[3])
   if blocked > 0 then
-    return {0, 0, blocked, blocked, 0, 1}
+    return {0, 0, blocked, blocked, 0, 1, 0}
   end
 end
 
@@ -48,4 +48,4 @@ if allowed == 0 and pen then
   end
 end
 
-return {allowed, remaining, reset, retry, granted, penalized}
+return {allowed, remaining, reset, retry, granted, penalized, credited}

@@ -11,6 +11,7 @@ local function decide()
   end
   if returned > 0 then
     local r = math.min(returned, lg)
+    credited = r
     c, lg = c - r, lg - r
   end
   local reset = math.max(1, math.ceil((idx + 1) * window - now))

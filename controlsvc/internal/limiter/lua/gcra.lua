@@ -10,6 +10,7 @@ local function decide()
   if tat < now then tat = now end
   if returned > 0 then
     local r = math.min(returned, lg)
+    credited = r
     tat, lg = math.max(now, tat - r * interval), lg - r
   end
   local new_tat = tat + cost * interval

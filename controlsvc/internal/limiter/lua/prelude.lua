@@ -6,7 +6,8 @@
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
 -- returned, 7 lease fraction, 8 peek (1 = read only), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8".
--- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized}.
+-- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
+-- credited}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])
@@ -17,6 +18,9 @@ local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
+-- credited is what a refund really gave back: at most what is still
+-- leased, whatever the caller claimed (usage subtracts this, not the claim).
+local credited = 0
 
 -- All time comes from the Redis server, in milliseconds with microsecond
 -- fractions: never a client's or a replica's clock.

@@ -15,6 +15,7 @@ local function decide()
   end
   if returned > 0 then
     local r = math.min(returned, lg)
+    credited = r
     c, lg = c - r, lg - r
   end
   local elapsed = math.max(0, now - idx * window)

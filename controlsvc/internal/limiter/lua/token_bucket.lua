@@ -17,6 +17,7 @@ local function decide()
     -- Giving back unspent leased tokens is the same as never taking them;
     -- never more than was leased.
     local r = math.min(returned, lg)
+    credited = r
     tokens, lg = math.min(capacity, tokens + r), lg - r
   end
   local allowed, granted, retry = 0, 0, 0
