@@ -20,7 +20,7 @@ import (
 
 // KeyStore keeps API keys.
 type KeyStore interface {
-	Create(ctx context.Context, userID string, userIDNumber bool, tier string, expiresAt time.Time) (raw string, rec apikeys.Record, err error)
+	Create(ctx context.Context, userID string, userIDNumber bool, tierID int, tier string, expiresAt time.Time) (raw string, rec apikeys.Record, err error)
 	Lookup(ctx context.Context, raw string) (apikeys.Record, error)
 	Get(ctx context.Context, id string) (apikeys.Record, error)
 	Revoke(ctx context.Context, id string) (apikeys.Record, error)

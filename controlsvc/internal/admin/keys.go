@@ -113,7 +113,7 @@ func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView
 		}
 		expires = *req.ExpiresAt
 	}
-	raw, rec, err := s.keys.Create(ctx, req.UserID.Value, req.UserID.Number, tier.Name, expires)
+	raw, rec, err := s.keys.Create(ctx, req.UserID.Value, req.UserID.Number, tier.ID, tier.Name, expires)
 	if err != nil {
 		s.m.RedisErrors.WithLabelValues("api_key").Inc()
 		return KeyView{}, apierr.Unavailable("could not store the key", err)
@@ -230,16 +230,16 @@ func (s *Service) keyError(err error) error {
 }
 
 func (s *Service) keyView(r *apikeys.Record) KeyView {
-	v := KeyView{KeyID: r.ID, UserID: r.UserID, TierName: r.Tier, Tier: r.Tier, Status: r.StatusAt(s.now()), CreatedAt: r.CreatedAt}
+	p := s.policy()
+	name := p.KeyTier(r)
+	v := KeyView{KeyID: r.ID, UserID: r.UserID, TierName: name, Tier: name, Status: r.StatusAt(s.now()), CreatedAt: r.CreatedAt}
 	if r.UserIDNumber {
 		if n, err := strconv.ParseInt(r.UserID, 10, 64); err == nil {
 			v.UserID = n
 		}
 	}
-	for _, t := range s.policy().Config.Tiers {
-		if t.Name == r.Tier {
-			v.TierID = t.ID
-		}
+	if t := findTierByName(p.Config.Tiers, name); t != nil {
+		v.TierID = t.ID
 	}
 	if !r.ExpiresAt.IsZero() {
 		v.ExpiresAt = &r.ExpiresAt

@@ -56,7 +56,7 @@ func (s *Service) Usage(ctx context.Context, who, window string) (UsageView, err
 		if apikeys.ValidFormat(who) {
 			v.APIKey = who
 		}
-		v.KeyID, v.Tier = rec.ID, rec.Tier
+		v.KeyID, v.Tier = rec.ID, s.policy().KeyTier(&rec)
 		v.Identity = identity.ID{Kind: identity.KindKey, Value: rec.ID}.String()
 	default:
 		id, err := identity.Parse(who)

@@ -362,3 +362,37 @@ func TestConcurrentChangesKeepTheRulesValid(t *testing.T) {
 		}
 	}
 }
+
+// An API key belongs to its tier by id: renaming the tier keeps the key in
+// it, and a new tier taking the old name does not inherit the key.
+func TestKeyFollowsItsTierByID(t *testing.T) {
+	s := startService(t, "", nil)
+	if r := s.admin("PUT", "/admin/v1/tiers/3", map[string]any{"name": "gold", "limit": 2, "window_seconds": 60}); r.status != 200 {
+		t.Fatalf("put tier: %d %s", r.status, r.body)
+	}
+	created := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "u1", "tier_id": 3})
+	if created.status != 201 {
+		t.Fatalf("create key: %d %s", created.status, created.body)
+	}
+	raw, keyID := created.json(t)["api_key"].(string), created.json(t)["key_id"].(string)
+	if r := s.admin("PUT", "/admin/v1/tiers/3", map[string]any{"name": "platinum", "limit": 2, "window_seconds": 60}); r.status != 200 {
+		t.Fatalf("rename tier: %d %s", r.status, r.body)
+	}
+	if r := s.admin("PUT", "/admin/v1/tiers/4", map[string]any{"name": "gold", "limit": 100, "window_seconds": 60}); r.status != 200 {
+		t.Fatalf("new tier with the old name: %d %s", r.status, r.body)
+	}
+	check := func() *response {
+		return s.check(map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/api/v1/items", "api_key": raw})
+	}
+	first := check().json(t)
+	if first["tier"] != "platinum" || first["limit"] != 2.0 {
+		t.Fatalf("the key's check after the rename: %v; want tier platinum, limit 2", first)
+	}
+	if second, third := check(), check(); second.status != 200 || third.status != 429 {
+		t.Fatalf("the renamed tier's limit of 2: %d then %d", second.status, third.status)
+	}
+	view := s.admin("GET", "/admin/v1/api-keys/"+keyID, nil).json(t)
+	if view["tier_id"] != 3.0 || view["tier_name"] != "platinum" {
+		t.Fatalf("key view after the rename: %v", view)
+	}
+}

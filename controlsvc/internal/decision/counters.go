@@ -30,8 +30,8 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 		// The key's own tier decides its checks; so it does its status.
 		rec, err := s.keys.Get(ctx, t.id.Value)
 		switch {
-		case err == nil && rec.Tier != "":
-			t.tier = p.tier(rec.Tier)
+		case err == nil && p.KeyTier(&rec) != "":
+			t.tier = p.KeyTier(&rec)
 		case err != nil && !errors.Is(err, apikeys.ErrNotFound):
 			s.m.RedisErrors.WithLabelValues("status").Inc()
 			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)

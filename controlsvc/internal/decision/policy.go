@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
@@ -108,6 +109,26 @@ func tierRules(t *config.Tier, defaultAlgo rules.Algorithm) []rules.Rule {
 func (p *Policy) tier(name string) string {
 	if _, ok := p.tiers[name]; ok {
 		return name
+	}
+	return p.Config.DefaultTier
+}
+
+// KeyTier is the tier an API key's checks are decided in: the tier it was
+// issued for, found by id (a renamed tier keeps its keys; a new tier taking
+// an old name does not inherit them), the default tier once that tier is
+// gone. A key issued before ids were kept is found by its tier's name; ""
+// for a key with no tier at all.
+func (p *Policy) KeyTier(rec *apikeys.Record) string {
+	if rec.TierID == 0 {
+		if rec.Tier == "" {
+			return ""
+		}
+		return p.tier(rec.Tier)
+	}
+	for i := range p.Config.Tiers {
+		if p.Config.Tiers[i].ID == rec.TierID {
+			return p.Config.Tiers[i].Name
+		}
 	}
 	return p.Config.DefaultTier
 }

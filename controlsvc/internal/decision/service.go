@@ -171,8 +171,10 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 		}
 		c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	}
-	if reqTier == "" && rec.Tier != "" {
-		c.tier = p.tier(rec.Tier)
+	if reqTier == "" {
+		if t := p.KeyTier(&rec); t != "" {
+			c.tier = t
+		}
 	}
 	return nil
 }

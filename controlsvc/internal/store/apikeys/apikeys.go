@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,10 +52,15 @@ type Record struct {
 	UserID string `json:"user_id"`
 	// UserIDNumber is true when the user id was given as a JSON number: it
 	// is shown back as one.
-	UserIDNumber bool      `json:"-"`
-	Tier         string    `json:"tier"`
-	Status       string    `json:"status"`
-	CreatedAt    time.Time `json:"created_at"`
+	UserIDNumber bool `json:"-"`
+	// TierID is the tier the key was issued for, by id: renaming the tier
+	// keeps its keys, and a new tier taking an old name does not inherit
+	// them. 0 for keys issued before ids were kept (Tier, the name then,
+	// decides for those).
+	TierID    int       `json:"tier_id,omitempty"`
+	Tier      string    `json:"tier"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is zero for keys that do not expire.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
@@ -94,7 +100,7 @@ func Hash(raw string) string {
 func ValidFormat(raw string) bool { return formatRE.MatchString(raw) }
 
 // Create issues a key and returns it raw, once, with its record.
-func (s *Store) Create(ctx context.Context, userID string, userIDNumber bool, tier string, expiresAt time.Time) (string, Record, error) {
+func (s *Store) Create(ctx context.Context, userID string, userIDNumber bool, tierID int, tier string, expiresAt time.Time) (string, Record, error) {
 	var secret [32]byte
 	var idb [8]byte
 	if _, err := rand.Read(secret[:]); err != nil {
@@ -104,7 +110,7 @@ func (s *Store) Create(ctx context.Context, userID string, userIDNumber bool, ti
 		return "", Record{}, fmt.Errorf("generate key id: %w", err)
 	}
 	raw := Prefix + base64.RawURLEncoding.EncodeToString(secret[:])
-	rec := Record{ID: "k_" + hex.EncodeToString(idb[:]), UserID: userID, UserIDNumber: userIDNumber, Tier: tier, Status: StatusActive,
+	rec := Record{ID: "k_" + hex.EncodeToString(idb[:]), UserID: userID, UserIDNumber: userIDNumber, TierID: tierID, Tier: tier, Status: StatusActive,
 		CreatedAt: s.now().UTC().Truncate(time.Second), ExpiresAt: expiresAt.UTC()}
 	h := Hash(raw)
 	if err := s.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
@@ -175,6 +181,7 @@ func (s *Store) byHash(ctx context.Context, h string) (Record, error) {
 		return Record{}, ErrNotFound
 	}
 	rec := Record{ID: m["id"], UserID: m["user_id"], UserIDNumber: m["user_id_number"] == "1", Tier: m["tier"], Status: m["status"]}
+	rec.TierID, _ = strconv.Atoi(m["tier_id"])
 	rec.CreatedAt = parseTime(m["created_at"])
 	rec.ExpiresAt = parseTime(m["expires_at"])
 	rec.RevokedAt = parseTime(m["revoked_at"])
@@ -183,7 +190,7 @@ func (s *Store) byHash(ctx context.Context, h string) (Record, error) {
 
 func toFields(r Record) map[string]any {
 	return map[string]any{
-		"id": r.ID, "user_id": r.UserID, "user_id_number": boolField(r.UserIDNumber), "tier": r.Tier, "status": r.Status,
+		"id": r.ID, "user_id": r.UserID, "user_id_number": boolField(r.UserIDNumber), "tier_id": strconv.Itoa(r.TierID), "tier": r.Tier, "status": r.Status,
 		"created_at": formatTime(r.CreatedAt), "expires_at": formatTime(r.ExpiresAt), "revoked_at": formatTime(r.RevokedAt),
 	}
 }
