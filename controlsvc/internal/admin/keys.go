@@ -148,9 +148,13 @@ func (s *Service) RevokeKey(ctx context.Context, idOrKey string) (KeyView, error
 	if err != nil {
 		return KeyView{}, s.keyError(err)
 	}
-	s.log.Info("api key revoked", "key_id", rec.ID)
 	v := s.keyView(&rec)
-	s.audit(ctx, "api_key.revoke", rec.ID, s.keyView(&found), v)
+	// Revoking a revoked key changes nothing: answered the same, not
+	// audited again (a loop of revokes must not fill the trail).
+	if found.Status != apikeys.StatusRevoked {
+		s.log.Info("api key revoked", "key_id", rec.ID)
+		s.audit(ctx, "api_key.revoke", rec.ID, s.keyView(&found), v)
+	}
 	if apikeys.ValidFormat(idOrKey) {
 		v.APIKey = idOrKey // the caller has it already
 	}

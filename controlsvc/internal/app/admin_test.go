@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 )
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
@@ -148,6 +150,15 @@ func TestAPIKeys(t *testing.T) {
 	r = s.check(map[string]any{"user_id": "ip:203.0.113.9", "endpoint": "/x", "api_key": raw})
 	if r.status != 403 || r.errorCode(t) != "API_KEY_REVOKED" {
 		t.Fatalf("revoked key: %d %s", r.status, r.body)
+	}
+	// Revoking again answers the same and is not audited again.
+	trailLen := func() int64 { return s.rdb.XLen(ctx, keys.Audit).Val() }
+	before := trailLen()
+	if r := s.admin("POST", "/admin/v1/api-keys/"+raw+"/revoke", nil); r.status != 200 || r.json(t)["status"] != "revoked" {
+		t.Fatalf("revoke again: %d %s", r.status, r.body)
+	}
+	if after := trailLen(); after != before {
+		t.Fatalf("a second revoke added %d audit entries", after-before)
 	}
 	if r := s.admin("POST", "/admin/v1/api-keys/k_nope/revoke", nil); r.status != 404 || r.errorCode(t) != "NOT_FOUND" {
 		t.Fatalf("unknown key id: %d %s", r.status, r.body)

@@ -158,6 +158,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"audit since that is not an id", filter, "GET", "/admin/v1/audit?since=1-x%0D%0AFLUSHALL", "", asAdmin, 400, "INVALID_INPUT", "since"},
 		{"key listing page too large", filter, "GET", "/admin/v1/api-keys?limit=100000", "", asAdmin, 400, "INVALID_INPUT", "limit"},
 		{"raw api key as an override's user", filter, "PUT", "/v1/rate-limit/config", `{"user_id":"` + rawKeyLike + `","endpoint":"/a","limit":5,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
+		{"override for a pattern", filter, "PUT", "/v1/rate-limit/config", `{"user_id":"user:mallory","endpoint":"/api/*","limit":5000,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "endpoint"},
 		{"raw api key as a reset's user", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:` + rawKeyLike + `",` + items + `}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
 		{"raw legacy api key as a check's user", filter, "POST", check, `{"user_id":"tg_` + rawKeyLike[len("ak_live_"):] + `",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
 	} {

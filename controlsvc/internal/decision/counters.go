@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
@@ -111,6 +112,11 @@ func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wir
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint}, Trusted)
 	if aerr != nil {
 		return wire.ConfigResponse{}, aerr
+	}
+	if strings.Contains(t.endpoint, "*") {
+		// An override is for one endpoint, matched as written: a pattern
+		// would be stored, shown, and never apply.
+		return wire.ConfigResponse{}, apierr.Invalid("endpoint", "an override names one endpoint, not a pattern; use a rule for a pattern")
 	}
 	if aerr := validStrategy(req.Strategy, true); aerr != nil {
 		return wire.ConfigResponse{}, aerr
