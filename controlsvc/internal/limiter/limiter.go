@@ -185,12 +185,16 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		strconv.FormatFloat(r.LeaseFraction, 'f', -1, 64),
 		boolArg(r.Peek),
 	)
+	// Without penalties the script is sent only what it reads: the counter
+	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
+	// costs Redis a conversion per call.
+	var ks []string
 	if p := r.Penalty; p != nil {
 		args = append(args, "1", p.Window.Milliseconds(), p.Threshold, joinInts(p.Multipliers))
+		ks = []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)}
 	} else {
-		args = append(args, "0", 0, 0, "1")
+		ks = []string{r.Key()}
 	}
-	ks := []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)}
 	var v any
 	var err error
 	if r.Peek {

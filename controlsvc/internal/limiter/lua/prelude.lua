@@ -5,7 +5,8 @@
 -- share the owner's hash tag, so the script is cluster-safe.
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
 -- returned, 7 lease fraction, 8 peek (1 = read only), 9 penalties on,
--- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8".
+-- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
+-- penalties only KEYS[1] and ARGV 1..8 are sent.
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
 -- credited}.
 if redis.replicate_commands then redis.replicate_commands() end
