@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,11 +137,9 @@ func TestSeed000TokenBucketLifecycle(t *testing.T) {
 	}
 	// Move the bucket's last refill one second into the past instead of
 	// sleeping: the script must refill to capacity, not beyond.
-	ts, err := rdb.HGet(ctx, r.Key(), "ts").Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb.HSet(ctx, r.Key(), "ts", fmt.Sprintf("%.3f", ts-5000))
+	st := state(t, rdb, r.Key())
+	st[1] -= 5000 // tokens, last refill, leased
+	setState(t, rdb, r.Key(), st)
 	res, _ = l.Do(ctx, r)
 	if !res.Allowed || res.Remaining != 9 {
 		t.Fatalf("after refill: %+v; want allowed with 9 remaining (capacity 10)", res)
@@ -493,6 +493,78 @@ func TestDenialWritesNothing(t *testing.T) {
 			}
 			if res, err := l.Do(ctx, r); err != nil || res.Allowed {
 				t.Fatalf("more than the limit: %+v %v", res, err)
+			}
+		})
+	}
+}
+
+// state reads a counter's stored numbers: packed little-endian doubles.
+func state(t *testing.T, rdb *redis.Client, key string) []float64 {
+	t.Helper()
+	b, err := rdb.Get(context.Background(), key).Bytes()
+	if err != nil || len(b)%8 != 0 {
+		t.Fatalf("counter %s: %d bytes, %v", key, len(b), err)
+	}
+	out := make([]float64, len(b)/8)
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// setState writes a counter's numbers back, keeping its TTL.
+func setState(t *testing.T, rdb *redis.Client, key string, st []float64) {
+	t.Helper()
+	b := make([]byte, 0, 8*len(st))
+	for _, x := range st {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	if err := rdb.SetArgs(context.Background(), key, b, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A counter an earlier version stored as a hash is read as one and replaced
+// by the packed state on the next write: an upgrade neither fails nor resets
+// a counter.
+func TestHashStateOfEarlierVersionsIsUpgraded(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		algo   rules.Algorithm
+		fields func(nowMs float64, window int64) []any
+	}{
+		{rules.TokenBucket, func(now float64, _ int64) []any { return []any{"t", "1", "ts", fmt.Sprintf("%.3f", now), "lg", "0"} }},
+		{rules.FixedWindow, func(now float64, w int64) []any {
+			return []any{"w", fmt.Sprint(int64(now) / (w * 1000)), "c", "9", "lg", "0"}
+		}},
+		{rules.SlidingWindow, func(now float64, w int64) []any {
+			return []any{"w", fmt.Sprint(int64(now) / (w * 1000)), "c", "9", "p", "0", "lg", "0"}
+		}},
+		{rules.GCRA, func(now float64, w int64) []any {
+			// Nine of ten tokens spent: tat is nine intervals ahead.
+			return []any{"tat", fmt.Sprintf("%.3f", now+9*float64(w*1000)/10), "lg", "0"}
+		}},
+	} {
+		t.Run(string(tt.algo), func(t *testing.T) {
+			r := req(tt.algo, "upgrade-"+string(tt.algo), 10, 3600)
+			tm, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.HSet(ctx, r.Key(), tt.fields(float64(tm.UnixMicro())/1000, 3600)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb.Expire(ctx, r.Key(), time.Hour)
+			first, err := l.Do(ctx, r)
+			if err != nil || !first.Allowed {
+				t.Fatalf("first call on the old hash: %+v %v; want allowed (one token left)", first, err)
+			}
+			if typ := rdb.Type(ctx, r.Key()).Val(); typ != "string" {
+				t.Fatalf("after a write the counter is a %s; want the packed string", typ)
+			}
+			if second, err := l.Do(ctx, r); err != nil || second.Allowed {
+				t.Fatalf("second call: %+v %v; want denied: the old count carried over", second, err)
 			}
 		})
 	}

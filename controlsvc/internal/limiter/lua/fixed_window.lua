@@ -1,9 +1,9 @@
--- Fixed window: a counter per window index. State is a hash {w = window index,
--- c = count, lg = tokens leased in this window (the most that may be given back)}.
+-- Fixed window: a counter per window index. State: the window index, the
+-- count, and the tokens leased in this window (the most that may be given back).
 local function decide()
   local idx = math.floor(now / window)
-  local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'lg')
-  local w, c, lg = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  local w, c, lg = load('<ddd', 'w', 'c', 'lg')
+  c, lg = c or 0, lg or 0
   if w == nil or idx > w then
     c, lg = 0, 0
   elseif idx < w then
@@ -25,8 +25,7 @@ local function decide()
     retry = reset
   end
   if changed(allowed) then
-    redis.call('HSET', KEYS[1], 'w', idx, 'c', c, 'lg', lg)
-    redis.call('PEXPIRE', KEYS[1], math.ceil(reset + window))
+    save('<ddd', math.ceil(reset + window), idx, c, lg)
   end
   return allowed, limit - c, reset, retry, granted
 end

@@ -1,12 +1,12 @@
 -- GCRA: the theoretical arrival time (tat) of the next conforming request.
--- One token every window/limit ms; capacity tokens of burst. State is a hash
--- {tat, lg = leased tokens that may still be given back (capped at capacity)}.
+-- One token every window/limit ms; capacity tokens of burst. State: tat, and
+-- the leased tokens that may still be given back (capped at capacity).
 local function decide()
   local interval = window / limit
   local tau = capacity * interval
   local eps = 1e-6
-  local st = redis.call('HMGET', KEYS[1], 'tat', 'lg')
-  local tat, lg = tonumber(st[1]) or now, tonumber(st[2]) or 0
+  local tat, lg = load('<dd', 'tat', 'lg')
+  tat, lg = tat or now, lg or 0
   if tat < now then tat = now end
   if returned > 0 then
     local r = math.min(returned, lg)
@@ -23,8 +23,7 @@ local function decide()
     retry = math.ceil(new_tat - tau - now)
   end
   if changed(allowed) then
-    redis.call('HSET', KEYS[1], 'tat', num(tat), 'lg', lg)
-    redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(tat - now + tau)))
+    save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)
   end
   local remaining = math.max(0, math.floor((now + tau - tat) / interval + eps))
   return allowed, remaining, math.ceil(tat - now), retry, granted

@@ -1,11 +1,11 @@
 -- Sliding window counter: the current window's count plus the previous one's,
--- weighted by how much of it still overlaps the sliding window. State is a hash
--- {w = current window index, c = its count, p = previous count, lg = leased in w}.
+-- weighted by how much of it still overlaps the sliding window. State: the
+-- current window index, its count, the previous count, and what was leased in
+-- the current window.
 local function decide()
   local idx = math.floor(now / window)
-  local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'lg')
-  local w = tonumber(st[1])
-  local c, p, lg = tonumber(st[2]) or 0, tonumber(st[3]) or 0, tonumber(st[4]) or 0
+  local w, c, p, lg = load('<dddd', 'w', 'c', 'p', 'lg')
+  c, p, lg = c or 0, p or 0, lg or 0
   if w == nil or idx > w + 1 then
     c, p, lg = 0, 0, 0
   elseif idx == w + 1 then
@@ -41,8 +41,7 @@ local function decide()
     end
   end
   if changed(allowed) then
-    redis.call('HSET', KEYS[1], 'w', idx, 'c', c, 'p', p, 'lg', lg)
-    redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window))
+    save('<dddd', math.ceil(2 * window), idx, c, p, lg)
   end
   local remaining = math.max(0, math.floor(limit - (p * weight + c)))
   return allowed, remaining, math.max(1, math.ceil(window - elapsed)), math.max(retry, allowed == 1 and 0 or 1), granted

@@ -1,10 +1,10 @@
--- Token bucket: capacity tokens, refilled at limit per window. State is a hash
--- {t = tokens, ts = time of the last refill, lg = leased tokens that may still
--- be given back (capped at capacity)}.
+-- Token bucket: capacity tokens, refilled at limit per window. State: tokens,
+-- the time of the last refill, and the leased tokens that may still be given
+-- back (capped at capacity).
 local function decide()
   local rate = limit / window -- tokens per millisecond
-  local st = redis.call('HMGET', KEYS[1], 't', 'ts', 'lg')
-  local tokens, ts, lg = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]) or 0
+  local tokens, ts, lg = load('<ddd', 't', 'ts', 'lg')
+  lg = lg or 0
   if tokens == nil or ts == nil then
     tokens, ts = capacity, now
   end
@@ -30,8 +30,7 @@ local function decide()
     retry = math.ceil((cost - tokens) / rate)
   end
   if changed(allowed) then
-    redis.call('HSET', KEYS[1], 't', num(tokens), 'ts', num(ts), 'lg', lg)
-    redis.call('PEXPIRE', KEYS[1], math.max(1000, math.ceil(2 * capacity / rate)))
+    save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
   end
   return allowed, math.floor(tokens), math.ceil((capacity - tokens) / rate), retry, granted
 end
