@@ -258,10 +258,7 @@ func (b *Breaker) validate() *fielderr.Error {
 }
 
 func (f *Fallback) validate() *fielderr.Error {
-	if f.Limit < 1 {
-		return fielderr.New("limit", "%d must be > 0", f.Limit)
-	}
-	return cmp.Or(between("window_seconds", f.WindowSeconds, 1, 3600), between("max_callers", f.MaxCallers, 1, 1_000_000))
+	return cmp.Or(between("limit", f.Limit, 1, rules.MaxQuantity), between("window_seconds", f.WindowSeconds, 1, 3600), between("max_callers", f.MaxCallers, 1, 1_000_000))
 }
 
 // validate fills the claim names and cache size by default and parses the

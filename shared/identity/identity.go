@@ -103,12 +103,26 @@ func validateID(id string) error {
 	if !utf8.ValidString(id) {
 		return invalid("id is not valid UTF-8")
 	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return invalid("id contains control character %U", r)
-		}
+	if r, ok := firstControl(id); ok {
+		return invalid("id contains control character %U", r)
 	}
 	return nil
+}
+
+// Printable reports whether s is valid UTF-8 without control characters:
+// text that can go into a header, a log line or a JSON answer as it is.
+func Printable(s string) bool {
+	_, bad := firstControl(s)
+	return utf8.ValidString(s) && !bad
+}
+
+func firstControl(s string) (rune, bool) {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // ParseAddr parses one IP address as it may appear in X-Forwarded-For or

@@ -56,6 +56,15 @@ const (
 	MaxWindowSeconds = 3600
 )
 
+// MaxQuantity bounds a limit, a burst and a cost: the Lua scripts count in
+// doubles, which hold whole numbers exactly only up to 2^53. Above it a
+// counter would round, and a limit of 2^63 would overflow the arithmetic.
+const MaxQuantity = 1<<53 - 1
+
+// MaxPriority bounds a rule's priority either way, so that an operator's
+// ordering is never decided by overflow or by a number no one can read.
+const MaxPriority = 1_000_000
+
 // Rule is one rate limit.
 type Rule struct {
 	ID string `json:"id" toml:"id"`
@@ -175,14 +184,17 @@ func (r *Rule) Validate() error {
 	if !ValidAlgorithm(r.Algorithm) {
 		return bad("algorithm", "%q must be one of %v", r.Algorithm, Algorithms)
 	}
-	if r.Limit <= 0 {
-		return bad("limit", "%d must be > 0", r.Limit)
+	if r.Limit <= 0 || r.Limit > MaxQuantity {
+		return bad("limit", "%d must be in 1..%d", r.Limit, MaxQuantity)
 	}
 	if r.WindowSeconds < MinWindowSeconds || r.WindowSeconds > MaxWindowSeconds {
 		return bad("window_seconds", "%d must be in %d..%d", r.WindowSeconds, MinWindowSeconds, MaxWindowSeconds)
 	}
-	if r.Burst < 0 {
-		return bad("burst", "%d must be >= 0", r.Burst)
+	if r.Burst < 0 || r.Burst > MaxQuantity {
+		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)
+	}
+	if r.Priority < -MaxPriority || r.Priority > MaxPriority {
+		return bad("priority", "%d must be in %d..%d", r.Priority, -MaxPriority, MaxPriority)
 	}
 	if r.Cost < 0 || r.Cost > r.Capacity() {
 		return bad("cost", "%d must be in 0..%d (the rule's capacity)", r.Cost, r.Capacity())

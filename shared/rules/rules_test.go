@@ -54,6 +54,12 @@ func TestValidate(t *testing.T) {
 		{"scope", func(r *Rule) { r.Scope = "planet" }},
 		{"algorithm", func(r *Rule) { r.Algorithm = "leaky" }},
 		{"limit", func(r *Rule) { r.Limit = 0 }},
+		{"limit", func(r *Rule) { r.Limit = MaxQuantity + 1 }}, // a double would round it
+		{"", func(r *Rule) { r.Limit = MaxQuantity }},
+		{"burst", func(r *Rule) { r.Burst = 1 << 62 }},
+		{"priority", func(r *Rule) { r.Priority = MaxPriority + 1 }},
+		{"priority", func(r *Rule) { r.Priority = -MaxPriority - 1 }},
+		{"", func(r *Rule) { r.Priority = -MaxPriority }},
 		{"window_seconds", func(r *Rule) { r.WindowSeconds = 3601 }},
 		{"window_seconds", func(r *Rule) { r.WindowSeconds = 0 }},
 		{"burst", func(r *Rule) { r.Burst = -1 }},
@@ -85,7 +91,7 @@ func TestNewSetNamesBadRule(t *testing.T) {
 		{ID: "a", Scope: ScopeUser, Algorithm: GCRA, Limit: 1, WindowSeconds: 1},
 		{ID: "b", Scope: ScopeUser, Algorithm: GCRA, Limit: -1, WindowSeconds: 1},
 	})
-	if err == nil || err.Error() != "[1].limit: -1 must be > 0" {
+	if err == nil || err.Error() != "[1].limit: -1 must be in 1..9007199254740991" {
 		t.Fatalf("got %v", err)
 	}
 	_, err = NewSet("v1", []Rule{

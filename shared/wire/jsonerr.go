@@ -22,8 +22,11 @@ var ErrUnknownField = errors.New("unknown field")
 // Decode reads one JSON value from b into dst, the one way both halves read
 // JSON they are sent (the service's requests, the filter's configuration).
 // strict refuses a key dst has no field for, named by its path
-// ("lease.requests", "checks[2].colour"): where a typo would silently do
-// something else. A failure is a *fielderr.Error whose Field is the path of
+// ("lease.requests", "checks[2].colour"), a key spelled in another case than
+// its field's ("Limit"), and a key given twice in one object: where a typo
+// would silently do something else, and where encoding/json would quietly
+// pick one of two spellings that a proxy or log in front may read the other
+// way. A failure is a *fielderr.Error whose Field is the path of
 // the bad value, or "" for the document as a whole (malformed, trailing
 // data).
 func Decode(b []byte, dst any, strict bool) error {
@@ -38,6 +41,9 @@ func Decode(b []byte, dst any, strict bool) error {
 		var doc any
 		if err := json.Unmarshal(b, &doc); err != nil {
 			return describe(err)
+		}
+		if path := duplicateKey(json.NewDecoder(bytes.NewReader(b)), ""); path != "" {
+			return fielderr.New(path, "is given twice")
 		}
 		if path := unknownKey(doc, reflect.TypeOf(dst), ""); path != "" {
 			return &fielderr.Error{Field: path, Reason: "is not a known field", Kind: ErrUnknownField}
@@ -86,8 +92,9 @@ var (
 
 // unknownKey returns the path of the first key (in sorted order, so the
 // answer is stable) of the decoded document v that type t has no field for.
-// Keys are matched as encoding/json matches them: the tag, else the field's
-// name, case-insensitively. A type that decodes itself accepts anything.
+// Keys must be spelled exactly as the tag, else the field's name (encoding/json
+// would also take them in another case). A type that decodes itself accepts
+// anything.
 func unknownKey(v any, t reflect.Type, path string) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -109,14 +116,6 @@ func unknownKey(v any, t reflect.Type, path string) string {
 			for _, k := range slices.Sorted(maps.Keys(doc)) {
 				ft, ok := fields[k]
 				if !ok {
-					for name, f := range fields {
-						if strings.EqualFold(name, k) {
-							ft, ok = f, true
-							break
-						}
-					}
-				}
-				if !ok {
 					return join(path, k)
 				}
 				if p := unknownKey(doc[k], ft, join(path, k)); p != "" {
@@ -132,6 +131,44 @@ func unknownKey(v any, t reflect.Type, path string) string {
 				}
 			}
 		}
+	}
+	return ""
+}
+
+// duplicateKey returns the path of the first key that an object of the
+// document read by dec holds twice, or "". The document is already known to
+// be well formed (json.Unmarshal read it), so a token error only ends the
+// walk.
+func duplicateKey(dec *json.Decoder, path string) string {
+	tok, err := dec.Token()
+	if err != nil {
+		return ""
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			k, ok := kt.(string)
+			if err != nil || !ok {
+				return ""
+			}
+			if seen[k] {
+				return join(path, k)
+			}
+			seen[k] = true
+			if p := duplicateKey(dec, join(path, k)); p != "" {
+				return p
+			}
+		}
+		_, _ = dec.Token() // '}'
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if p := duplicateKey(dec, path+"["+strconv.Itoa(i)+"]"); p != "" {
+				return p
+			}
+		}
+		_, _ = dec.Token() // ']'
 	}
 	return ""
 }

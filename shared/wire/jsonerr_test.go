@@ -32,7 +32,16 @@ func TestDecode(t *testing.T) {
 		{`{"lease": {"requests": 5}}`, true, "lease.requests", "is not a known field"},
 		{`{"limits": {"a": {"request": 1, "x": 2}}}`, true, `limits["a"].x`, "is not a known field"},
 		{`{"list": [{}, {"nope": 1}]}`, true, "list[1].nope", "is not a known field"},
-		{`{"USER_ID": "a", "Lease": {"REQUEST": 1}, "endpoint": "/x"}`, true, "", ""},
+		// Strict keys are spelled as their fields: encoding/json alone
+		// would take "USER_ID" for user_id, and the last of two copies.
+		{`{"USER_ID": "a", "endpoint": "/x"}`, false, "", ""},
+		{`{"USER_ID": "a", "endpoint": "/x"}`, true, "USER_ID", "is not a known field"},
+		{`{"lease": {"REQUEST": 1}}`, true, "lease.REQUEST", "is not a known field"},
+		{`{"user_id": "a", "user_id": "b"}`, true, "user_id", "is given twice"},
+		{`{"lease": {"request": 1, "request": 9}}`, true, "lease.request", "is given twice"},
+		{`{"list": [{"request": 1}, {"request": 2, "request": 3}]}`, true, "list[1].request", "is given twice"},
+		{`{"limits": {"a": {}, "a": {}}}`, true, "limits.a", "is given twice"},
+		{`{"limits": {"a": {}, "A": {}}}`, true, "", ""}, // map keys are case-significant (paths)
 	} {
 		// A type error is reported against a plain request (encoding/json
 		// names an embedded struct in its path); key checks against conf,

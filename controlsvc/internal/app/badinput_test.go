@@ -45,7 +45,7 @@ func TestBadInput(t *testing.T) {
 		{"10 kB identity", "/v1/rate-limit/check", `{"user_id": "` + strings.Repeat("a", 10_000) + `", "endpoint": "/x"}`, 400, "INVALID_INPUT", "user_id"},
 		{"bad ip identity", "/v1/rate-limit/check", `{"user_id": "ip:999.1.1.1", "endpoint": "/x"}`, 400, "INVALID_INPUT", "user_id"},
 		{"crlf endpoint", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x\r\nHost: evil"}`, 400, "INVALID_INPUT", "endpoint"},
-		{"huge endpoint", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/` + strings.Repeat("a", 5000) + `"}`, 400, "INVALID_INPUT", "endpoint"},
+		{"huge endpoint", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/` + strings.Repeat("a", 9000) + `"}`, 400, "INVALID_INPUT", "endpoint"},
 		{"body over 1 MiB", "/v1/rate-limit/check", big, 413, "PAYLOAD_TOO_LARGE", ""},
 		{"empty batch", "/v1/rate-limit/batch-check", `{"checks": []}`, 400, "INVALID_INPUT", "checks"},
 		{"batch over 100", "/v1/rate-limit/batch-check", `{"checks": [` + strings.Repeat(`{"user_id":"x","endpoint":"/x"},`, 100) + `{"user_id":"x","endpoint":"/x"}]}`, 400, "INVALID_INPUT", "checks"},

@@ -257,6 +257,9 @@ const (
 	MaxRules         = 1000
 	MaxTiers         = 256
 	MaxTierEndpoints = 256
+	// MaxDescriptionLen bounds a tier's description: it is stored in the
+	// shared rule set and sent in every listing.
+	MaxDescriptionLen = 256
 )
 
 func (c *Config) validateTiers() error {
@@ -291,8 +294,8 @@ func (t *Tier) validate() error {
 	if !rules.ValidTierName(t.Name) {
 		return bad("name", "%q must match ^[a-z0-9_]+$", t.Name)
 	}
-	if t.Limit <= 0 {
-		return bad("limit", "%d must be > 0", t.Limit)
+	if t.Limit <= 0 || t.Limit > rules.MaxQuantity {
+		return bad("limit", "%d must be in 1..%d", t.Limit, rules.MaxQuantity)
 	}
 	if t.WindowSeconds < rules.MinWindowSeconds || t.WindowSeconds > rules.MaxWindowSeconds {
 		return bad("window_seconds", "%d must be in %d..%d", t.WindowSeconds, rules.MinWindowSeconds, rules.MaxWindowSeconds)
@@ -300,8 +303,11 @@ func (t *Tier) validate() error {
 	if t.Algorithm != "" && !rules.ValidAlgorithm(t.Algorithm) {
 		return bad("algorithm", "%q must be one of %v", t.Algorithm, rules.Algorithms)
 	}
-	if t.Burst < 0 {
-		return bad("burst", "%d must be >= 0", t.Burst)
+	if t.Burst < 0 || t.Burst > rules.MaxQuantity {
+		return bad("burst", "%d must be in 0..%d", t.Burst, rules.MaxQuantity)
+	}
+	if len(t.Description) > MaxDescriptionLen || !identity.Printable(t.Description) {
+		return bad("description", "must be at most %d bytes of printable text (no control characters)", MaxDescriptionLen)
 	}
 	if len(t.Endpoints) > MaxTierEndpoints {
 		return bad("endpoints", "at most %d endpoints per tier", MaxTierEndpoints)

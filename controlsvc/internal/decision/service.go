@@ -23,9 +23,8 @@ import (
 
 // Input bounds.
 const (
-	MaxEndpointLen = 2048
-	MaxCost        = 1_000_000
-	MaxReturned    = 1_000_000_000
+	MaxCost     = 1_000_000
+	MaxReturned = 1_000_000_000
 )
 
 // Counters runs rules' counters (the limiter).

@@ -50,7 +50,7 @@ func FuzzValidate(f *testing.F) {
 		if !trusted && (req.Tier != "" || req.Tenant != "" || req.Cost > 1 || req.Lease != 0 || req.Returned != 0 || c.id.Kind == identity.KindKey) {
 			t.Fatalf("an untrusted caller got through with %+v", req)
 		}
-		if n, err := paths.Normalize(c.endpoint); err != nil || n != c.endpoint || len(c.endpoint) > MaxEndpointLen {
+		if n, err := paths.Normalize(c.endpoint); err != nil || n != c.endpoint || len(c.endpoint) > paths.MaxLen {
 			t.Fatalf("endpoint %q is not canonical", c.endpoint)
 		}
 		if c.cost < 1 || c.cost > MaxCost || c.lease < 0 || c.lease > p.Config.Lease.Max || c.returned < 0 || c.returned > MaxReturned {
