@@ -101,6 +101,8 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"credential not as a bearer", filter, "POST", check, victim(""), []string{"Authorization", "Basic " + decisionToken}, 401, "UNAUTHORIZED", ""},
 		{"credential header repeated", filter, "POST", check, victim(""), []string{"Authorization", "Bearer " + decisionToken, "Authorization", "Basic " + decisionToken}, 401, "UNAUTHORIZED", ""},
 		{"admin credential repeated", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `}`, []string{"X-Admin-Token", adminToken, "X-Admin-Token", "x"}, 401, "UNAUTHORIZED", ""},
+		{"admin credential in both headers", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `}`, []string{"X-Admin-Token", adminToken, "Authorization", "Bearer x"}, 401, "UNAUTHORIZED", ""},
+		{"admin credential in both headers, the other way", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `}`, []string{"X-Admin-Token", "x", "Authorization", "Bearer " + adminToken}, 401, "UNAUTHORIZED", ""},
 		{"admin token is not the decision token", filter, "POST", check, victim(""), []string{"Authorization", "Bearer " + adminToken}, 401, "UNAUTHORIZED", ""},
 		{"status without credential", filter, "GET", "/v1/rate-limit/status/user:victim/api/v1/items", "", noAuth, 401, "UNAUTHORIZED", ""},
 		{"batch without credential", filter, "POST", batchPath, batch("", "user:victim"), noAuth, 401, "UNAUTHORIZED", ""},

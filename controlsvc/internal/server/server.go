@@ -346,10 +346,15 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if len(tokens) == 0 {
 			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
+		// One credential header: with both, a proxy in front that checks
+		// one of them could be shown one token while we act on the other.
+		h := c.Request().Header
+		both := len(h.Values("X-Admin-Token")) > 0 && len(h.Values("Authorization")) > 0
 		got, repeated := onlyHeader(c, "X-Admin-Token")
 		if got == "" && !repeated {
 			got, repeated = bearer(c)
 		}
+		repeated = repeated || both
 		holder := ""
 		for _, t := range tokens {
 			// Every token is compared, so the time taken does not say which
@@ -362,7 +367,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
 			msg := "a valid admin token is required"
 			if repeated {
-				msg = "send the admin token once: the request repeats its credential header"
+				msg = "send the admin token once, in Authorization or X-Admin-Token: the request repeats its credential"
 			}
 			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
 		}
