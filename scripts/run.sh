@@ -14,7 +14,11 @@ token=${TOLLGATE_ADMIN_TOKEN:-$(random_token)}
 # The filter's service credential: the control service requires it on its
 # decision API, and the gateway's filter sends it.
 dtoken=${TOLLGATE_DECISION_TOKEN:-$(random_token)}
+# The run directory holds the filter's credential (plugin-config.json) and
+# Redis's append-only file with its API key hashes: readable by this user only.
+umask 077
 mkdir -p "$run"
+chmod 700 "$run"
 sed "s/CHANGE-ME-to-the-control-service-TOLLGATE_DECISION_TOKEN/$dtoken/" filter/plugin-config.example.json >"$run/plugin-config.json"
 
 pids=()
