@@ -101,7 +101,12 @@ func (h Headers) XRateLimitOn() bool { return h.XRateLimit == nil || *h.XRateLim
 type Lease struct {
 	// Request is how many tokens to ask for on a miss (0: no local cache).
 	Request int64 `json:"request"`
-	// Slots bounds the shared-data slots the cache uses across VMs.
+	// Slots bounds the shared-data slots the cache uses across VMs. The
+	// cache is direct-mapped: two buckets active at once in one slot evict
+	// each other, and both call out on every request. With B buckets active
+	// within a lease's TTL about B/Slots of them share a slot, so the
+	// default (16384, at most a few MB of shared data) keeps a thousand
+	// active callers' leases; size it at ten times the active buckets.
 	Slots uint32 `json:"slots"`
 }
 
@@ -130,7 +135,7 @@ func Parse(data []byte) (*Config, error) {
 		FailureMode:    FailOpen,
 		IPv6Prefix:     identity.DefaultIPv6Prefix,
 		APIKeyHeader:   "x-api-key",
-		Lease:          Lease{Request: 10, Slots: 1024},
+		Lease:          Lease{Request: 10, Slots: 16384},
 		Breaker:        Breaker{Failures: 5, CooldownMs: 5000},
 		Fallback:       Fallback{Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
 	}
