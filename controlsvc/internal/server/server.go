@@ -78,94 +78,77 @@ func New(d Deps) *Server {
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
-	// Admin routes take the middleware one by one: a group with an empty
-	// prefix would also put it in front of unknown paths (401 for a 404).
-	operator := s.requireAdmin
+	s.adminRoutes()
+	return s
+}
+
+// adminRoutes registers the operator's routes. Each takes the admin
+// middleware by itself: a group with an empty prefix would also put it in
+// front of unknown paths (401 for a 404).
+func (s *Server) adminRoutes() {
+	e, operator := s.e, s.requireAdmin
+	ctx := func(c echo.Context) context.Context { return c.Request().Context() }
 	e.POST(wire.PathReset, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
-		return s.svc.Reset(c.Request().Context(), req)
+		return s.svc.Reset(ctx(c), req)
 	})))
 	e.PUT(wire.PathConfig, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
-		return s.svc.SetOverride(c.Request().Context(), req)
+		return s.svc.SetOverride(ctx(c), req)
 	})))
-	e.POST("/admin/v1/api-keys", operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.CreateKeyRequest) (admin.KeyView, error) {
-		return s.admin.CreateKey(c.Request().Context(), req)
-	})))
-	e.GET("/admin/v1/api-keys", operator(func(c echo.Context) error {
-		q := c.QueryParams()
-		list, err := s.admin.Keys(c.Request().Context(), q.Get("user_id"), q.Get("status"), q.Get("cursor"), q.Get("limit"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, &list)
-	}))
-	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
-	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
-	e.GET("/admin/v1/rules", operator(func(c echo.Context) error { return c.JSON(http.StatusOK, s.admin.RuleSet()) }))
-	const rulesPath = "/admin/v1/rate-limit-rules"
-	e.POST(rulesPath, operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
-		return s.admin.CreateRule(c.Request().Context(), req)
-	})))
-	e.GET(rulesPath, operator(func(c echo.Context) error {
-		list, err := s.admin.Rules(c.Request().Context(), c.QueryParam("tier_id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, &list)
-	}))
-	e.GET(rulesPath+"/:id", operator(idRoute(s.admin.Rule)))
-	e.PUT(rulesPath+"/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
-		return s.admin.UpdateRule(c.Request().Context(), c.Param("id"), req)
-	})))
-	e.DELETE(rulesPath+"/:id", operator(func(c echo.Context) error {
-		if err := s.admin.DeleteRule(c.Request().Context(), c.Param("id")); err != nil {
-			return err
-		}
-		return c.NoContent(http.StatusNoContent)
-	}))
-	e.GET("/admin/v1/usage/:who", operator(func(c echo.Context) error {
-		who, err := url.PathUnescape(c.Param("who"))
-		if err != nil {
-			return apierr.Invalid("identity", "is not a valid path segment")
-		}
-		v, err := s.admin.Usage(c.Request().Context(), who, c.QueryParam("window"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, &v)
-	}))
-	e.GET("/admin/v1/audit", operator(func(c echo.Context) error {
-		q := c.QueryParams()
-		page, err := s.admin.Audit(c.Request().Context(), q.Get("type"), q.Get("since"), q.Get("limit"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, &page)
-	}))
-	e.GET("/admin/v1/overrides", operator(func(c echo.Context) error {
+	e.GET("/admin/v1/overrides", operator(readRoute(func(echo.Context) (map[string]any, error) {
 		all := s.svc.Overrides()
-		return c.JSON(http.StatusOK, map[string]any{"overrides": all, "total": len(all)})
-	}))
-	e.DELETE(wire.PathConfig, operator(func(c echo.Context) error {
+		return map[string]any{"overrides": all, "total": len(all)}, nil
+	})))
+	e.DELETE(wire.PathConfig, operator(deleteRoute(func(c echo.Context) error {
 		var req wire.ResetRequest
 		if err := s.decode(c, &req, true); err != nil {
 			return err
 		}
-		if err := s.svc.DeleteOverride(c.Request().Context(), &req); err != nil {
-			return err
-		}
-		return c.NoContent(http.StatusNoContent)
-	}))
-	e.GET("/admin/v1/tiers", operator(func(c echo.Context) error {
-		list, err := s.admin.Tiers(c.Request().Context())
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, &list)
-	}))
-	e.PUT("/admin/v1/tiers/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.TierBody) (admin.TierView, error) {
-		return s.admin.PutTier(c.Request().Context(), c.Param("id"), req)
+		return s.svc.DeleteOverride(ctx(c), &req)
 	})))
-	return s
+
+	e.POST("/admin/v1/api-keys", operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.CreateKeyRequest) (admin.KeyView, error) {
+		return s.admin.CreateKey(ctx(c), req)
+	})))
+	e.GET("/admin/v1/api-keys", operator(readRoute(func(c echo.Context) (admin.KeyList, error) {
+		q := c.QueryParams()
+		return s.admin.Keys(ctx(c), q.Get("user_id"), q.Get("status"), q.Get("cursor"), q.Get("limit"))
+	})))
+	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
+	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
+
+	e.GET("/admin/v1/rules", operator(readRoute(func(echo.Context) (admin.RulesResponse, error) { return s.admin.RuleSet(), nil })))
+	const rulesPath = "/admin/v1/rate-limit-rules"
+	e.POST(rulesPath, operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
+		return s.admin.CreateRule(ctx(c), req)
+	})))
+	e.GET(rulesPath, operator(readRoute(func(c echo.Context) (admin.RuleList, error) {
+		return s.admin.Rules(ctx(c), c.QueryParam("tier_id"))
+	})))
+	e.GET(rulesPath+"/:id", operator(idRoute(s.admin.Rule)))
+	e.PUT(rulesPath+"/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
+		return s.admin.UpdateRule(ctx(c), c.Param("id"), req)
+	})))
+	e.DELETE(rulesPath+"/:id", operator(deleteRoute(func(c echo.Context) error {
+		return s.admin.DeleteRule(ctx(c), c.Param("id"))
+	})))
+	e.GET("/admin/v1/tiers", operator(readRoute(func(c echo.Context) (admin.TierList, error) {
+		return s.admin.Tiers(ctx(c))
+	})))
+	e.PUT("/admin/v1/tiers/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.TierBody) (admin.TierView, error) {
+		return s.admin.PutTier(ctx(c), c.Param("id"), req)
+	})))
+
+	e.GET("/admin/v1/usage/:who", operator(readRoute(func(c echo.Context) (admin.UsageView, error) {
+		who, err := url.PathUnescape(c.Param("who"))
+		if err != nil {
+			return admin.UsageView{}, apierr.Invalid("identity", "is not a valid path segment")
+		}
+		return s.admin.Usage(ctx(c), who, c.QueryParam("window"))
+	})))
+	e.GET("/admin/v1/audit", operator(readRoute(func(c echo.Context) (admin.AuditPage, error) {
+		q := c.QueryParams()
+		return s.admin.Audit(ctx(c), q.Get("type"), q.Get("since"), q.Get("limit"))
+	})))
 }
 
 // Handler is the server as an http.Handler.
@@ -469,14 +452,29 @@ func jsonRoute[Req, Resp any](s *Server, strict bool, status int, call func(echo
 	}
 }
 
-// idRoute is the shape of a route about one thing named by its :id segment.
-func idRoute[Resp any](call func(context.Context, string) (Resp, error)) echo.HandlerFunc {
+// readRoute answers what call returns as JSON, 200.
+func readRoute[Resp any](call func(echo.Context) (Resp, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		resp, err := call(c.Request().Context(), c.Param("id"))
+		resp, err := call(c)
 		if err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, &resp)
+	}
+}
+
+// idRoute is a read about one thing named by its :id segment.
+func idRoute[Resp any](call func(context.Context, string) (Resp, error)) echo.HandlerFunc {
+	return readRoute(func(c echo.Context) (Resp, error) { return call(c.Request().Context(), c.Param("id")) })
+}
+
+// deleteRoute answers 204 once call succeeds.
+func deleteRoute(call func(echo.Context) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := call(c); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
 	}
 }
 
