@@ -92,9 +92,10 @@ func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]strin
 	return s, nil
 }
 
-// LowerKeys copies h with lower-case keys.
+// LowerKeys copies h with lower-case keys, with room for the headers a
+// filter typically adds (Envoy's header maps grow in place too).
 func LowerKeys(h Headers) Headers {
-	out := make(Headers, len(h))
+	out := make(Headers, len(h), len(h)+8)
 	for i, kv := range h {
 		out[i] = [2]string{strings.ToLower(kv[0]), kv[1]}
 	}
