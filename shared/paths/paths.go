@@ -18,8 +18,9 @@
 //  5. a trailing slash is dropped ("/items/" is "/items"); "/" stays "/".
 //
 // Case is significant. A path that is not origin-form ("/..."), holds a
-// control character or a space, has a malformed escape, or is longer than
-// MaxLen is an error: the caller refuses the request rather than guess.
+// control character (raw or escaped) or a raw space, has a malformed escape,
+// or is longer than MaxLen is an error: the caller refuses the request rather
+// than guess.
 package paths
 
 import (
@@ -88,6 +89,12 @@ func rebuild(p string) (string, error) {
 				return "", invalid("malformed escape at byte %d", i)
 			}
 			v := byte(unhex(p[i+1])<<4 | unhex(p[i+2]))
+			if v < ' ' || v == 0x7f {
+				// An upstream that decodes "%00" may end the path there
+				// (C strings) or strip "%0A": one counter per spelling
+				// would let those spellings walk around a rule.
+				return "", invalid("escaped control character at byte %d", i)
+			}
 			i += 2
 			switch {
 			case v == '/' || v == '\\':

@@ -65,6 +65,7 @@ func TestNormalizeRefuses(t *testing.T) {
 		"", "api/v1", "*", "http://host/api", "?x=1",
 		"/a%", "/a%2", "/a%zz", "/a%%41",
 		"/a b", "/a\tb", "/a\r\nX-Evil: 1", "/a\x00b", "/a\x7fb",
+		"/a%00", "/a%0a/b", "/a%0D%0AX-Evil:%201", "/a%7F", "/a%1f",
 		"/" + strings.Repeat("a", MaxLen),
 		"/" + strings.Repeat("\xf3", MaxLen/3+1), // too long once escaped
 	} {

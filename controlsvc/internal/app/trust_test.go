@@ -134,6 +134,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"dot-dot segment", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/x/../items"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
 		{"trailing slash and query", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/items/?a=1"` + adhoc + `}`, nil, 429, "RATE_LIMIT_EXCEEDED", ""},
 		{"malformed escape in endpoint", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/%zz"}`, nil, 400, "INVALID_INPUT", "endpoint"},
+		{"escaped NUL in endpoint", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/api/v1/items%00"}`, nil, 400, "INVALID_INPUT", "endpoint"},
 		// Identities and endpoints that try to break out of their key.
 		{"crlf identity", filter, "POST", check, `{"user_id":"user:victim\r\nx: 1",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
 		{"brace identity", filter, "POST", check, `{"user_id":"user:mallory}{identity:user:victim",` + items + `}`, nil, 200, "", ""},
