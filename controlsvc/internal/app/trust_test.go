@@ -492,3 +492,48 @@ window_seconds = 60
 		}
 	}
 }
+
+// Guessing API keys, or replaying a revoked one, is not free: a request
+// refused for its key counts for its client address like an anonymous one,
+// so once the address is spent the answer is 429, and a valid key from
+// elsewhere is not touched.
+func TestRefusedKeysCountForTheirAddress(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 60\n", nil)
+	valid := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "alice", "tier": "free"}).json(t)["api_key"].(string)
+	revoked := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "bob", "tier": "free"}).json(t)["api_key"].(string)
+	if r := s.admin("POST", "/admin/v1/api-keys/"+revoked+"/revoke", nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	guess := "ak_live_" + strings.Repeat("A", len(valid)-len("ak_live_"))
+	check := func(addr, key string) *response {
+		return s.check(map[string]any{"user_id": "ip:" + addr, "api_key": key, "endpoint": "/api/v1/items"})
+	}
+	for i, tt := range []struct {
+		addr, key string
+		status    int
+		code      string
+	}{
+		{"192.0.2.50", guess, 401, "INVALID_API_KEY"},
+		{"192.0.2.50", "ak_live_short", 400, "INVALID_API_KEY"},
+		{"192.0.2.50", revoked, 403, "API_KEY_REVOKED"},
+		{"192.0.2.50", guess, 429, "RATE_LIMIT_EXCEEDED"}, // the address's three are spent
+		{"192.0.2.50", revoked, 429, "RATE_LIMIT_EXCEEDED"},
+		{"192.0.2.51", guess, 401, "INVALID_API_KEY"}, // another address has its own
+		{"192.0.2.50", valid, 200, ""},                // a valid key is counted by its key
+	} {
+		r := check(tt.addr, tt.key)
+		if r.status != tt.status || (tt.code != "" && r.errorCode(t) != tt.code) {
+			t.Errorf("attempt %d (%s): %d %s; want %d %s", i, tt.addr, r.status, r.body, tt.status, tt.code)
+		}
+	}
+	// A caller with no address the filter knows is refused without counting.
+	before := s.dbsize()
+	for i := 0; i < 5; i++ {
+		if r := s.check(map[string]any{"user_id": "ip:unknown", "api_key": guess, "endpoint": "/api/v1/items"}); r.status != 401 {
+			t.Fatalf("unknown address: %d %s", r.status, r.body)
+		}
+	}
+	if after := s.dbsize(); after != before {
+		t.Fatalf("refusals of an unknown address wrote %d keys", after-before)
+	}
+}

@@ -237,15 +237,38 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
 			var ae *apierr.Error
 			if errors.As(err, &ae) {
-				return wire.CheckResponse{}, ae
+				return s.refuseKey(ctx, p, c, ae)
 			}
 			return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
 		}
 	}
 	if req.APIKey == "" && c.id.Kind != identity.KindKey && p.keyRequired(c.tier, c.endpoint) {
-		return wire.CheckResponse{}, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
-			"This endpoint requires an API key (X-API-Key header)")
+		return s.refuseKey(ctx, p, c, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
+			"This endpoint requires an API key (X-API-Key header)"))
 	}
+	return s.decide(ctx, p, c)
+}
+
+// refuseKey answers a request refused for its API key (missing where one is
+// required, malformed, unknown, revoked, expired). The request still counts
+// as its address's, like an anonymous one: otherwise guessing keys, or
+// replaying a revoked one, would cost a client nothing and every attempt a
+// callout and a Redis lookup. Once the address is spent the answer is its
+// 429; until then, the key's refusal.
+func (s *Service) refuseKey(ctx context.Context, p *Policy, c *caller, refusal *apierr.Error) (wire.CheckResponse, error) {
+	if c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value {
+		return wire.CheckResponse{}, refusal
+	}
+	// The lease and its refund belong to the key's bucket, not this one.
+	c.lease, c.returned = 0, 0
+	if resp, err := s.decide(ctx, p, c); err == nil && !resp.Allowed {
+		return resp, nil
+	}
+	return wire.CheckResponse{}, refusal
+}
+
+// decide runs the caller's rules once its identity and tier are settled.
+func (s *Service) decide(ctx context.Context, p *Policy, c *caller) (wire.CheckResponse, error) {
 	if p.exempt(c.id, c.name) {
 		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
 		s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
