@@ -167,10 +167,16 @@ func (r *Rule) Validate() error {
 		if !ValidTierName(t) {
 			return bad(fmt.Sprintf("tiers[%d]", i), "%q must match %s", t, tierPattern)
 		}
+		if slices.Contains(r.Tiers[:i], t) {
+			return bad(fmt.Sprintf("tiers[%d]", i), "%q is listed twice", t)
+		}
 	}
 	for i, m := range r.Methods {
 		if !methodChars.Match(m, 1, 16) {
 			return bad(fmt.Sprintf("methods[%d]", i), "%q must be an upper-case HTTP method", m)
+		}
+		if slices.Contains(r.Methods[:i], m) {
+			return bad(fmt.Sprintf("methods[%d]", i), "%q is listed twice", m)
 		}
 	}
 	if r.Path != "" {

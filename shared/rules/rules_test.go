@@ -69,6 +69,8 @@ func TestValidate(t *testing.T) {
 		{"path", func(r *Rule) { r.Path = "/a**" }},
 		{"tiers[1]", func(r *Rule) { r.Tiers = []string{"free", "Pro Tier"} }},
 		{"methods[0]", func(r *Rule) { r.Methods = []string{"get"} }},
+		{"methods[2]", func(r *Rule) { r.Methods = []string{"GET", "POST", "GET"} }},
+		{"tiers[1]", func(r *Rule) { r.Tiers = []string{"free", "free"} }},
 		{"methods", func(r *Rule) { r.Methods = make([]string, 33) }},
 		{"tiers", func(r *Rule) { r.Tiers = make([]string, 33) }},
 	}

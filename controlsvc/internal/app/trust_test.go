@@ -155,6 +155,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"nested unknown field in a tier", filter, "PUT", "/admin/v1/tiers/9", `{"name":"t","limit":1,"window_seconds":60,"endpoints":{"/a":1},"extra":{"x":1}}`, asAdmin, 400, "INVALID_INPUT", "extra"},
 		{"rule limit a double would round", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":9007199254740992,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "limit"},
 		{"rule priority beyond bounds", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"priority":9223372036854775807}`, asAdmin, 400, "INVALID_INPUT", "priority"},
+		{"rule method listed twice", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"methods":["GET","GET"]}`, asAdmin, 400, "INVALID_INPUT", "methods[1]"},
 		{"rule limit given twice", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"limit":100000}`, asAdmin, 400, "INVALID_INPUT", "limit"},
 		{"rule limit spelled in capitals", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","LIMIT":100000,"limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "LIMIT"},
 		{"tier description with crlf", filter, "PUT", "/admin/v1/tiers/9", `{"name":"t","limit":1,"window_seconds":60,"description":"a\r\nX-Injected: 1"}`, asAdmin, 400, "INVALID_INPUT", "description"},
