@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
@@ -57,7 +58,11 @@ func Decode(b []byte, dst any, strict bool) error {
 func describe(err error) *fielderr.Error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var pe *time.ParseError
 	switch {
+	case errors.As(err, &pe):
+		// time.Time decodes itself, so encoding/json names no field.
+		return fielderr.New("", "holds a time that is not RFC 3339 (%s): %q", time.RFC3339, pe.Value)
 	case errors.As(err, &te):
 		return fielderr.New(te.Field, "must be %s, not %s", jsonKind(te.Type.Kind()), te.Value)
 	case errors.As(err, &se):

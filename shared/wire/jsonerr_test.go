@@ -3,6 +3,7 @@ package wire
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 )
@@ -15,6 +16,7 @@ func TestDecode(t *testing.T) {
 		Lease  inner            `json:"lease"`
 		Limits map[string]inner `json:"limits"`
 		List   []inner          `json:"list"`
+		At     time.Time        `json:"at"`
 		CheckRequest
 	}
 	for _, tt := range []struct {
@@ -27,6 +29,7 @@ func TestDecode(t *testing.T) {
 		{`{"user_id": "a",`, false, "", "malformed JSON (truncated)"},
 		{`{"user_id" "a"}`, false, "", "malformed JSON at byte 12"},
 		{`{} {}`, false, "", "has data after the JSON value"},
+		{`{"at": "2030-01-01"}`, true, "", `holds a time that is not RFC 3339 (2006-01-02T15:04:05Z07:00): "2030-01-01"`},
 		{`{"surprise": true}`, false, "", ""},
 		{`{"surprise": true}`, true, "surprise", "is not a known field"},
 		{`{"lease": {"requests": 5}}`, true, "lease.requests", "is not a known field"},
