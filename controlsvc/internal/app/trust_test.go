@@ -528,6 +528,17 @@ func TestRefusedKeysCountForTheirAddress(t *testing.T) {
 			t.Errorf("attempt %d (%s): %d %s; want %d %s", i, tt.addr, r.status, r.body, tt.status, tt.code)
 		}
 	}
+	// Refused requests were counted, never admitted: the address's usage
+	// shows no request made and the two denials as violations.
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	u := s.admin("GET", "/admin/v1/usage/ip:192.0.2.50?window=current", nil).json(t)
+	cw, _ := u["current_window"].(map[string]any)
+	day, _ := u["last_24_hours"].(map[string]any)
+	if cw == nil || cw["requests_made"] != float64(0) || day["violations"] != float64(2) {
+		t.Fatalf("usage of the guessing address: %v", u)
+	}
 	// A caller with no address the filter knows is refused without counting.
 	before := s.dbsize()
 	for i := 0; i < 5; i++ {

@@ -79,6 +79,9 @@ type caller struct {
 	lease    int64
 	returned int64
 	adhoc    *rules.Rule // the check's own limit, if it gave one
+	// refused: the request is answered with its key's refusal whatever the
+	// rules say, so it is counted but never recorded as admitted usage.
+	refused bool
 }
 
 var methodChars = ascii.NewSet("A-Z")

@@ -260,7 +260,7 @@ func (s *Service) refuseKey(ctx context.Context, p *Policy, c *caller, refusal *
 		return wire.CheckResponse{}, refusal
 	}
 	// The lease and its refund belong to the key's bucket, not this one.
-	c.lease, c.returned = 0, 0
+	c.lease, c.returned, c.refused = 0, 0, true
 	if resp, err := s.decide(ctx, p, c); err == nil && !resp.Allowed {
 		return resp, nil
 	}
@@ -270,8 +270,10 @@ func (s *Service) refuseKey(ctx context.Context, p *Policy, c *caller, refusal *
 // decide runs the caller's rules once its identity and tier are settled.
 func (s *Service) decide(ctx context.Context, p *Policy, c *caller) (wire.CheckResponse, error) {
 	if p.exempt(c.id, c.name) {
-		s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
-		s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
+		if !c.refused {
+			s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
+			s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
+		}
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier,
 			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Config.Lease.TTLMs}}, nil
 	}
@@ -311,7 +313,11 @@ func (s *Service) decide(ctx context.Context, p *Policy, c *caller) (wire.CheckR
 		credited = rs[0].res.Credited
 	}
 	s.record(c, &resp, credited)
-	s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
+	if !c.refused || !resp.Allowed {
+		// A refused key's request that the rules let through is answered
+		// with the refusal: it is no allowed decision.
+		s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
+	}
 	s.m.LeaseGranted.Add(float64(resp.Lease.Granted))
 	for i := range rs {
 		if rs[i].res.Penalized {
@@ -334,7 +340,9 @@ func (s *Service) record(c *caller, resp *wire.CheckResponse, credited int64) {
 			Identity: c.name, Endpoint: c.endpoint, RuleID: resp.RuleID})
 		return
 	}
-	s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-credited, nil)
+	if !c.refused {
+		s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-credited, nil)
+	}
 }
 
 // limit runs one counter through the circuit breaker.
