@@ -47,6 +47,8 @@ func TestIdentitySources(t *testing.T) {
 		{"forged token falls back to ip", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + forge(keys.Sign("ES256", valid))}}, "", "ip:198.51.100.7", "", ""},
 		{"wrong issuer falls back", jwtConfig(false), wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", map[string]any{"sub": "x", "iss": "evil", "exp": epoch.Unix() + 60})}}, "", "ip:198.51.100.7", "", ""},
 		{"api key beside the address", baseConfig, wasmhost.Headers{{"x-api-key", "tg_key"}}, "", "ip:198.51.100.7", "", "tg_key"},
+		{"jwt behind a trusted proxy", strings.Replace(jwtConfig(false), `"lease"`, `"xff_trusted_hops":1,"lease"`, 1),
+			wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", valid)}, {"x-forwarded-for", "6.6.6.6, 203.0.113.5, 10.0.0.1"}}, "", "user:alice", "premium", ""},
 		{"jwt beats api key", jwtConfig(false), wasmhost.Headers{{"x-api-key", "tg_key"}, {"authorization", "Bearer " + keys.Sign("HS256", valid)}}, "", "user:alice", "premium", "tg_key"},
 		{"source address", baseConfig, nil, "203.0.113.9:1234", "ip:203.0.113.9", "", ""},
 		{"ipv6 source counted by its /64", baseConfig, nil, "[2001:DB8:0:0::1]:443", "ip:2001:db8::", "", ""},
@@ -80,6 +82,18 @@ func TestIdentitySources(t *testing.T) {
 			}
 			if tt.wantID == "user:alice" && body.Tenant != "acme" {
 				t.Fatalf("tenant %q, want acme", body.Tenant)
+			}
+			// A JWT caller's address travels beside its subject, resolved as
+			// an address caller's would be; an address caller's is its id.
+			wantAddr := ""
+			if tt.wantID == "user:alice" {
+				wantAddr = "198.51.100.7"
+				if strings.Contains(tt.config, "xff_trusted_hops") {
+					wantAddr = "203.0.113.5"
+				}
+			}
+			if body.ClientAddress != wantAddr {
+				t.Fatalf("client_address %q, want %q", body.ClientAddress, wantAddr)
 			}
 			if body.Endpoint != "/api/v1/items" || body.Method != "GET" {
 				t.Fatalf("endpoint %q method %q", body.Endpoint, body.Method)
@@ -166,5 +180,26 @@ func TestCalloutShape(t *testing.T) {
 	_ = json.Unmarshal(c.Body, &raw)
 	if _, ok := raw["api_key"]; ok {
 		t.Fatal("empty api_key sent")
+	}
+}
+
+// A JWT caller's lease is spent only from the address it was granted for:
+// an ip-scoped rule counted the caller there.
+func TestJWTLeaseIsPerAddress(t *testing.T) {
+	e := newEnv(t, strings.Replace(jwtConfig(false), `"lease":{"request":0}`, `"lease":{"request":10}`, 1), 1)
+	bearer := wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", claims(epoch.Add(time.Hour)))}}
+	if _, act := e.start(req{headers: bearer, source: "192.0.2.1:1000"}); act != wasmhost.Pause {
+		t.Fatalf("first request: %v", act)
+	}
+	e.answer(0, "200", decision(true, 50, 10, 0))
+	if _, act := e.start(req{headers: bearer, source: "192.0.2.1:1001"}); act != wasmhost.Continue {
+		t.Fatalf("same address: %v, want the lease", act)
+	}
+	e.noCallout(0)
+	if _, act := e.start(req{headers: bearer, source: "192.0.2.2:1000"}); act != wasmhost.Pause {
+		t.Fatalf("another address: %v, want a callout", act)
+	}
+	if _, body := e.callout(0); body.UserID != "user:alice" || body.ClientAddress != "192.0.2.2" {
+		t.Fatalf("callout %q from %q", body.UserID, body.ClientAddress)
 	}
 }

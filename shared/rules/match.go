@@ -21,8 +21,8 @@ type Request struct {
 	// their keys).
 	KeyUser bool
 	// ClientAddress is true when the caller's address is known although it
-	// is identified otherwise (an API key): the ip scope applies to it too,
-	// so a key cannot walk around a per-address rule.
+	// is identified otherwise (an API key, a JWT subject): the ip scope applies
+	// to it too, so no credential walks around a per-address rule.
 	ClientAddress bool
 	// Tenant is empty when the caller has none; the tenant scope then does
 	// not apply.

@@ -14,7 +14,7 @@ import (
 type Scope string
 
 const (
-	ScopeIP       Scope = "ip"       // callers whose address is known (anonymous and API-key callers), by client address
+	ScopeIP       Scope = "ip"       // callers whose address is known (anonymous, API-key and JWT callers), by client address
 	ScopeUser     Scope = "user"     // callers with a verified JWT subject, and API-key callers by the key's user
 	ScopeAPIKey   Scope = "api_key"  // callers with an API key
 	ScopeTenant   Scope = "tenant"   // every caller of one tenant together

@@ -42,6 +42,8 @@ func (p *parser) requestField(key []byte, r *CheckRequest) error {
 		return p.integer(&r.Lease)
 	case EqualFoldASCII(key, "returned"):
 		return p.integer(&r.Returned)
+	case EqualFoldASCII(key, "client_address"):
+		return p.str(&r.ClientAddress)
 	}
 	return p.skip(0)
 }

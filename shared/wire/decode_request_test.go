@@ -14,6 +14,7 @@ func TestDecodeCheckRequest(t *testing.T) {
 		`{"USER_ID":"a","Endpoint":"/x","limit":5,"window_seconds":60,"strategy":"gcra","extra":{"deep":[1,2,{"x":null}]}}`,
 		`{"user_id":"a","limit":5,"limit":null}`,
 		`{"user_id":"a","user_id":"b"}`,
+		`{"user_id":"user:a","client_address":"2001:db8::1","Client_Address":"192.0.2.1"}`,
 		`  {"user_id":"\u00e9\ud83d\ude00"} `,
 	} {
 		var mine, theirs CheckRequest
@@ -40,6 +41,7 @@ func TestDecodeCheckRequest(t *testing.T) {
 func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add(sampleCheck)
 	f.Add([]byte(`{"limit":null,"Limit":7,"window_seconds":-0,"x":[{}]}`))
+	f.Add([]byte(`{"user_id":"user:a","client_address":"192.0.2.1"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckRequest
 		if DecodeCheckRequest(b, &mine) != nil {

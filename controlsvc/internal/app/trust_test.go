@@ -550,3 +550,49 @@ func TestRefusedKeysCountForTheirAddress(t *testing.T) {
 		t.Fatalf("refusals of an unknown address wrote %d keys", after-before)
 	}
 }
+
+// A verified JWT subject does not walk around a per-address rule either:
+// the filter sends its client address, and the ip scope counts it. Only the
+// filter may say where a caller is.
+func TestJWTCallersCountForAddressRules(t *testing.T) {
+	s := startService(t, `[[rules]]
+id = "login"
+path = "/api/v1/auth/login"
+scope = "ip"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 60
+`, nil)
+	check := func(user, addr string) *response {
+		return s.check(map[string]any{"user_id": user, "client_address": addr, "endpoint": "/api/v1/auth/login"})
+	}
+	for _, tt := range []struct {
+		name, user, addr string
+		status           int
+		field            string
+	}{
+		{"alice from an address", "user:alice", "192.0.2.9", 200, ""},
+		{"bob from the same address", "user:bob", "192.0.2.9", 200, ""},
+		{"carol from the same address: it is spent", "user:carol", "192.0.2.9", 429, ""},
+		{"carol from another address", "user:carol", "2001:db8::9", 200, ""},
+		{"an address that is not one", "user:carol", "192.0.2.300", 400, "client_address"},
+		{"an address caller naming another address", "ip:198.51.100.1", "192.0.2.10", 400, "client_address"},
+	} {
+		r := check(tt.user, tt.addr)
+		if r.status != tt.status {
+			t.Errorf("%s: %d %s; want %d", tt.name, r.status, r.body, tt.status)
+			continue
+		}
+		if tt.field != "" {
+			if f := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"]; f != tt.field {
+				t.Errorf("%s: field %v, want %s", tt.name, f, tt.field)
+			}
+		}
+	}
+	// Without the filter's credential nobody may say where a caller is.
+	open := startServiceOn(t, s.redis, "redis://"+s.redis.Addr+"/0", "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	if r := open.check(map[string]any{"user_id": "mallory", "client_address": "192.0.2.77", "endpoint": "/api/v1/auth/login"}); r.status != 403 ||
+		r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"] != "client_address" {
+		t.Fatalf("untrusted client_address: %d %s", r.status, r.body)
+	}
+}

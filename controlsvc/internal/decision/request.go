@@ -33,6 +33,7 @@ const (
 type subject struct {
 	userID, endpoint, method, tier, tenant string
 	cost, lease, returned                  int64
+	address                                string // client_address
 }
 
 // target is a validated subject: who the request is about (canonical
@@ -45,9 +46,10 @@ type target struct {
 	tenant   string
 	endpoint string
 	method   string
-	// address is the client address an API-key caller was presented with
-	// ("" when unknown), keyUser its key's user id: the ip and user scopes
-	// count these (idFor).
+	// address is the client address of a caller identified otherwise (an
+	// API-key caller presented by it, a JWT subject the filter sent it
+	// with; "" when unknown), keyUser its key's user id: the ip and user
+	// scopes count these (idFor).
 	address, keyUser string
 }
 
@@ -108,6 +110,16 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 			return t, aerr
 		}
 	}
+	if in.address != "" {
+		if id.Kind == identity.KindIP {
+			return t, apierr.Invalid("client_address", "is for a caller identified otherwise; an address caller's user_id is its address")
+		}
+		a, err := identity.IP(in.address)
+		if err != nil {
+			return t, apierr.InvalidAt("client_address", err)
+		}
+		t.address = a.Value
+	}
 	if t.endpoint, err = validEndpoint(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
@@ -149,6 +161,9 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("lease")
 	case in.returned != 0:
 		return apierr.Forbidden("returned")
+	case in.address != "":
+		// Would spend another address's per-address quota.
+		return apierr.Forbidden("client_address")
 	case id.Kind == identity.KindKey:
 		return apierr.ForbiddenBecause("user_id", "an API-key identity needs the service credential; present the key itself as api_key")
 	}
@@ -158,7 +173,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 // validate checks everything a check says before anything touches Redis.
 func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant,
-		cost: req.Cost, lease: req.Lease, returned: req.Returned}, trust)
+		cost: req.Cost, lease: req.Lease, returned: req.Returned, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
 	}

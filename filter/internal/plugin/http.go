@@ -97,10 +97,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	// those of Bucket(identity, api key, tier, tenant, method, path), hashed
 	// where they lie: the client address's identity in a stack buffer.
 	b := p.cache.NewBucket()
+	var buf [64]byte
 	if h.id != "" {
 		b.Add(h.id)
-	} else {
-		var buf [64]byte
+	}
+	if h.ip.IsValid() {
+		// A JWT caller's lease is its address's too: an ip rule counted it
+		// from there.
 		b.AddBytes(h.appendIPIdentity(buf[:0]))
 	}
 	b.Add(h.apiKey)
@@ -196,9 +199,13 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
 	}
+	var address string
+	if h.id != "" && h.ip.IsValid() {
+		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
+	}
 	body, _ := json.Marshal(wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
-		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned,
+		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, ClientAddress: address,
 	})
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
@@ -265,6 +272,9 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 				if _, err := identity.User(c.Tenant); err == nil {
 					h.tenant = c.Tenant
 				}
+				// The subject is who calls; per-address rules still count
+				// where from (sent as client_address, and in the bucket).
+				h.ip, _ = h.clientAddress(xff, realIP)
 				return true
 			}
 		}
@@ -277,19 +287,31 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 	if len(h.apiKey) > 256 {
 		h.apiKey = h.apiKey[:256] // the service refuses it as malformed
 	}
+	ip, ok := h.clientAddress(xff, realIP)
+	if !ok {
+		h.id = identity.UnknownIP.String()
+		return true
+	}
+	// The identity string waits until something keeps it (ident): a lease
+	// hit only hashes it.
+	h.ip = ip
+	return true
+}
+
+// clientAddress is the caller's address as Envoy resolved it and the
+// trusted proxies forwarded it, bucketed (an IPv6 prefix); false when there
+// is none.
+func (h *httpContext) clientAddress(xff, realIP string) (netip.Addr, bool) {
+	p := h.p
 	source, _ := proxywasm.GetPropertyString(sourceAddress)
 	addr, _, err := identity.ClientIP(identity.ClientIPInput{
 		SourceAddress: source, ForwardedFor: xff, XFFTrustedHops: p.cfg.XFFTrustedHops,
 		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP,
 	})
 	if err != nil {
-		h.id = identity.UnknownIP.String()
-		return true
+		return netip.Addr{}, false
 	}
-	// The identity string waits until something keeps it (ident): a lease
-	// hit only hashes it.
-	h.ip = identity.Bucket(addr, p.cfg.IPv6Prefix)
-	return true
+	return identity.Bucket(addr, p.cfg.IPv6Prefix), true
 }
 
 // ident is the caller's identity: the one resolved, or the client
