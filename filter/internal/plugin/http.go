@@ -94,8 +94,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	}
 	// The raw API key goes into the keyed hash: only its 128-bit digest
 	// reaches shared data, and the hash is secret per process. The parts are
-	// those of Bucket(identity, api key, tier, tenant, method, path), hashed
-	// where they lie: the client address's identity in a stack buffer.
+	// those of Bucket(JWT subject, client address, api key, tier, tenant,
+	// method, path), each one there is, hashed where they lie: the client
+	// address's identity in a stack buffer.
 	b := p.cache.NewBucket()
 	var buf [64]byte
 	if h.id != "" {
