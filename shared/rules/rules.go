@@ -139,6 +139,11 @@ const (
 // Reserved reports whether id is one of the ids no configured rule may take.
 func Reserved(id string) bool { return id == IDExempt || id == IDOverride || id == IDRequest }
 
+// ValidMethod reports whether m is an HTTP method as rules name them: 1 to
+// 16 upper-case letters. Methods are case-sensitive, so "post" is not POST
+// and matches no rule that names POST; it is refused, not counted apart.
+func ValidMethod(m string) bool { return methodChars.Match(m, 1, 16) }
+
 // ValidTierName reports whether s is a valid tier name: ^[a-z0-9_]{1,64}$.
 func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 
@@ -172,7 +177,7 @@ func (r *Rule) Validate() error {
 		}
 	}
 	for i, m := range r.Methods {
-		if !methodChars.Match(m, 1, 16) {
+		if !ValidMethod(m) {
 			return bad(fmt.Sprintf("methods[%d]", i), "%q must be an upper-case HTTP method", m)
 		}
 		if slices.Contains(r.Methods[:i], m) {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
-	"github.com/tollgate-rl/tollgate/shared/ascii"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/paths"
@@ -86,8 +85,6 @@ type caller struct {
 	refused bool
 }
 
-var methodChars = ascii.NewSet("A-Z")
-
 // target validates a subject. An untrusted caller is refused any field only
 // the service credential may send, before the fields' values are checked.
 func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
@@ -123,7 +120,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 	if t.endpoint, err = validEndpoint(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
-	if in.method != "" && !methodChars.Match(in.method, 1, 16) {
+	if in.method != "" && !rules.ValidMethod(in.method) {
 		return t, apierr.Invalid("method", "must be an upper-case HTTP method")
 	}
 	t.method = in.method

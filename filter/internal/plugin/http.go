@@ -89,6 +89,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if p.excluded(rq.rawPath, path) {
 		return types.ActionContinue
 	}
+	if !rules.ValidMethod(rq.method) {
+		// The service would refuse it without counting anything: refused
+		// here, such requests cost no callout each.
+		return h.refuse(400, "the request method must be an upper-case HTTP method")
+	}
 	if !h.resolveIdentity(rq.auth, rq.xff, rq.realIP) {
 		return types.ActionPause // answered 401
 	}
