@@ -73,7 +73,7 @@ func (a *App) refresh(ctx context.Context, version int64) {
 		return
 	}
 	for _, e := range bad {
-		a.log.Error("runtime state skipped", "err", e)
+		a.log.Error("runtime state skipped or upgraded", "err", e)
 	}
 	if err := a.overrides.Refresh(ctx); err != nil {
 		a.log.Warn("overrides not reloaded", "err", err)

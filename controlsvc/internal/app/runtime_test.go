@@ -396,3 +396,52 @@ func TestKeyFollowsItsTierByID(t *testing.T) {
 		t.Fatalf("key view after the rename: %v", view)
 	}
 }
+
+// Entries stored by an earlier version, before today's bounds (a method
+// listed twice, a priority or limit beyond the bounds, a description with a
+// line break), are read within the bounds: they neither take every runtime
+// rule down at start nor make every later change fail validation.
+func TestEntriesStoredBeforeTheBoundsAreUpgraded(t *testing.T) {
+	r := redistest.Start(t)
+	for _, kv := range [][3]string{
+		{keys.AdminRules, "7", `{"id":"7","methods":["GET","GET"],"path":"/api/v1/legacy","scope":"identity","algorithm":"fixed_window","limit":1,"window_seconds":60,"priority":5000000}`},
+		{keys.AdminTiers, "9", `{"tier_id":9,"name":"legacy","limit":1152921504606846976,"window_seconds":60,"description":"old\r\ntier ` + strings.Repeat("d", 300) + `"}`},
+	} {
+		if _, err := redistest.Do(r.Addr, "HSET", kv[0], kv[1], kv[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := redistest.Do(r.Addr, "SET", keys.AdminVersion, "1"); err != nil {
+		t.Fatal(err)
+	}
+	s := startServiceOn(t, r, "redis://"+r.Addr+"/0", "", nil)
+	req := map[string]any{"user_id": "old", "endpoint": "/api/v1/legacy", "method": "GET"}
+	if a, b := s.check(req), s.check(req); a.status != 200 || b.status != 429 || b.json(t)["rule_id"] != "7" {
+		t.Fatalf("the stored rule at start: %d then %d %s", a.status, b.status, b.body)
+	}
+	if p := s.admin("PUT", "/admin/v1/tiers/10", map[string]any{"name": "fresh", "limit": 5, "window_seconds": 60}); p.status != 200 {
+		t.Fatalf("a change beside the old entries: %d %s", p.status, p.body)
+	}
+	rule := s.admin("GET", "/admin/v1/rate-limit-rules/7", nil).json(t)
+	if fmt.Sprint(rule["methods"]) != "[GET]" || rule["priority"] != float64(1_000_000) {
+		t.Fatalf("rule read back: %v", rule)
+	}
+	var tiers struct {
+		Tiers []struct {
+			ID          int    `json:"tier_id"`
+			Limit       int64  `json:"limit"`
+			Description string `json:"description"`
+		} `json:"tiers"`
+	}
+	if err := json.Unmarshal(s.admin("GET", "/admin/v1/tiers", nil).body, &tiers); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range tiers.Tiers {
+		if tr.ID == 9 && (tr.Limit != 1<<53-1 || len(tr.Description) > 256 || strings.ContainsAny(tr.Description, "\r\n") || !strings.HasPrefix(tr.Description, "old  tier d")) {
+			t.Fatalf("tier read back: %+v", tr)
+		}
+	}
+	if !strings.Contains(s.logs.String(), `runtime rule \"7\" was stored before its bounds`) {
+		t.Fatalf("the upgrade was not logged:\n%s", s.logs.String())
+	}
+}

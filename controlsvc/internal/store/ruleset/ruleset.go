@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -83,6 +84,9 @@ func (s *Store) Load(ctx context.Context) (Snapshot, []error, error) {
 			bad = append(bad, fmt.Errorf("runtime rule %q does not decode", id))
 			continue
 		}
+		if changed := upgradeRule(&r.Rule); len(changed) > 0 {
+			bad = append(bad, fmt.Errorf("runtime rule %q was stored before its bounds: read with %s; save it again to store it so", id, strings.Join(changed, ", ")))
+		}
 		snap.Rules = append(snap.Rules, r)
 	}
 	for id, v := range tierMap.Val() {
@@ -90,6 +94,9 @@ func (s *Store) Load(ctx context.Context) (Snapshot, []error, error) {
 		if err := json.Unmarshal([]byte(v), &t); err != nil || strconv.Itoa(t.ID) != id {
 			bad = append(bad, fmt.Errorf("runtime tier %q does not decode", id))
 			continue
+		}
+		if changed := upgradeTier(&t.Tier); len(changed) > 0 {
+			bad = append(bad, fmt.Errorf("runtime tier %q was stored before its bounds: read with %s; save it again to store it so", id, strings.Join(changed, ", ")))
 		}
 		snap.Tiers = append(snap.Tiers, t)
 	}
