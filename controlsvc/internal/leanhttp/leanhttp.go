@@ -175,6 +175,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// testHookBeforeIdle, when set, runs as a connection starts waiting for
+// its next request (a test holds it there to meet Shutdown).
+var testHookBeforeIdle func()
+
 // conn is one client connection on the lean path.
 type conn struct {
 	net.Conn
@@ -194,8 +198,19 @@ func (c *conn) serve() {
 	c.br = bufio.NewReaderSize(c.Conn, c.s.BufferBytes)
 	ctx := context.Background()
 	for !c.s.closing.Load() {
+		if testHookBeforeIdle != nil {
+			testHookBeforeIdle()
+		}
 		if c.s.IdleTimeout > 0 {
 			_ = c.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+			if c.s.closing.Load() {
+				// Shutdown may have set its past deadline between the
+				// loop's check and ours, which replaced it: the wait
+				// would last the idle timeout, beyond Shutdown's context.
+				// If Shutdown comes after this check, its deadline is
+				// set after ours and wins.
+				_ = c.SetReadDeadline(time.Unix(1, 0))
+			}
 		}
 		if _, err := c.br.Peek(1); err != nil {
 			return // closed, idle too long, or shutting down

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -255,6 +256,44 @@ func TestShutdownClosesIdle(t *testing.T) {
 		if _, err := br.ReadByte(); err != io.EOF {
 			t.Errorf("%s connection still open after Shutdown: %v", name, err)
 		}
+	}
+}
+
+// TestShutdownRightAfterAnAnswer: Shutdown that comes while a connection
+// is between its answer and its next idle wait still ends it. The idle
+// wait used to set its deadline after Shutdown had set its own, and then
+// waited out the idle timeout (a minute here) while Shutdown's context ran
+// out. The hook holds the connection right there until Shutdown has set
+// its deadlines.
+func TestShutdownRightAfterAnAnswer(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	waits := 0
+	testHookBeforeIdle = func() {
+		if waits++; waits == 2 { // the wait after the first answer
+			close(reached)
+			<-release
+		}
+	}
+	t.Cleanup(func() { testHookBeforeIdle = nil })
+	s, addr := start(t)
+	c, br := dial(t, addr)
+	roundTrip(t, c, br, post("x"))
+	<-reached
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // a bound on a hang, not a speed target
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(ctx) }()
+	for !s.closing.Load() {
+		runtime.Gosched()
+	}
+	s.mu.Lock() // Shutdown sets the connections' deadlines holding it
+	s.mu.Unlock()
+	close(release)
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("connection still open after Shutdown: %v", err)
 	}
 }
 
