@@ -199,8 +199,11 @@ func TestViolationsNeverCrowdOutAdminChanges(t *testing.T) {
 		}
 		since = *body.Next
 	}
-	if len(types) != denials+2 || types[0] != "admin" || types[len(types)-1] != "admin" {
-		t.Fatalf("merged trail: %v; want admin, %d violations, admin", types, denials)
+	// The ids above are in order; which of two events sharing an id comes
+	// first is not (a run once saw the second change share the millisecond of
+	// the flushed violations), so count, do not place.
+	if admins := strings.Count(strings.Join(types, " "), "admin"); len(types) != denials+2 || admins != 2 {
+		t.Fatalf("merged trail: %v; want 2 admin changes and %d violations", types, denials)
 	}
 }
 
