@@ -56,7 +56,7 @@ type Service struct {
 	trail    Trail
 	usage    UsageReader
 	policy   func() *decision.Policy
-	validate func(ruleset.Snapshot) error
+	validate func(before, after ruleset.Snapshot) error
 	changed  func(context.Context)
 	m        *metrics.Metrics
 	log      *slog.Logger
@@ -71,9 +71,9 @@ type Deps struct {
 	Usage UsageReader
 	// Policy returns the live policy (default tier, rules).
 	Policy func() *decision.Policy
-	// Validate reports whether runtime rules and tiers, laid over the file's
-	// configuration, could be decided with.
-	Validate func(ruleset.Snapshot) error
+	// Validate reports whether after, a change to the stored runtime rules
+	// and tiers before, can be decided with over the file's configuration.
+	Validate func(before, after ruleset.Snapshot) error
 	// Changed applies a stored change on this replica at once (the others
 	// follow the announcement).
 	Changed func(context.Context)

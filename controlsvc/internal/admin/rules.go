@@ -331,12 +331,14 @@ func set[T any](dst *T, v *T) {
 
 // check validates runtime rules (with the stored tiers) laid over the file.
 func (s *Service) check(next []ruleset.Rule, snap ruleset.Snapshot) *apierr.Error {
-	snap.Rules = next
-	return s.checkSnapshot(snap)
+	after := snap
+	after.Rules = next
+	return s.checkSnapshot(snap, after)
 }
 
-func (s *Service) checkSnapshot(snap ruleset.Snapshot) *apierr.Error {
-	err := s.validate(snap)
+// checkSnapshot validates after, a change to the stored snap.
+func (s *Service) checkSnapshot(snap, after ruleset.Snapshot) *apierr.Error {
+	err := s.validate(snap, after)
 	if err == nil {
 		return nil
 	}

@@ -87,7 +87,7 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 		}
 		cand := snap
 		cand.Tiers = next
-		if aerr := s.checkSnapshot(cand); aerr != nil {
+		if aerr := s.checkSnapshot(snap, cand); aerr != nil {
 			return aerr
 		}
 		return s.storeErr(s.rules.PutTier(ctx, t, snap.Version))

@@ -445,3 +445,59 @@ func TestEntriesStoredBeforeTheBoundsAreUpgraded(t *testing.T) {
 		t.Fatalf("the upgrade was not logged:\n%s", s.logs.String())
 	}
 }
+
+// A stored runtime rule that no longer fits the file (it names a tier the
+// file does not have, as after the tier was removed from the file) is left
+// out alone: the other runtime rules decide, admin changes beside it go on,
+// a change to it must make it fit, and once fixed it decides.
+func TestRuntimeEntryThatNoLongerFitsIsLeftOutAlone(t *testing.T) {
+	r := redistest.Start(t)
+	for _, kv := range [][3]string{
+		{keys.AdminRules, "7", `{"id":"7","path":"/api/v1/kept","scope":"identity","algorithm":"fixed_window","limit":1,"window_seconds":60}`},
+		{keys.AdminRules, "8", `{"id":"8","tier_id":42,"tiers":["gone"],"path":"/api/v1/orphan","scope":"identity","algorithm":"fixed_window","limit":1,"window_seconds":60}`},
+	} {
+		if _, err := redistest.Do(r.Addr, "HSET", kv[0], kv[1], kv[2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := redistest.Do(r.Addr, "SET", keys.AdminVersion, "1"); err != nil {
+		t.Fatal(err)
+	}
+	s := startServiceOn(t, r, "redis://"+r.Addr+"/0", "", nil)
+	kept := map[string]any{"user_id": "u1", "endpoint": "/api/v1/kept", "method": "GET"}
+	if a, b := s.check(kept), s.check(kept); a.status != 200 || b.status != 429 || b.json(t)["rule_id"] != "7" {
+		t.Fatalf("the rule that fits, at start: %d then %d %s", a.status, b.status, b.body)
+	}
+	orphan := map[string]any{"user_id": "u1", "endpoint": "/api/v1/orphan", "method": "GET"}
+	if a, b := s.check(orphan), s.check(orphan); a.status != 200 || b.status != 200 || b.json(t)["rule_id"] == "8" {
+		t.Fatalf("the rule left out decided: %d then %d %s", a.status, b.status, b.body)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, "runtime entry left out") || !strings.Contains(logs, `"entry":"rule 8"`) {
+		t.Fatalf("the left-out rule was not logged:\n%s", logs)
+	}
+	// A change beside it goes on, and decides.
+	created := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/api/v1/new", "limit": 1, "window_seconds": 60})
+	if created.status != 201 {
+		t.Fatalf("a rule created beside the left-out one: %d %s", created.status, created.body)
+	}
+	fresh := map[string]any{"user_id": "u1", "endpoint": "/api/v1/new", "method": "GET"}
+	if a, b := s.check(fresh), s.check(fresh); a.status != 200 || b.status != 429 {
+		t.Fatalf("the new rule: %d then %d %s", a.status, b.status, b.body)
+	}
+	// A new entry that would be left out is still refused, naming the field.
+	if p := s.admin("PUT", "/admin/v1/tiers/11", map[string]any{"name": "free", "limit": 5, "window_seconds": 60}); p.status != 400 || !strings.Contains(string(p.body), "name") {
+		t.Fatalf("a tier named like a file tier: %d %s", p.status, p.body)
+	}
+	// A change to the left-out rule that leaves it out is refused...
+	if p := s.admin("PUT", "/admin/v1/rate-limit-rules/8", map[string]any{"limit": 2}); p.status != 400 {
+		t.Fatalf("an update that still does not fit: %d %s", p.status, p.body)
+	}
+	// ...and one that makes it fit brings it back.
+	if p := s.admin("PUT", "/admin/v1/rate-limit-rules/8", map[string]any{"tier_id": 0}); p.status != 200 {
+		t.Fatalf("the fix: %d %s", p.status, p.body)
+	}
+	other := map[string]any{"user_id": "u2", "endpoint": "/api/v1/orphan", "method": "GET"}
+	if a, b := s.check(other), s.check(other); a.status != 200 || b.status != 429 || b.json(t)["rule_id"] != "8" {
+		t.Fatalf("the fixed rule: %d then %d %s", a.status, b.status, b.body)
+	}
+}
