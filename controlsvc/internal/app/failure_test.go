@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,6 +110,29 @@ func TestTopologies(t *testing.T) {
 				if codes[200] != 5 || codes[429] != 2 {
 					t.Fatalf("user %s: %v; want 5 allowed, 2 denied", user, codes)
 				}
+			}
+			// Concurrent checks of owners on different slots (nodes, in the
+			// cluster) share pipelines: still exact per owner.
+			const owners, each, limit = 8, 20, 10
+			statuses := make(chan int, owners*each)
+			var wg sync.WaitGroup
+			for o := range owners {
+				for range each {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						statuses <- s.check(map[string]any{"user_id": "c" + strconv.Itoa(o), "endpoint": "/y", "limit": limit, "window_seconds": 3600, "strategy": "token_bucket"}).status
+					}()
+				}
+			}
+			wg.Wait()
+			close(statuses)
+			codes := map[int]int{}
+			for st := range statuses {
+				codes[st]++
+			}
+			if codes[200] != owners*limit || codes[429] != owners*(each-limit) {
+				t.Fatalf("concurrent: %v; want %d allowed, %d denied", codes, owners*limit, owners*(each-limit))
 			}
 			if r := s.do("GET", "/health", nil); r.status != 200 {
 				t.Fatalf("health: %d %s", r.status, r.body)
