@@ -13,7 +13,10 @@ import (
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
+// The upstream is taken to route paths case-insensitively, as many do.
 const hostileControlConfig = `
+path_case = "insensitive"
+
 [exemptions]
 ips = ["10.255.0.0/16"]
 
@@ -77,6 +80,8 @@ func TestHostileRequestsThroughTheGateway(t *testing.T) {
 		{"matrix parameter after the limit", "/api/v1/items;a", nil, 429, ""},
 		{"double slash and dot after the limit", "//api/./v1/items", nil, 429, ""},
 		{"escaped slash after the limit", "/api%2Fv1%2Fitems", nil, 429, ""},
+		{"upper case after the limit", "/API/V1/Items", nil, 429, ""},
+		{"upper case escaped after the limit", "/api/v1/%49TEMS", nil, 429, ""},
 		{"excluded path reached by dot segments is counted", "/api/v1/items/..;/../../../healthz", nil, 200, attacker},
 		{"more headers than Envoy accepts", "/api/v1/profile", manyHeaders, 431, ""},
 	} {

@@ -17,7 +17,8 @@
 //     removes the segment before it (never above the root);
 //  5. a trailing slash is dropped ("/items/" is "/items"); "/" stays "/".
 //
-// Case is significant. A path that is not origin-form ("/..."), holds a
+// Case is significant (FoldCase folds it where the upstream does not tell
+// cases apart). A path that is not origin-form ("/..."), holds a
 // control character (raw or escaped) or a raw space, has a malformed escape,
 // or is longer than MaxLen is an error: the caller refuses the request rather
 // than guess.
@@ -52,6 +53,35 @@ func Normalize(p string) (string, error) {
 		return p, nil
 	}
 	return rebuild(p)
+}
+
+// FoldCase returns the canonical path p (a Normalize result) with its ASCII
+// letters in lower case, for upstreams that route paths case-insensitively
+// (where "/API/Items" is "/api/items" and must be one counter). The hex
+// digits of escapes stay upper-case, as Normalize spells them; letters
+// outside ASCII are escapes in a canonical path and are left as they are.
+// A path with no upper-case letter is returned without allocating.
+func FoldCase(p string) string {
+	i := 0
+	for ; i < len(p); i++ {
+		if c := p[i]; c == '%' {
+			i += 2
+		} else if 'A' <= c && c <= 'Z' {
+			break
+		}
+	}
+	if i >= len(p) {
+		return p
+	}
+	b := []byte(p)
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '%' {
+			i += 2
+		} else if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // canonical reports whether p needs no change: only plain characters, no

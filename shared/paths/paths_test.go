@@ -114,5 +114,36 @@ func FuzzNormalize(f *testing.F) {
 				t.Fatalf("Normalize(%q) = %q: raw byte %q", clip(in), clip(out), c)
 			}
 		}
+		// Folded, it is still canonical, a fixed point of FoldCase, no
+		// upper-case letter outside escapes, and only case changed.
+		folded := FoldCase(out)
+		if again, err := Normalize(folded); err != nil || again != folded || FoldCase(folded) != folded || !strings.EqualFold(folded, out) || len(folded) != len(out) {
+			t.Fatalf("FoldCase(%q) = %q: Normalize %q %v", clip(out), clip(folded), clip(again), err)
+		}
+		for i := 0; i < len(folded); i++ {
+			if c := folded[i]; c == '%' {
+				i += 2
+			} else if 'A' <= c && c <= 'Z' {
+				t.Fatalf("FoldCase(%q) = %q: upper-case %q left", clip(out), clip(folded), c)
+			}
+		}
 	})
+}
+
+func TestFoldCase(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"/", "/"},
+		{"/api/v1/items", "/api/v1/items"},
+		{"/API/V1/Items", "/api/v1/items"},
+		{"/caf%C3%A9/%C3%89T%C3%89", "/caf%C3%A9/%C3%89t%C3%89"}, // escapes kept as they are
+		{"/a%22B", "/a%22b"},
+		{"/X", "/x"},
+	} {
+		if got := FoldCase(tt.in); got != tt.want {
+			t.Errorf("FoldCase(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = FoldCase("/api/v1/items%C3%A9") }); n != 0 {
+		t.Fatalf("%v allocations for a lower-case path", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -321,6 +322,49 @@ func TestEndpointSpellingsShareACounter(t *testing.T) {
 	}
 	if ks := s.rdb.Keys(context.Background(), "rl:{*").Val(); len(ks) != 0 {
 		t.Fatalf("keys %v after the reset", ks)
+	}
+}
+
+// With path_case = "insensitive" (an upstream that routes paths
+// case-insensitively) every case of a path is one counter, for a rule, the
+// tier and status and reset; case-sensitive (the default) they are apart.
+// A rule pattern with an upper-case letter is refused, naming the field.
+func TestPathCase(t *testing.T) {
+	const toml = "[[rules]]\nid = \"orders\"\npath = \"/api/orders\"\nscope = \"identity\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow_seconds = 60\n"
+	s := startService(t, "path_case = \"insensitive\"\n"+toml, nil)
+	var got []int
+	for _, ep := range []string{"/API/Orders", "/api/ORDERS", "/Api/orders"} {
+		got = append(got, s.check(map[string]any{"user_id": "u", "endpoint": ep}).status)
+	}
+	if fmt.Sprint(got) != "[200 200 429]" {
+		t.Fatalf("spellings of /api/orders: %v; want [200 200 429]", got)
+	}
+	for _, ep := range []string{"/Items", "/ITEMS"} {
+		s.check(map[string]any{"user_id": "u", "endpoint": ep})
+	}
+	ks := s.rdb.Keys(context.Background(), "rl:{*").Val()
+	slices.Sort(ks)
+	if len(ks) != 2 || !strings.Contains(ks[0], ":orders:") || !strings.Contains(ks[1], ":/items:") {
+		t.Fatalf("keys %v; want the rule's counter and one tier counter for /items", ks)
+	}
+	if r := s.do(http.MethodGet, "/v1/rate-limit/status/u/ITEMS", nil); r.status != 200 || num(t, r.json(t), "remaining") != 98 {
+		t.Fatalf("status through upper case: %d %s", r.status, r.body)
+	}
+	if r := s.admin(http.MethodPost, "/v1/rate-limit/reset", `{"user_id":"u","endpoint":"/API/ORDERS"}`); r.status != 200 || r.json(t)["endpoint"] != "/api/orders" {
+		t.Fatalf("reset through upper case: %d %s", r.status, r.body)
+	}
+	r := s.admin(http.MethodPost, "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/Api/v2/**", "limit": 1, "window_seconds": 60})
+	if r.status != 400 || !strings.Contains(string(r.body), "endpoint_pattern") || !strings.Contains(string(r.body), "/api/v2/**") {
+		t.Fatalf("an upper-case rule pattern: %d %s", r.status, r.body)
+	}
+
+	sensitive := startService(t, toml, nil)
+	got = got[:0]
+	for _, ep := range []string{"/api/orders", "/api/orders", "/API/Orders"} {
+		got = append(got, sensitive.check(map[string]any{"user_id": "u", "endpoint": ep}).status)
+	}
+	if fmt.Sprint(got) != "[200 200 200]" {
+		t.Fatalf("case-sensitive: %v; want the upper-case spelling apart", got)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -28,6 +29,15 @@ import (
 const (
 	FailOpen   = "fail_open"   // allow, flagged as degraded
 	FailClosed = "fail_closed" // 503 SERVICE_UNAVAILABLE
+)
+
+// Path case: whether "/API/Items" and "/api/items" are one resource. Set
+// insensitive for an upstream that routes paths case-insensitively
+// (Express's default, ASP.NET, IIS): counted apart, a client would get a
+// fresh counter per spelling.
+const (
+	PathCaseSensitive   = "sensitive"
+	PathCaseInsensitive = "insensitive"
 )
 
 // Config is every setting of the control service.
@@ -62,6 +72,8 @@ type Config struct {
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// MaxBatch bounds the checks of one batch.
 	MaxBatch int `toml:"max_batch"`
+	// PathCase is PathCaseSensitive or PathCaseInsensitive.
+	PathCase string `toml:"path_case"`
 
 	DefaultTier      string          `toml:"default_tier"`
 	DefaultAlgorithm rules.Algorithm `toml:"default_algorithm"`
@@ -237,6 +249,39 @@ func (c *Config) Validate() error {
 	for i, p := range c.APIKeyRequiredPaths {
 		if err := rules.ValidateGlob(p); err != nil {
 			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
+		}
+	}
+	return c.validatePathCase()
+}
+
+// validatePathCase refuses, with path_case insensitive, a path pattern with
+// an upper-case letter: requests are matched in lower case, so it would
+// never match.
+func (c *Config) validatePathCase() error {
+	if c.PathCase != PathCaseInsensitive {
+		return nil
+	}
+	bad := func(field, p string) error {
+		if paths.FoldCase(p) == p {
+			return nil
+		}
+		return fielderr.New(field, "%q has upper-case letters; with path_case = %q paths are matched in lower case, so spell it %q", p, PathCaseInsensitive, paths.FoldCase(p))
+	}
+	for i := range c.Rules {
+		if err := bad(fmt.Sprintf("rules[%d].path", i), c.Rules[i].Path); err != nil {
+			return err
+		}
+	}
+	for i := range c.Tiers {
+		for _, p := range slices.Sorted(maps.Keys(c.Tiers[i].Endpoints)) {
+			if err := bad(fmt.Sprintf("tiers[%d].endpoints[%q]", i, p), p); err != nil {
+				return err
+			}
+		}
+	}
+	for i, p := range c.APIKeyRequiredPaths {
+		if err := bad(fmt.Sprintf("api_key_required_paths[%d]", i), p); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -161,6 +161,10 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"redis url with an unknown parameter", `redis_url = "redis://127.0.0.1:6379/0?colour=red"`, nil, "redis_url: redis url: unknown parameter"},
 		{"lease beyond a billion", "[lease]\nmax = 1000000001", nil, "lease.max:"},
 		{"env integer beyond an int64", "", map[string]string{"TOLLGATE_MAX_BATCH": "99999999999999999999"}, "TOLLGATE_MAX_BATCH:"},
+		{"path case", `path_case = "mixed"`, nil, "path_case:"},
+		{"upper-case rule path with path_case insensitive", "path_case = \"insensitive\"\n[[rules]]\nid = \"x\"\npath = \"/API/items\"\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1", nil, `rules[0].path: "/API/items" has upper-case letters`},
+		{"upper-case endpoint with path_case insensitive", "path_case = \"insensitive\"\n[[tiers]]\nname = \"free\"\nlimit = 5\nwindow_seconds = 60\n[tiers.endpoints]\n\"/Api\" = 5", nil, `tiers[0].endpoints["/Api"]: "/Api" has upper-case`},
+		{"upper-case key path with path_case insensitive", "path_case = \"insensitive\"\napi_key_required_paths = [\"/api/**\", \"/Admin/**\"]", nil, "api_key_required_paths[1]:"},
 		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},
 	}
 	for _, tt := range tests {

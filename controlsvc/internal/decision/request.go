@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
@@ -117,7 +118,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 		}
 		t.address = a.Value
 	}
-	if t.endpoint, err = validEndpoint(in.endpoint); err != nil {
+	if t.endpoint, err = p.endpoint(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
 	if in.method != "" && !rules.ValidMethod(in.method) {
@@ -262,13 +263,19 @@ func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, bur
 	return &rules.Rule{ID: id, Scope: rules.ScopeIdentity, Algorithm: algo, Limit: *limit, WindowSeconds: w, Burst: burst, PerEndpoint: true}, nil
 }
 
-// validEndpoint normalises the endpoint (shared/paths, as the filter does):
-// one resource is one counter however it is spelled.
-func validEndpoint(ep string) (string, error) {
+// endpoint normalises the endpoint (shared/paths, as the filter does), and
+// folds its case when path_case says the upstream does: one resource is one
+// counter however it is spelled. The filter does not fold: its lease buckets
+// stay per spelling, each spending from the one folded counter here.
+func (p *Policy) endpoint(ep string) (string, error) {
 	if ep == "" {
 		return "", fielderr.New("", "is required")
 	}
 	// paths.MaxLen bounds it, the same bound the filter applies: a path
 	// the filter takes is never refused here.
-	return paths.Normalize(ep)
+	n, err := paths.Normalize(ep)
+	if err != nil || p.Config.PathCase != config.PathCaseInsensitive {
+		return n, err
+	}
+	return paths.FoldCase(n), nil
 }
