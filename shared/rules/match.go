@@ -141,10 +141,18 @@ func (r *Rule) matches(req Request) bool {
 	if len(r.Tiers) > 0 && !slices.Contains(r.Tiers, req.Tier) {
 		return false
 	}
-	if len(r.Methods) > 0 && !slices.Contains(r.Methods, req.Method) {
+	if len(r.Methods) > 0 && !methodListed(r.Methods, req.Method) {
 		return false
 	}
 	return r.Path == "" || MatchGlob(r.Path, req.Path)
+}
+
+// methodListed reports whether a rule's methods select m. A rule on GET
+// selects HEAD too: HEAD is GET without the body (RFC 9110, 9.3.2) and
+// servers run the GET handler for it, so otherwise HEAD would walk around
+// a GET rule at the same cost to the upstream.
+func methodListed(methods []string, m string) bool {
+	return slices.Contains(methods, m) || m == "HEAD" && slices.Contains(methods, "GET")
 }
 
 // Subject is what a rule's scope counts for a caller: the identity's id for

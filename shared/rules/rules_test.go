@@ -109,6 +109,7 @@ func TestMatch(t *testing.T) {
 	off := false
 	set, err := NewSet("v1", []Rule{
 		{ID: "login", Path: "/api/v1/auth/login", Methods: []string{"POST"}, Scope: ScopeIP, Algorithm: FixedWindow, Limit: 5, WindowSeconds: 60, Priority: 100},
+		{ID: "export", Path: "/api/v1/export", Methods: []string{"GET"}, Scope: ScopeIP, Algorithm: FixedWindow, Limit: 5, WindowSeconds: 60, Priority: 100},
 		{ID: "api-ip", Path: "/api/**", Scope: ScopeIP, Algorithm: SlidingWindow, Limit: 100, WindowSeconds: 60, Priority: 10},
 		{ID: "api-ip-specific", Path: "/api/v1/**", Scope: ScopeIP, Algorithm: SlidingWindow, Limit: 50, WindowSeconds: 60, Priority: 10},
 		{ID: "free-users", Tiers: []string{"free"}, Scope: ScopeUser, Algorithm: TokenBucket, Limit: 10, WindowSeconds: 60},
@@ -127,6 +128,10 @@ func TestMatch(t *testing.T) {
 	}{
 		{"login by ip", Request{Method: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login"},
 		{"login GET falls to specific glob", Request{Method: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,api-ip-specific"},
+		{"export by GET", Request{Method: "GET", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,export"},
+		{"HEAD counts for a GET rule", Request{Method: "HEAD", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,export"},
+		{"POST is not GET", Request{Method: "POST", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,api-ip-specific"},
+		{"HEAD is not POST", Request{Method: "HEAD", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,api-ip-specific"},
 		{"api v2 by ip", Request{Method: "GET", Path: "/api/v2/x", IdentityKind: "ip"}, "everyone,api-ip"},
 		{"free user", Request{Tier: "free", Path: "/x", IdentityKind: "user"}, "everyone,free-users"},
 		{"premium user", Request{Tier: "premium", Path: "/x", IdentityKind: "user"}, "everyone"},

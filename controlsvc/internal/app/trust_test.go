@@ -368,6 +368,20 @@ func TestPathCase(t *testing.T) {
 	}
 }
 
+// HEAD counts for a rule on GET: servers answer it with the GET handler, so
+// it must not walk around the rule. Other methods stay apart.
+func TestHeadCountsForAGetRule(t *testing.T) {
+	s := startService(t, "[[rules]]\nid = \"export\"\npath = \"/export\"\nmethods = [\"GET\"]\nscope = \"identity\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n", nil)
+	var got []string
+	for _, m := range []string{"GET", "HEAD", "POST"} {
+		r := s.check(map[string]any{"user_id": "u", "endpoint": "/export", "method": m})
+		got = append(got, fmt.Sprint(r.status, " ", r.json(t)["rule_id"]))
+	}
+	if want := "[200 export 429 export 200 tier_free]"; fmt.Sprint(got) != want {
+		t.Fatalf("GET, HEAD, POST: %v; want %s", got, want)
+	}
+}
+
 // The worst check the API accepts stays cheap in Redis: measured by Redis
 // itself (SLOWLOG records every command when the threshold is 0), not by a
 // timer in the test.
