@@ -78,6 +78,7 @@ func (a *App) applyLocked(file *config.Config, snap ruleset.Snapshot) error {
 	}
 	a.file, a.runtime = file, snap
 	a.svc.SetPolicy(p)
+	a.metrics.LeftOut.Set(float64(len(skips)))
 	return nil
 }
 

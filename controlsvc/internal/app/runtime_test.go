@@ -475,6 +475,9 @@ func TestRuntimeEntryThatNoLongerFitsIsLeftOutAlone(t *testing.T) {
 	if logs := s.logs.String(); !strings.Contains(logs, "runtime entry left out") || !strings.Contains(logs, `"entry":"rule 8"`) {
 		t.Fatalf("the left-out rule was not logged:\n%s", logs)
 	}
+	if n := metricValue(t, s, "tollgate_runtime_entries_left_out"); n != 1 {
+		t.Fatalf("tollgate_runtime_entries_left_out = %v; want 1", n)
+	}
 	// A change beside it goes on, and decides.
 	created := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/api/v1/new", "limit": 1, "window_seconds": 60})
 	if created.status != 201 {
@@ -499,5 +502,8 @@ func TestRuntimeEntryThatNoLongerFitsIsLeftOutAlone(t *testing.T) {
 	other := map[string]any{"user_id": "u2", "endpoint": "/api/v1/orphan", "method": "GET"}
 	if a, b := s.check(other), s.check(other); a.status != 200 || b.status != 429 || b.json(t)["rule_id"] != "8" {
 		t.Fatalf("the fixed rule: %d then %d %s", a.status, b.status, b.body)
+	}
+	if n := metricValue(t, s, "tollgate_runtime_entries_left_out"); n != 0 {
+		t.Fatalf("tollgate_runtime_entries_left_out = %v after the fix; want 0", n)
 	}
 }

@@ -26,6 +26,8 @@ type Metrics struct {
 	ConfigReloads *prometheus.CounterVec
 	LeaseGranted  prometheus.Counter
 	Penalties     prometheus.Counter
+	// LeftOut is the runtime rules and tiers the live policy leaves out.
+	LeftOut prometheus.Gauge
 }
 
 // New registers the metrics. pool reports the Redis pool's statistics.
@@ -58,8 +60,12 @@ func New(pool func() *redis.PoolStats) *Metrics {
 			Name: "tollgate_penalty_denials_total",
 			Help: "Denials whose wait a progressive penalty lengthened.",
 		}),
+		LeftOut: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_runtime_entries_left_out",
+			Help: "Runtime rules and tiers stored in Redis that the live policy leaves out because they no longer fit the config file (logged as 'runtime entry left out'); alert on > 0.",
+		}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties,
+	reg.MustRegister(m.Decisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		reg.MustRegister(poolCollector{pool})
