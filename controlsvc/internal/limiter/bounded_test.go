@@ -164,9 +164,18 @@ func TestScriptWorkIsBounded(t *testing.T) {
 			slow = append(slow, c)
 		}
 	}
+	// The full log's denials and the roomy log's calls so far; a call
+	// measured again is one more of its kind.
+	fullDenials, roomyCalls := int64(2), int64(1)
 	for retry := 0; retry < 2 && len(slow) > 0; retry++ {
 		var still []call
 		for _, c := range slow {
+			switch {
+			case c.r.Owner == full.Owner && !c.r.Peek:
+				fullDenials++
+			case c.r.Owner == roomy.Owner:
+				roomyCalls++
+			}
 			if d := redisTime(t, ctx, l, rdb, c.r); d >= 500*time.Microsecond {
 				still = append(still, c)
 			}
@@ -176,13 +185,15 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	for _, c := range slow {
 		t.Errorf("%s took over 500 µs of Redis time three times", c.name)
 	}
-	// 200k entries and '#c'; one sweep removed, one entry and '#b' added.
-	if n := rdb.ZCard(ctx, roomy.Key()).Val(); n != 200_000+1-logSweep+2 {
-		t.Errorf("roomy log holds %d members; want one sweep of %d and one entry", n, logSweep)
+	// 200k entries and '#c'; a sweep removed per call, one entry and '#b'
+	// added by the first (it takes the whole limit: the others are denied).
+	if n := rdb.ZCard(ctx, roomy.Key()).Val(); n != 200_000+1-roomyCalls*logSweep+2 {
+		t.Errorf("roomy log holds %d members; want %d sweeps of %d and one entry", n, roomyCalls, logSweep)
 	}
-	// The penalty logs shrink by one sweep per violation, never at once.
-	if n := rdb.ZCard(ctx, keys.Penalty(full.Owner)).Val(); n != 1000-2*logSweep+2 {
-		t.Errorf("penalty log holds %d violations; want two sweeps of %d and two new", n, logSweep)
+	// The penalty logs shrink by one sweep per violation, never at once (a
+	// run once retried the searched denial on a busy machine: three sweeps).
+	if n := rdb.ZCard(ctx, keys.Penalty(full.Owner)).Val(); n != 1000-fullDenials*logSweep+fullDenials {
+		t.Errorf("penalty log holds %d violations; want %d sweeps of %d and %d new", n, fullDenials, logSweep, fullDenials)
 	}
 }
 
