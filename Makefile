@@ -27,13 +27,13 @@ build: ## build bin/controlsvc, bin/tollgate-gateway and build/tollgate.wasm
 	$(GO) build -o bin/demo-upstream ./scripts/demo-upstream
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
 
-test: ## run every module's tests with -race (needs redis-server: make deps)
+test: deps ## run every module's tests with -race (installs redis-server and friends first)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-run: build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops
+run: deps build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops
 	scripts/run.sh
 
-bench: ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
+bench: deps ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
 	scripts/bench.sh
 
 lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no committed binaries

@@ -150,30 +150,47 @@ func ValidTierName(s string) bool { return tierChars.Match(s, 1, 64) }
 // maxListed bounds a rule's tier and method lists.
 const maxListed = 32
 
-// Validate checks one rule and returns a *fielderr.Error naming the bad field.
-func (r *Rule) Validate() error {
+// Names are what a rule's validation errors call the fields whose names
+// differ between the rule's sources: the config file (FileNames) and the
+// admin API, which reads one rule a request. Each source's errors carry its
+// own names from the start.
+type Names struct {
+	ID, Path, Tiers string
+	// Tier names the i-th entry of Tiers.
+	Tier func(i int) string
+}
+
+// FileNames are the config file's field names.
+var FileNames = Names{ID: "id", Path: "path", Tiers: "tiers", Tier: func(i int) string { return fmt.Sprintf("tiers[%d]", i) }}
+
+// Validate checks one rule and returns a *fielderr.Error naming the bad field
+// as the config file does.
+func (r *Rule) Validate() error { return r.ValidateAs(FileNames) }
+
+// ValidateAs is Validate with the fields named as n says.
+func (r *Rule) ValidateAs(n Names) error {
 	bad := func(field, format string, args ...any) error {
 		return fielderr.New(field, format, args...)
 	}
 	if !validID(r.ID) {
-		return bad("id", "%q must match %s", r.ID, idPattern)
+		return bad(n.ID, "%q must match %s", r.ID, idPattern)
 	}
 	if Reserved(r.ID) {
-		return bad("id", "%q is reserved for decisions no configured rule makes", r.ID)
+		return bad(n.ID, "%q is reserved for decisions no configured rule makes", r.ID)
 	}
 	// Matching walks these lists on every request.
 	if len(r.Tiers) > maxListed {
-		return bad("tiers", "at most %d tiers", maxListed)
+		return bad(n.Tiers, "at most %d tiers", maxListed)
 	}
 	if len(r.Methods) > maxListed {
 		return bad("methods", "at most %d methods", maxListed)
 	}
 	for i, t := range r.Tiers {
 		if !ValidTierName(t) {
-			return bad(fmt.Sprintf("tiers[%d]", i), "%q must match %s", t, tierPattern)
+			return bad(n.Tier(i), "%q must match %s", t, tierPattern)
 		}
 		if slices.Contains(r.Tiers[:i], t) {
-			return bad(fmt.Sprintf("tiers[%d]", i), "%q is listed twice", t)
+			return bad(n.Tier(i), "%q is listed twice", t)
 		}
 	}
 	for i, m := range r.Methods {
@@ -186,7 +203,7 @@ func (r *Rule) Validate() error {
 	}
 	if r.Path != "" {
 		if err := ValidateGlob(r.Path); err != nil {
-			return bad("path", "%v", err)
+			return bad(n.Path, "%v", err)
 		}
 	}
 	if !slices.Contains(Scopes, r.Scope) {

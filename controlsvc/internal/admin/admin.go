@@ -8,9 +8,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
@@ -55,7 +54,7 @@ type Service struct {
 	rules    RuleStore
 	trail    Trail
 	usage    UsageReader
-	policy   func() *decision.Policy
+	live     func() *policy.Policy
 	validate func(before, after ruleset.Snapshot) error
 	changed  func(context.Context)
 	m        *metrics.Metrics
@@ -70,7 +69,7 @@ type Deps struct {
 	Trail Trail
 	Usage UsageReader
 	// Policy returns the live policy (default tier, rules).
-	Policy func() *decision.Policy
+	Policy func() *policy.Policy
 	// Validate reports whether after, a change to the stored runtime rules
 	// and tiers before, can be decided with over the file's configuration.
 	Validate func(before, after ruleset.Snapshot) error
@@ -84,19 +83,19 @@ type Deps struct {
 
 // New returns the admin service.
 func New(d Deps) *Service {
-	return &Service{keys: d.Keys, rules: d.Rules, trail: d.Trail, usage: d.Usage, policy: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
+	return &Service{keys: d.Keys, rules: d.Rules, trail: d.Trail, usage: d.Usage, live: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
 }
 
 // RulesResponse is the live rule set.
 type RulesResponse struct {
 	Version     string        `json:"version"`
 	Rules       []rules.Rule  `json:"rules"`
-	Tiers       []config.Tier `json:"tiers"`
+	Tiers       []policy.Tier `json:"tiers"`
 	DefaultTier string        `json:"default_tier"`
 }
 
 // RuleSet returns the live rules and tiers, as the policy holds them.
 func (s *Service) RuleSet() RulesResponse {
-	p := s.policy()
-	return RulesResponse{Version: p.Rules.Version(), Rules: p.Rules.Rules(), Tiers: p.Config.Tiers, DefaultTier: p.Config.DefaultTier}
+	p := s.live()
+	return RulesResponse{Version: p.Version(), Rules: p.Matching(), Tiers: p.Tiers(), DefaultTier: p.DefaultTier()}
 }

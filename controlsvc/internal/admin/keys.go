@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -81,30 +81,21 @@ func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView
 	if _, err := identity.User(req.UserID.Value); err != nil {
 		return KeyView{}, apierr.Invalid("user_id", "must be 1..255 printable characters or an integer")
 	}
-	tiers := s.policy().Config.Tiers
-	var tier *config.Tier
+	p := s.live()
+	var tier *policy.Tier
 	switch {
 	case req.TierID != nil && req.Tier != "":
 		return KeyView{}, apierr.Invalid("tier", "give tier_id or tier, not both")
 	case req.TierID != nil:
-		if tier = findTier(tiers, *req.TierID); tier == nil {
+		if tier = p.TierByID(*req.TierID); tier == nil {
 			return KeyView{}, apierr.Invalid("tier_id", fmt.Sprintf("%d is not a tier", *req.TierID))
 		}
 	case req.Tier != "":
-		for i := range tiers {
-			if tiers[i].Name == req.Tier {
-				tier = &tiers[i]
-			}
-		}
-		if tier == nil {
+		if tier = p.TierByName(req.Tier); tier == nil {
 			return KeyView{}, apierr.Invalid("tier", strconv.Quote(req.Tier)+" is not a tier")
 		}
 	default:
-		for i := range tiers {
-			if tiers[i].Name == s.policy().Config.DefaultTier {
-				tier = &tiers[i]
-			}
-		}
+		tier = p.TierByName(p.DefaultTier())
 	}
 	var expires time.Time
 	if req.ExpiresAt != nil {
@@ -234,15 +225,15 @@ func (s *Service) keyError(err error) error {
 }
 
 func (s *Service) keyView(r *apikeys.Record) KeyView {
-	p := s.policy()
-	name := p.KeyTier(r)
+	p := s.live()
+	name := p.KeyTier(r.TierID, r.Tier)
 	v := KeyView{KeyID: r.ID, UserID: r.UserID, TierName: name, Tier: name, Status: r.StatusAt(s.now()), CreatedAt: r.CreatedAt}
 	if r.UserIDNumber {
 		if n, err := strconv.ParseInt(r.UserID, 10, 64); err == nil {
 			v.UserID = n
 		}
 	}
-	if t := findTierByName(p.Config.Tiers, name); t != nil {
+	if t := p.TierByName(name); t != nil {
 		v.TierID = t.ID
 	}
 	if !r.ExpiresAt.IsZero() {

@@ -7,11 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
@@ -77,12 +76,12 @@ func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
 	if err != nil {
 		return RuleList{}, err
 	}
-	p := s.policy()
+	p := s.live()
 	var out RuleList
 	tierName := ""
 	if tierID != "" {
 		id, err := strconv.Atoi(tierID)
-		t := findTier(p.Config.Tiers, id)
+		t := p.TierByID(id)
 		if err != nil || t == nil {
 			return RuleList{}, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "no tier with that tier_id")
 		}
@@ -94,15 +93,15 @@ func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
 	}
 	// The policy's configuration holds every rule, the disabled ones too
 	// (the compiled set keeps only the enabled).
-	for _, r := range p.Config.Rules {
+	for _, r := range p.Rules() {
 		if tierName != "" && len(r.Tiers) > 0 && !slices.Contains(r.Tiers, tierName) {
 			continue
 		}
 		if rr, ok := runtime[r.ID]; ok {
-			out.Rules = append(out.Rules, viewOf(&rr, p.Config.Tiers))
+			out.Rules = append(out.Rules, viewOf(&rr, p))
 			continue
 		}
-		out.Rules = append(out.Rules, viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers))
+		out.Rules = append(out.Rules, viewOf(&ruleset.Rule{Rule: r}, p))
 	}
 	if out.Rules == nil {
 		out.Rules = []RuleView{}
@@ -113,10 +112,10 @@ func (s *Service) Rules(ctx context.Context, tierID string) (RuleList, error) {
 
 // Rule returns one rule.
 func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
-	p := s.policy()
-	for _, r := range p.Config.Rules {
+	p := s.live()
+	for _, r := range p.Rules() {
 		if r.ID == id && !runtimeID(id) {
-			return viewOf(&ruleset.Rule{Rule: r}, p.Config.Tiers), nil
+			return viewOf(&ruleset.Rule{Rule: r}, p), nil
 		}
 	}
 	snap, err := s.load(ctx)
@@ -127,7 +126,7 @@ func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
 	if err != nil {
 		return RuleView{}, err
 	}
-	return viewOf(rr, p.Config.Tiers), nil
+	return viewOf(rr, p), nil
 }
 
 // CreateRule adds a rule. An invalid rule is refused with its field named and
@@ -138,10 +137,10 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 			return RuleView{}, apierr.Invalid(field, "is required")
 		}
 	}
-	p := s.policy()
+	p := s.live()
 	now := s.now().UTC().Truncate(time.Second)
-	r := ruleset.Rule{Rule: rules.Rule{Scope: rules.ScopeIdentity, Algorithm: p.Config.DefaultAlgorithm}, CreatedAt: now, UpdatedAt: now}
-	if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
+	r := ruleset.Rule{Rule: rules.Rule{Scope: rules.ScopeIdentity, Algorithm: p.DefaultAlgorithm()}, CreatedAt: now, UpdatedAt: now}
+	if aerr := apply(&r, body, p); aerr != nil {
 		return RuleView{}, aerr
 	}
 	err := s.storeChange(ctx, func(snap ruleset.Snapshot) error {
@@ -166,14 +165,14 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 	}
 	s.log.Info("rule created", "rule_id", r.ID, "endpoint_pattern", r.Path, "limit", r.Limit, "window_seconds", r.WindowSeconds)
 	s.changed(ctx)
-	v := viewOf(&r, p.Config.Tiers)
+	v := viewOf(&r, p)
 	s.audit(ctx, "rule.create", r.ID, nil, v)
 	return v, nil
 }
 
 // UpdateRule changes the fields the body names (a partial update).
 func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (RuleView, error) {
-	p := s.policy()
+	p := s.live()
 	var cur, r ruleset.Rule
 	err := s.storeChange(ctx, func(snap ruleset.Snapshot) error {
 		found, err := s.runtimeRule(snap, id)
@@ -182,7 +181,7 @@ func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (Ru
 		}
 		cur, r = *found, *found
 		r.Tiers, r.Methods = slices.Clone(r.Tiers), slices.Clone(r.Methods)
-		if aerr := apply(&r, body, p.Config.Tiers); aerr != nil {
+		if aerr := apply(&r, body, p); aerr != nil {
 			return aerr
 		}
 		r.UpdatedAt = s.now().UTC().Truncate(time.Second)
@@ -202,8 +201,8 @@ func (s *Service) UpdateRule(ctx context.Context, id string, body *RuleBody) (Ru
 	}
 	s.log.Info("rule updated", "rule_id", r.ID)
 	s.changed(ctx)
-	v := viewOf(&r, p.Config.Tiers)
-	s.audit(ctx, "rule.update", r.ID, viewOf(&cur, p.Config.Tiers), v)
+	v := viewOf(&r, p)
+	s.audit(ctx, "rule.update", r.ID, viewOf(&cur, p), v)
 	return v, nil
 }
 
@@ -227,7 +226,7 @@ func (s *Service) DeleteRule(ctx context.Context, id string) error {
 	}
 	s.log.Info("rule deleted", "rule_id", id)
 	s.changed(ctx)
-	s.audit(ctx, "rule.delete", id, viewOf(&cur, s.policy().Config.Tiers), nil)
+	s.audit(ctx, "rule.delete", id, viewOf(&cur, s.live()), nil)
 	return nil
 }
 
@@ -235,7 +234,7 @@ func (s *Service) DeleteRule(ctx context.Context, id string) error {
 // rule of the config file, 404 for none.
 func (s *Service) runtimeRule(snap ruleset.Snapshot, id string) (*ruleset.Rule, error) {
 	if !runtimeID(id) {
-		for _, r := range s.policy().Config.Rules {
+		for _, r := range s.live().Rules() {
 			if r.ID == id {
 				return nil, apierr.New(apierr.KindConflict, wire.CodeReadOnly, "rule "+strconv.Quote(id)+" comes from the config file; change it there")
 			}
@@ -286,11 +285,11 @@ var decimal = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
 func runtimeID(id string) bool { return decimal.MatchString(id) }
 
 // apply sets the fields the body names on r.
-func apply(r *ruleset.Rule, b *RuleBody, tiers []config.Tier) *apierr.Error {
+func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 	if b.TierID != nil {
 		r.TierID, r.Tiers = 0, nil
 		if *b.TierID != 0 {
-			t := findTier(tiers, *b.TierID)
+			t := p.TierByID(*b.TierID)
 			if t == nil {
 				return apierr.Invalid("tier_id", fmt.Sprintf("%d is not a tier", *b.TierID))
 			}
@@ -346,28 +345,13 @@ func (s *Service) checkSnapshot(snap, after ruleset.Snapshot) *apierr.Error {
 	if !ok {
 		return apierr.Invalid("body", err.Error())
 	}
-	return apierr.InvalidAt(apiField(fe.Field), &fielderr.Error{Reason: fe.Reason})
-}
-
-var itemPrefix = regexp.MustCompile(`^(rules|tiers)\[\d+\]\.?`)
-
-// apiField names a field of a composed config the way the admin API spells
-// it: "rules[7].path" is endpoint_pattern.
-func apiField(f string) string {
-	f = itemPrefix.ReplaceAllString(f, "")
-	switch {
-	case f == "path":
-		return "endpoint_pattern"
-	case f == "enabled":
-		return "is_active"
-	case f == "id":
-		return "rule_id"
-	case strings.HasPrefix(f, "tiers"):
-		return "tier_id"
-	case f == "":
-		return "body"
+	// The policy names a runtime entry's fields as this API does; a field
+	// of no one entry (the tier or rule count) is the body's.
+	field := fe.Field
+	if field == "" {
+		field = "body"
 	}
-	return f
+	return apierr.InvalidAt(field, &fielderr.Error{Reason: fe.Reason})
 }
 
 // audit appends an admin change to the trail. The change is made: a trail
@@ -391,25 +375,7 @@ func (s *Service) unavailable(op string, err error) error {
 	return apierr.Unavailable("could not reach the rule store", err)
 }
 
-func findTierByName(tiers []config.Tier, name string) *config.Tier {
-	for i := range tiers {
-		if tiers[i].Name == name {
-			return &tiers[i]
-		}
-	}
-	return nil
-}
-
-func findTier(tiers []config.Tier, id int) *config.Tier {
-	for i := range tiers {
-		if tiers[i].ID == id {
-			return &tiers[i]
-		}
-	}
-	return nil
-}
-
-func viewOf(r *ruleset.Rule, tiers []config.Tier) RuleView {
+func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
 		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost,
@@ -424,10 +390,8 @@ func viewOf(r *ruleset.Rule, tiers []config.Tier) RuleView {
 	}
 	if len(r.Tiers) == 1 {
 		v.TierName = r.Tiers[0]
-		for _, t := range tiers {
-			if t.Name == r.Tiers[0] {
-				v.TierID = t.ID
-			}
+		if t := p.TierByName(r.Tiers[0]); t != nil {
+			v.TierID = t.ID
 		}
 	}
 	return v

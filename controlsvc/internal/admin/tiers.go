@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -29,7 +29,7 @@ type TierBody struct {
 // TierView is a tier as the admin API shows it; a tier of the config file is
 // read-only here.
 type TierView struct {
-	config.Tier
+	policy.Tier
 	ReadOnly  bool       `json:"read_only"`
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
@@ -47,9 +47,9 @@ func (s *Service) Tiers(ctx context.Context) (TierList, error) {
 	if err != nil {
 		return TierList{}, err
 	}
-	p := s.policy()
-	out := TierList{DefaultTier: p.Config.DefaultTier, Tiers: []TierView{}}
-	for _, t := range p.Config.Tiers {
+	p := s.live()
+	out := TierList{DefaultTier: p.DefaultTier(), Tiers: []TierView{}}
+	for _, t := range p.Tiers() {
 		v := TierView{Tier: t, ReadOnly: true}
 		if i := slices.IndexFunc(snap.Tiers, func(r ruleset.Tier) bool { return r.ID == t.ID }); i >= 0 {
 			v.ReadOnly, v.UpdatedAt = false, &snap.Tiers[i].UpdatedAt
@@ -68,14 +68,14 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 	if err != nil || id < 1 || id > 1_000_000 {
 		return TierView{}, apierr.Invalid("tier_id", "must be a number in 1..1000000")
 	}
-	t := ruleset.Tier{Tier: config.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
+	t := ruleset.Tier{Tier: policy.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
 		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, Endpoints: body.Endpoints,
 		Description: body.Description}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
 	var before any
 	err = s.storeChange(ctx, func(snap ruleset.Snapshot) error {
 		before = nil
 		runtime := slices.IndexFunc(snap.Tiers, func(t ruleset.Tier) bool { return t.ID == id })
-		if t := findTier(s.policy().Config.Tiers, id); t != nil && runtime < 0 {
+		if t := s.live().TierByID(id); t != nil && runtime < 0 {
 			return apierr.New(apierr.KindConflict, wire.CodeReadOnly, "tier "+strconv.Itoa(id)+" comes from the config file; change it there")
 		}
 		next := slices.Clone(snap.Tiers)

@@ -45,8 +45,8 @@ func (s *Service) Usage(ctx context.Context, who, window string) (UsageView, err
 	if window != "" && window != "current" {
 		return UsageView{}, apierr.Invalid("window", `must be "current"`)
 	}
-	p := s.policy()
-	v := UsageView{Tier: p.Config.DefaultTier}
+	p := s.live()
+	v := UsageView{Tier: p.DefaultTier()}
 	switch {
 	case apikeys.ValidFormat(who) || (len(who) > 2 && who[:2] == "k_"):
 		rec, err := s.findKey(ctx, who)
@@ -56,7 +56,7 @@ func (s *Service) Usage(ctx context.Context, who, window string) (UsageView, err
 		if apikeys.ValidFormat(who) {
 			v.APIKey = who
 		}
-		v.KeyID, v.Tier = rec.ID, s.policy().KeyTier(&rec)
+		v.KeyID, v.Tier = rec.ID, s.live().KeyTier(rec.TierID, rec.Tier)
 		v.Identity = identity.ID{Kind: identity.KindKey, Value: rec.ID}.String()
 	default:
 		id, err := identity.Parse(who)
@@ -65,7 +65,7 @@ func (s *Service) Usage(ctx context.Context, who, window string) (UsageView, err
 		}
 		v.Identity = id.String()
 	}
-	t := findTierByName(p.Config.Tiers, v.Tier)
+	t := p.TierByName(v.Tier)
 	if t == nil {
 		return UsageView{}, apierr.New(apierr.KindNotFound, wire.CodeNotFound, "the caller's tier "+strconv.Quote(v.Tier)+" is not configured")
 	}

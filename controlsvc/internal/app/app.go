@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
@@ -46,6 +47,7 @@ type App struct {
 
 	rdb       redis.UniversalClient
 	svc       *decision.Service
+	srv       *server.Server
 	overrides *overrides.Store
 	ruleset   *ruleset.Store
 	limiter   *limiter.Limiter
@@ -85,7 +87,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	}
 	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb, file: cfg, limiter: lim}
 	a.metrics = metrics.New(rdb.PoolStats)
-	policy, err := decision.Compile(cfg, a.nextVersion())
+	pol, err := policy.Compile(&cfg.Spec, a.nextVersion())
 	if err != nil {
 		return nil, fmt.Errorf("compile config: %w", err)
 	}
@@ -95,13 +97,13 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	a.usage = usage.NewRecorder(rdb, trail, log)
 	keys := apikeys.New(rdb, time.Now)
 	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
-		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, policy)
+		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, pol, decision.SettingsOf(cfg))
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
-	srv := server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Log: log, Now: time.Now})
-	a.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	a.lean = srv.LeanServer(a.http)
+	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})
+	a.http = &http.Server{Handler: a.srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	a.lean = a.srv.LeanServer(a.http)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -192,7 +194,7 @@ func (a *App) Reload() (err error) {
 				a.log.Warn("listen and redis settings changed; they take effect on restart")
 			}
 			a.metrics.ConfigReloads.WithLabelValues("success").Inc()
-			a.log.Info("config reloaded", "version", a.svc.Policy().Rules.Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))
+			a.log.Info("config reloaded", "version", a.svc.Policy().Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))
 			return nil
 		}
 	}

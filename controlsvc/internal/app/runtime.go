@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strconv"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
 // OnChange registers f to be called after the shared state (runtime rules,
@@ -17,67 +18,42 @@ import (
 // with it). Call it before Serve.
 func (a *App) OnChange(f func(version int64)) { a.onChange = f }
 
-// skipped is a runtime entry left out of what a replica decides with.
-type skipped struct {
-	entry string // "rule 12", "tier 3"
-	value any    // the stored ruleset.Rule or ruleset.Tier
-	err   error
+// compose lays the runtime rules and tiers of snap over the file's model:
+// what a replica decides with. An entry that does not fit is left out and
+// reported (policy.Compose).
+func compose(file *config.Config, snap ruleset.Snapshot) (*policy.Spec, []policy.Skipped) {
+	tiers := make([]policy.Tier, len(snap.Tiers))
+	for i := range snap.Tiers {
+		tiers[i] = snap.Tiers[i].Tier
+	}
+	rs := make([]rules.Rule, len(snap.Rules))
+	for i := range snap.Rules {
+		rs[i] = snap.Rules[i].Rule
+	}
+	return policy.Compose(&file.Spec, tiers, rs)
 }
 
-// compose lays the runtime rules and tiers over the file's: what a replica
-// decides with. A runtime entry that cannot be decided with beside the file
-// and the entries before it (a rule naming a tier the file no longer has) is
-// left out and returned in skips: one bad entry must not take every other
-// runtime rule down. The file's configuration is valid on its own, so the
-// result always is.
-func compose(file *config.Config, snap ruleset.Snapshot) (*config.Config, []skipped) {
-	all := *file
-	all.Rules = slices.Clone(file.Rules)
-	for _, r := range snap.Rules {
-		all.Rules = append(all.Rules, r.Rule)
+// stored is the stored entry a skip names.
+func stored(snap ruleset.Snapshot, s policy.Skipped) any {
+	if s.IsTier {
+		return snap.Tiers[s.Index]
 	}
-	all.Tiers = slices.Clone(file.Tiers)
-	for _, t := range snap.Tiers {
-		all.Tiers = append(all.Tiers, t.Tier)
-	}
-	if all.Validate() == nil {
-		return &all, nil
-	}
-	// Something does not fit: add the entries one at a time, tiers first
-	// (rules name them), keeping each that leaves the whole valid. Only a
-	// broken store pays for this.
-	c := *file
-	c.Rules, c.Tiers = slices.Clone(file.Rules), slices.Clone(file.Tiers)
-	var skips []skipped
-	for _, t := range snap.Tiers {
-		c.Tiers = append(c.Tiers, t.Tier)
-		if err := c.Validate(); err != nil {
-			c.Tiers = c.Tiers[:len(c.Tiers)-1]
-			skips = append(skips, skipped{entry: "tier " + strconv.Itoa(t.ID), value: t, err: err})
-		}
-	}
-	for _, r := range snap.Rules {
-		c.Rules = append(c.Rules, r.Rule)
-		if err := c.Validate(); err != nil {
-			c.Rules = c.Rules[:len(c.Rules)-1]
-			skips = append(skips, skipped{entry: "rule " + r.ID, value: r, err: err})
-		}
-	}
-	return &c, skips
+	return snap.Rules[s.Index]
 }
 
 // applyLocked compiles file and snap into the live policy. reloadMu is held.
 func (a *App) applyLocked(file *config.Config, snap ruleset.Snapshot) error {
-	cfg, skips := compose(file, snap)
+	spec, skips := compose(file, snap)
 	for _, s := range skips {
-		a.log.Error("runtime entry left out: it cannot be decided with beside the config file; change or delete it", "entry", s.entry, "err", s.err)
+		a.log.Error("runtime entry left out: it cannot be decided with beside the config file; change or delete it", "entry", s.Entry, "err", s.Err)
 	}
-	p, err := decision.Compile(cfg, a.nextVersion())
+	p, err := policy.Compile(spec, a.nextVersion())
 	if err != nil {
 		return fmt.Errorf("compile config: %w", err)
 	}
 	a.file, a.runtime = file, snap
-	a.svc.SetPolicy(p)
+	a.svc.SetPolicy(p, decision.SettingsOf(file))
+	a.srv.SetConfig(file)
 	a.metrics.LeftOut.Set(float64(len(skips)))
 	return nil
 }
@@ -96,8 +72,10 @@ func (a *App) validateRuntime(before, after ruleset.Snapshot) error {
 	}
 	_, was := compose(file, before)
 	for _, s := range now {
-		if !slices.ContainsFunc(was, func(w skipped) bool { return w.entry == s.entry && reflect.DeepEqual(w.value, s.value) }) {
-			return s.err
+		if !slices.ContainsFunc(was, func(w policy.Skipped) bool {
+			return w.Entry == s.Entry && reflect.DeepEqual(stored(before, w), stored(after, s))
+		}) {
+			return s.Err
 		}
 	}
 	return nil

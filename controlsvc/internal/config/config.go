@@ -6,22 +6,18 @@ package config
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
-	"github.com/tollgate-rl/tollgate/shared/identity"
-	"github.com/tollgate-rl/tollgate/shared/paths"
-	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -29,15 +25,6 @@ import (
 const (
 	FailOpen   = "fail_open"   // allow, flagged as degraded
 	FailClosed = "fail_closed" // 503 SERVICE_UNAVAILABLE
-)
-
-// Path case: whether "/API/Items" and "/api/items" are one resource. Set
-// insensitive for an upstream that routes paths case-insensitively
-// (Express's default, ASP.NET, IIS): counted apart, a client would get a
-// fresh counter per spelling.
-const (
-	PathCaseSensitive   = "sensitive"
-	PathCaseInsensitive = "insensitive"
 )
 
 // Config is every setting of the control service.
@@ -72,19 +59,12 @@ type Config struct {
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// MaxBatch bounds the checks of one batch.
 	MaxBatch int `toml:"max_batch"`
-	// PathCase is PathCaseSensitive or PathCaseInsensitive.
-	PathCase string `toml:"path_case"`
 
-	DefaultTier      string          `toml:"default_tier"`
-	DefaultAlgorithm rules.Algorithm `toml:"default_algorithm"`
-	Lease            Lease           `toml:"lease"`
-	Penalties        Penalties       `toml:"penalties"`
-	Exemptions       Exemptions      `toml:"exemptions"`
-	Tiers            []Tier          `toml:"tiers"`
-	// APIKeyRequiredPaths are path globs whose callers must present an API
-	// key (401 MISSING_API_KEY without one).
-	APIKeyRequiredPaths []string     `toml:"api_key_required_paths"`
-	Rules               []rules.Rule `toml:"rules"`
+	Lease     Lease     `toml:"lease"`
+	Penalties Penalties `toml:"penalties"`
+	// Spec is the file's rule model: path_case, default_tier,
+	// default_algorithm, exemptions, tiers, api_key_required_paths and rules.
+	policy.Spec
 	// OverrideRefreshMs is how often a replica compares the shared version
 	// of runtime rules, tiers and overrides with the one it applied: the
 	// backstop for a change announcement it missed.
@@ -110,43 +90,15 @@ type Penalties struct {
 	Multipliers            []int64 `toml:"multipliers"`
 }
 
-// Exemptions skip rate limiting entirely.
-type Exemptions struct {
-	// IPs holds addresses and CIDR prefixes.
-	IPs   []string `toml:"ips"`
-	Users []string `toml:"users"`
-	Keys  []string `toml:"keys"`
-}
-
-// Tier is a named quota for callers without a matching rule.
-type Tier struct {
-	// ID is the tier's number in the admin API (tier_id); a file tier
-	// without one gets its position, 1-based.
-	ID            int             `json:"tier_id" toml:"id"`
-	Name          string          `json:"name" toml:"name"`
-	Limit         int64           `json:"limit" toml:"limit"`
-	WindowSeconds int64           `json:"window_seconds" toml:"window_seconds"`
-	Algorithm     rules.Algorithm `json:"algorithm,omitempty" toml:"algorithm"`
-	Burst         int64           `json:"burst,omitempty" toml:"burst"`
-	// PerEndpoint counts each path separately (default true).
-	PerEndpoint *bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
-	// Endpoints are per-path overrides: path (or glob) → limit in the window.
-	Endpoints   map[string]int64 `json:"endpoints,omitempty" toml:"endpoints"`
-	Description string           `json:"description,omitempty" toml:"description"`
-	// RequireAPIKey refuses callers of this tier without an API key (401
-	// MISSING_API_KEY).
-	RequireAPIKey bool `json:"require_api_key,omitempty" toml:"require_api_key"`
-}
-
 // Default returns the settings used when nothing else is given: each
 // declared setting's default, two tiers and the penalty multipliers.
 func Default() Config {
 	c := Config{
 		Penalties: Penalties{Multipliers: []int64{1, 2, 4, 8}},
-		Tiers: []Tier{
+		Spec: policy.Spec{Tiers: []policy.Tier{
 			{ID: 1, Name: "free", Limit: 100, WindowSeconds: 60},
 			{ID: 2, Name: "premium", Limit: 1000, WindowSeconds: 60},
-		},
+		}},
 	}
 	for _, st := range Settings {
 		if err := st.set(&c, st.Default); err != nil {
@@ -193,12 +145,6 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
-	for i := range cfg.Rules {
-		// Numbers name the rules made through the admin API.
-		if id := cfg.Rules[i].ID; strings.Trim(id, "0123456789") == "" {
-			return nil, fmt.Errorf("invalid config: %w", fielderr.New(fmt.Sprintf("rules[%d].id", i), "%q is a number; numbers are the ids of rules made through the admin API", id))
-		}
-	}
 	return &cfg, nil
 }
 
@@ -225,155 +171,12 @@ func decode(data []byte, cfg *Config) error {
 }
 
 // Validate checks every field and returns a *fielderr.Error naming the first
-// bad one: the declared settings' bounds, then each section.
+// bad one: the declared settings' bounds, then each section, then the rule
+// model.
 func (c *Config) Validate() error {
-	for _, validate := range []func() error{c.validateSettings, c.validateTokens, c.Penalties.validate, c.Exemptions.validate, c.validateTiers} {
+	for _, validate := range []func() error{c.validateSettings, c.validateTokens, c.Penalties.validate, c.Spec.Validate} {
 		if err := validate(); err != nil {
 			return err
-		}
-	}
-	names := c.tierNames()
-	if !slices.Contains(names, c.DefaultTier) {
-		return fielderr.New("default_tier", "%q is not a configured tier (have %s)", c.DefaultTier, strings.Join(names, ", "))
-	}
-	for i := range c.Rules {
-		for _, tier := range c.Rules[i].Tiers {
-			if !slices.Contains(names, tier) {
-				return fielderr.New(fmt.Sprintf("rules[%d].tiers", i), "%q is not a configured tier", tier)
-			}
-		}
-	}
-	if _, err := rules.NewSet("check", c.Rules); err != nil {
-		return fielderr.At("rules", err)
-	}
-	for i, p := range c.APIKeyRequiredPaths {
-		if err := rules.ValidateGlob(p); err != nil {
-			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
-		}
-	}
-	return c.validatePathCase()
-}
-
-// validatePathCase refuses, with path_case insensitive, a path pattern with
-// an upper-case letter: requests are matched in lower case, so it would
-// never match.
-func (c *Config) validatePathCase() error {
-	if c.PathCase != PathCaseInsensitive {
-		return nil
-	}
-	bad := func(field, p string) error {
-		if paths.FoldCase(p) == p {
-			return nil
-		}
-		return fielderr.New(field, "%q has upper-case letters; with path_case = %q paths are matched in lower case, so spell it %q", p, PathCaseInsensitive, paths.FoldCase(p))
-	}
-	for i := range c.Rules {
-		if err := bad(fmt.Sprintf("rules[%d].path", i), c.Rules[i].Path); err != nil {
-			return err
-		}
-	}
-	for i := range c.Tiers {
-		for _, p := range slices.Sorted(maps.Keys(c.Tiers[i].Endpoints)) {
-			if err := bad(fmt.Sprintf("tiers[%d].endpoints[%q]", i, p), p); err != nil {
-				return err
-			}
-		}
-	}
-	for i, p := range c.APIKeyRequiredPaths {
-		if err := bad(fmt.Sprintf("api_key_required_paths[%d]", i), p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *Config) tierNames() []string {
-	names := make([]string, len(c.Tiers))
-	for i := range c.Tiers {
-		names[i] = c.Tiers[i].Name
-	}
-	return names
-}
-
-// Bounds on what a configuration holds (the file's and the runtime's
-// together): every check walks the rules of its scopes, and a policy is
-// compiled on every change.
-const (
-	MaxRules         = 1000
-	MaxTiers         = 256
-	MaxTierEndpoints = 256
-	// MaxDescriptionLen bounds a tier's description: it is stored in the
-	// shared rule set and sent in every listing.
-	MaxDescriptionLen = 256
-)
-
-func (c *Config) validateTiers() error {
-	if len(c.Tiers) == 0 {
-		return fielderr.New("tiers", "at least one tier is needed")
-	}
-	if len(c.Tiers) > MaxTiers {
-		return fielderr.New("tiers", "at most %d tiers", MaxTiers)
-	}
-	if len(c.Rules) > MaxRules {
-		return fielderr.New("rules", "at most %d rules", MaxRules)
-	}
-	for i := range c.Tiers {
-		at := fmt.Sprintf("tiers[%d]", i)
-		if slices.Contains(c.tierNames()[:i], c.Tiers[i].Name) {
-			return fielderr.New(at+".name", "%q is defined twice", c.Tiers[i].Name)
-		}
-		if id := c.Tiers[i].ID; id < 1 || slices.ContainsFunc(c.Tiers[:i], func(t Tier) bool { return t.ID == id }) {
-			return fielderr.New(at+".id", "%d must be a positive number no other tier has", id)
-		}
-		if err := c.Tiers[i].validate(); err != nil {
-			return fielderr.At(at, err)
-		}
-	}
-	return nil
-}
-
-var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
-
-func (t *Tier) validate() error {
-	bad := fielderr.New
-	if !rules.ValidTierName(t.Name) {
-		return bad("name", "%q must match ^[a-z0-9_]+$", t.Name)
-	}
-	if t.Limit <= 0 || t.Limit > rules.MaxQuantity {
-		return bad("limit", "%d must be in 1..%d", t.Limit, rules.MaxQuantity)
-	}
-	if t.WindowSeconds < rules.MinWindowSeconds || t.WindowSeconds > rules.MaxWindowSeconds {
-		return bad("window_seconds", "%d must be in %d..%d", t.WindowSeconds, rules.MinWindowSeconds, rules.MaxWindowSeconds)
-	}
-	if t.Algorithm != "" && !rules.ValidAlgorithm(t.Algorithm) {
-		return bad("algorithm", "%q must be one of %v", t.Algorithm, rules.Algorithms)
-	}
-	if t.Burst < 0 || t.Burst > rules.MaxQuantity {
-		return bad("burst", "%d must be in 0..%d", t.Burst, rules.MaxQuantity)
-	}
-	if len(t.Description) > MaxDescriptionLen || !identity.Printable(t.Description) {
-		return bad("description", "must be at most %d bytes of printable text (no control characters)", MaxDescriptionLen)
-	}
-	if len(t.Endpoints) > MaxTierEndpoints {
-		return bad("endpoints", "at most %d endpoints per tier", MaxTierEndpoints)
-	}
-	for _, p := range slices.Sorted(maps.Keys(t.Endpoints)) {
-		field := fmt.Sprintf("endpoints[%q]", p)
-		if !endpointRE.MatchString(p) {
-			return bad(field, "endpoint path must start with '/' and hold printable ASCII only (globs: *, **, ?)")
-		}
-		// ValidateGlob also refuses a pattern that is not spelled as
-		// requests are normalised ("/items/" would never match).
-		if err := rules.ValidateGlob(p); err != nil {
-			return bad(field, "%v", err)
-		}
-		if t.Endpoints[p] <= 0 {
-			return bad(field, "%d must be > 0", t.Endpoints[p])
-		}
-		// An endpoint override narrows its tier; above the tier it would
-		// sell more than the tier does.
-		if t.Endpoints[p] > t.Limit {
-			return bad(field, "%d is above the tier's limit (%d)", t.Endpoints[p], t.Limit)
 		}
 	}
 	return nil
@@ -493,42 +296,6 @@ func (p *Penalties) validate() error {
 		}
 	}
 	return nil
-}
-
-func (e *Exemptions) validate() error {
-	for i, s := range e.IPs {
-		if _, err := ParseIPOrPrefix(s); err != nil {
-			return fielderr.New(fmt.Sprintf("exemptions.ips[%d]", i), "%q is not an IP address or CIDR", s)
-		}
-	}
-	for i, s := range e.Users {
-		if _, err := identity.User(s); err != nil {
-			return fielderr.At(fmt.Sprintf("exemptions.users[%d]", i), err)
-		}
-	}
-	for i, s := range e.Keys {
-		if _, err := identity.Key(s); err != nil {
-			return fielderr.At(fmt.Sprintf("exemptions.keys[%d]", i), err)
-		}
-	}
-	return nil
-}
-
-// ParseIPOrPrefix reads "192.0.2.1" as a /32 (or /128) and "10.0.0.0/8" as is,
-// canonicalised the way identities are.
-func ParseIPOrPrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		return p.Masked(), nil
-	}
-	a, err := identity.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // RedactURL hides a password in a Redis URL.

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -269,6 +270,10 @@ func TestEveryScalarSettingHasItsVariable(t *testing.T) {
 			f := v.Field(i)
 			switch f.Kind() {
 			case reflect.Struct:
+				if v.Type().Field(i).Anonymous {
+					walk(prefix, f) // an embedded section's fields are the file's own
+					continue
+				}
 				walk(prefix+tag+".", f)
 			case reflect.String, reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
 				fields[prefix+tag] = f
@@ -380,10 +385,10 @@ func TestREADMEListsTheSettings(t *testing.T) {
 
 func TestRuleCountIsBounded(t *testing.T) {
 	var b strings.Builder
-	for i := 0; i <= MaxRules; i++ {
+	for i := 0; i <= policy.MaxRules; i++ {
 		fmt.Fprintf(&b, "[[rules]]\nid = \"r%d\"\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1\n", i)
 	}
 	if _, err := Parse([]byte(b.String()), noEnv); err == nil || !strings.Contains(err.Error(), "rules: at most 1000 rules") {
-		t.Fatalf("%d rules: %v", MaxRules+1, err)
+		t.Fatalf("%d rules: %v", policy.MaxRules+1, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -50,7 +51,7 @@ var Settings = []Setting{
 	oneOf("log_level", "info", []string{"debug", "info", "warn", "error"}, "least severe log level written", func(c *Config) *string { return &c.LogLevel }),
 	integer("max_body_bytes", 1<<20, 1024, 64<<20, "request bodies beyond this are refused (413)", func(c *Config) *int64 { return &c.MaxBodyBytes }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
-	oneOf("path_case", PathCaseSensitive, []string{PathCaseSensitive, PathCaseInsensitive}, "`insensitive` counts `/API/Items` and `/api/items` as one path (set it when the upstream routes paths case-insensitively; rule patterns must then be lower-case)", func(c *Config) *string { return &c.PathCase }),
+	oneOf("path_case", policy.PathCaseSensitive, []string{policy.PathCaseSensitive, policy.PathCaseInsensitive}, "`insensitive` counts `/API/Items` and `/api/items` as one path (set it when the upstream routes paths case-insensitively; rule patterns must then be lower-case)", func(c *Config) *string { return &c.PathCase }),
 	text("default_tier", "free", "tier of callers that name none (must be a configured tier)", func(c *Config) *string { return &c.DefaultTier }, nil),
 	oneOf("default_algorithm", string(rules.TokenBucket), algorithmNames(), "algorithm of tiers and limits that name none", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
 	number("lease.fraction", 0.1, 0, 1, "share of what is left that one filter lease may take (0 turns leases off)", func(c *Config) *float64 { return &c.Lease.Fraction }),

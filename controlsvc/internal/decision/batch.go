@@ -21,12 +21,12 @@ const MaxIdempotencyKey = 256
 // arrives while the first is still being answered: the claim comes before any
 // counter is touched, so no key is ever counted twice.
 func (s *Service) Batch(ctx context.Context, req *wire.BatchCheckRequest, trust Trust) (wire.BatchCheckResponse, error) {
-	p := s.policy.Load()
+	p := s.live.Load()
 	if len(req.Checks) == 0 {
 		return wire.BatchCheckResponse{}, apierr.Invalid("checks", "must not be empty")
 	}
-	if len(req.Checks) > p.Config.MaxBatch {
-		return wire.BatchCheckResponse{}, apierr.Invalid("checks", fmt.Sprintf("at most %d checks per batch", p.Config.MaxBatch))
+	if len(req.Checks) > p.MaxBatch {
+		return wire.BatchCheckResponse{}, apierr.Invalid("checks", fmt.Sprintf("at most %d checks per batch", p.MaxBatch))
 	}
 	var digest string
 	if req.IdempotencyKey != "" {

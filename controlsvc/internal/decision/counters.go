@@ -18,7 +18,7 @@ import (
 
 // Status reads the counters of a caller and endpoint without spending.
 func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Trust) (wire.StatusResponse, error) {
-	p := s.policy.Load()
+	p := s.live.Load()
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant}, trust)
 	if aerr != nil {
 		return wire.StatusResponse{}, aerr
@@ -31,15 +31,15 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 		// The key's own tier decides its checks; so it does its status.
 		rec, err := s.keys.Get(ctx, t.id.Value)
 		switch {
-		case err == nil && p.KeyTier(&rec) != "":
-			t.tier = p.KeyTier(&rec)
+		case err == nil && p.KeyTier(rec.TierID, rec.Tier) != "":
+			t.tier = p.KeyTier(rec.TierID, rec.Tier)
 		case err != nil && !errors.Is(err, apikeys.ErrNotFound):
 			s.m.RedisErrors.WithLabelValues("status").Inc()
 			return wire.StatusResponse{}, apierr.Unavailable("rate limiter unavailable", err)
 		}
 	}
 	resp := wire.StatusResponse{UserID: req.UserID, Endpoint: t.endpoint, Identity: t.name, Tier: t.tier}
-	if p.exempt(t.id, t.name) {
+	if p.Exempt(t.id, t.name) {
 		resp.RuleID = rules.IDExempt
 		return resp, nil
 	}
@@ -68,7 +68,7 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 // would decide its next check and count per caller (never a global or tenant
 // counter), with its penalty record.
 func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.ResetResponse, error) {
-	p := s.policy.Load()
+	p := s.live.Load()
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant}, Trusted)
 	if aerr != nil {
 		return wire.ResetResponse{}, aerr
@@ -108,7 +108,7 @@ func resettable(rs []applied, t *target) []limiter.Request {
 
 // SetOverride stores a per-caller, per-endpoint quota.
 func (s *Service) SetOverride(ctx context.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
-	p := s.policy.Load()
+	p := s.live.Load()
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint}, Trusted)
 	if aerr != nil {
 		return wire.ConfigResponse{}, aerr
@@ -146,7 +146,7 @@ func (s *Service) Overrides() []overrides.Entry { return s.overrides.All() }
 
 // DeleteOverride removes the override of a caller and endpoint.
 func (s *Service) DeleteOverride(ctx context.Context, req *wire.ResetRequest) error {
-	p := s.policy.Load()
+	p := s.live.Load()
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint}, Trusted)
 	if aerr != nil {
 		return aerr

@@ -5,11 +5,8 @@ import (
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
-	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
-	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -38,7 +35,7 @@ type subject struct {
 
 // target is a validated subject: who the request is about (canonical
 // identity, configured tier, tenant) and what (normalised endpoint, method).
-// Every entry point builds its target through Policy.target, in one place.
+// Every entry point builds its target through view.target, in one place.
 type target struct {
 	id       identity.ID
 	name     string // id.String(), made once: a check needs it several times
@@ -88,7 +85,7 @@ type caller struct {
 
 // target validates a subject. An untrusted caller is refused any field only
 // the service credential may send, before the fields' values are checked.
-func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
+func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {
 	var t target
 	if in.userID == "" {
 		return t, apierr.Invalid("user_id", "is required")
@@ -118,7 +115,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 		}
 		t.address = a.Value
 	}
-	if t.endpoint, err = p.endpoint(in.endpoint); err != nil {
+	if t.endpoint, err = p.Endpoint(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
 	if in.method != "" && !rules.ValidMethod(in.method) {
@@ -128,7 +125,7 @@ func (p *Policy) target(in *subject, trust Trust) (target, *apierr.Error) {
 	if in.tier != "" && !rules.ValidTierName(in.tier) {
 		return t, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
 	}
-	t.tier = p.tier(in.tier)
+	t.tier = p.Tier(in.tier)
 	if in.tenant != "" {
 		if _, err := identity.User(in.tenant); err != nil {
 			return t, apierr.Invalid("tenant", "must be 1..255 printable characters")
@@ -169,7 +166,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 }
 
 // validate checks everything a check says before anything touches Redis.
-func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
+func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant,
 		cost: req.Cost, lease: req.Lease, returned: req.Returned, address: req.ClientAddress}, trust)
 	if aerr != nil {
@@ -185,8 +182,8 @@ func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr
 		return nil, apierr.Invalid("returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	}
 	c.cost = max(req.Cost, 1)
-	c.lease = min(req.Lease, p.Config.Lease.Max)
-	if p.Config.Lease.Fraction == 0 {
+	c.lease = min(req.Lease, p.Lease.Max)
+	if p.Lease.Fraction == 0 {
 		c.lease = 0
 	}
 	c.returned = req.Returned
@@ -204,7 +201,7 @@ func (p *Policy) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr
 // ownLimit is the rule of a limit a check (or a status query) names itself,
 // or nil when it names none. A strategy alone is refused: it would be
 // silently ignored otherwise.
-func (p *Policy) ownLimit(strategy string, limit, window *int64) (*rules.Rule, *apierr.Error) {
+func (p *view) ownLimit(strategy string, limit, window *int64) (*rules.Rule, *apierr.Error) {
 	if aerr := validStrategy(strategy, false); aerr != nil {
 		return nil, aerr
 	}
@@ -236,15 +233,15 @@ func validStrategy(s string, required bool) *apierr.Error {
 // adhocRule builds the identity-scoped, per-endpoint rule of a limit given in
 // a request (check or override). The limit is bounded by max_adhoc_limit, so
 // no caller sizes a counter (or a sliding log) at will.
-func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, burst int64) (*rules.Rule, *apierr.Error) {
+func (p *view) adhocRule(id string, limit, window *int64, strategy string, burst int64) (*rules.Rule, *apierr.Error) {
 	if limit == nil {
 		return nil, apierr.InvalidLimit("limit", "is required with window_seconds")
 	}
-	if *limit <= 0 || *limit > p.Config.MaxAdhocLimit {
-		return nil, apierr.InvalidLimit("limit", fmt.Sprintf("must be in 1..%d", p.Config.MaxAdhocLimit))
+	if *limit <= 0 || *limit > p.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("limit", fmt.Sprintf("must be in 1..%d", p.MaxAdhocLimit))
 	}
-	if burst > p.Config.MaxAdhocLimit {
-		return nil, apierr.InvalidLimit("burst_capacity", fmt.Sprintf("must be in 0..%d", p.Config.MaxAdhocLimit))
+	if burst > p.MaxAdhocLimit {
+		return nil, apierr.InvalidLimit("burst_capacity", fmt.Sprintf("must be in 0..%d", p.MaxAdhocLimit))
 	}
 	w := int64(60)
 	if window != nil {
@@ -258,24 +255,7 @@ func (p *Policy) adhocRule(id string, limit, window *int64, strategy string, bur
 	}
 	algo := rules.Algorithm(strategy)
 	if algo == "" {
-		algo = p.Config.DefaultAlgorithm
+		algo = p.DefaultAlgorithm()
 	}
 	return &rules.Rule{ID: id, Scope: rules.ScopeIdentity, Algorithm: algo, Limit: *limit, WindowSeconds: w, Burst: burst, PerEndpoint: true}, nil
-}
-
-// endpoint normalises the endpoint (shared/paths, as the filter does), and
-// folds its case when path_case says the upstream does: one resource is one
-// counter however it is spelled. The filter does not fold: its lease buckets
-// stay per spelling, each spending from the one folded counter here.
-func (p *Policy) endpoint(ep string) (string, error) {
-	if ep == "" {
-		return "", fielderr.New("", "is required")
-	}
-	// paths.MaxLen bounds it, the same bound the filter applies: a path
-	// the filter takes is never refused here.
-	n, err := paths.Normalize(ep)
-	if err != nil || p.Config.PathCase != config.PathCaseInsensitive {
-		return n, err
-	}
-	return paths.FoldCase(n), nil
 }

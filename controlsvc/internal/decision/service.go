@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
@@ -78,7 +79,7 @@ type Service struct {
 	m         *metrics.Metrics
 	log       *slog.Logger
 	now       func() time.Time
-	policy    atomic.Pointer[Policy]
+	live      atomic.Pointer[view]
 	breaker   *breaker.Breaker
 }
 
@@ -105,26 +106,29 @@ type Deps struct {
 	BreakerCooldown  time.Duration
 }
 
-// New returns a service deciding with policy p.
-func New(d Deps, p *Policy) *Service {
+// New returns a service deciding with policy p and settings set.
+func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
 		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
-	s.policy.Store(p)
+	s.SetPolicy(p, set)
 	return s
 }
 
-// SetPolicy swaps in a new policy (config reload).
-func (s *Service) SetPolicy(p *Policy) { s.policy.Store(p) }
+// SetPolicy swaps in a new policy and the settings in force with it (a
+// config reload, a runtime change).
+func (s *Service) SetPolicy(p *policy.Policy, set Settings) {
+	s.live.Store(&view{Policy: p, Settings: set})
+}
 
 // Policy returns the live policy.
-func (s *Service) Policy() *Policy { return s.policy.Load() }
+func (s *Service) Policy() *policy.Policy { return s.live.Load().Policy }
 
 // Ping reports whether Redis answers (health checks).
 func (s *Service) Ping(ctx context.Context) error { return s.counters.Ping(ctx) }
 
 // resolveKey checks an API key and makes it the caller's identity (unless a
 // verified JWT subject came first) and tier (unless the JWT gave one).
-func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, reqTier string) error {
+func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTier string) error {
 	if !apikeys.ValidFormat(raw) {
 		e := apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: "+apikeys.Format)
 		e.Details = map[string]any{"provided_key": maskKey(raw)}
@@ -171,7 +175,7 @@ func (s *Service) resolveKey(ctx context.Context, p *Policy, c *caller, raw, req
 		c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	}
 	if reqTier == "" {
-		if t := p.KeyTier(&rec); t != "" {
+		if t := p.KeyTier(rec.TierID, rec.Tier); t != "" {
 			c.tier = t
 		}
 	}
@@ -201,7 +205,7 @@ type applied struct {
 }
 
 // selectRules returns the rules of a caller, with their counters.
-func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied {
+func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 	var matched []*rules.Rule
 	switch {
 	case adhoc != nil:
@@ -215,7 +219,7 @@ func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied
 			}
 		}
 		var buf [6]*rules.Rule
-		matched = p.match(buf[:0], t.rulesRequest())
+		matched = p.Match(buf[:0], t.rulesRequest())
 	}
 	out := make([]applied, len(matched))
 	for i, r := range matched {
@@ -228,7 +232,7 @@ func (s *Service) selectRules(p *Policy, t *target, adhoc *rules.Rule) []applied
 func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.CheckResponse, error) {
 	start := time.Now()
 	defer func() { s.m.CheckDuration.Observe(time.Since(start).Seconds()) }()
-	p := s.policy.Load()
+	p := s.live.Load()
 	c, aerr := p.validate(req, trust)
 	if aerr != nil {
 		return wire.CheckResponse{}, aerr
@@ -242,7 +246,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 			return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
 		}
 	}
-	if req.APIKey == "" && c.id.Kind != identity.KindKey && p.keyRequired(c.tier, c.endpoint) {
+	if req.APIKey == "" && c.id.Kind != identity.KindKey && p.KeyRequired(c.tier, c.endpoint) {
 		return s.refuseKey(ctx, p, c, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
 			"This endpoint requires an API key (X-API-Key header)"))
 	}
@@ -255,7 +259,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 // replaying a revoked one, would cost a client nothing and every attempt a
 // callout and a Redis lookup. Once the address is spent the answer is its
 // 429; until then, the key's refusal.
-func (s *Service) refuseKey(ctx context.Context, p *Policy, c *caller, refusal *apierr.Error) (wire.CheckResponse, error) {
+func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *apierr.Error) (wire.CheckResponse, error) {
 	if c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value {
 		return wire.CheckResponse{}, refusal
 	}
@@ -268,14 +272,14 @@ func (s *Service) refuseKey(ctx context.Context, p *Policy, c *caller, refusal *
 }
 
 // decide runs the caller's rules once its identity and tier are settled.
-func (s *Service) decide(ctx context.Context, p *Policy, c *caller) (wire.CheckResponse, error) {
-	if p.exempt(c.id, c.name) {
+func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckResponse, error) {
+	if p.Exempt(c.id, c.name) {
 		if !c.refused {
 			s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
 			s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
 		}
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier,
-			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Config.Lease.TTLMs}}, nil
+			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Lease.TTLMs}}, nil
 	}
 	rs := s.selectRules(p, &c.target, c.adhoc)
 	if len(rs) == 0 {
@@ -293,13 +297,13 @@ func (s *Service) decide(ctx context.Context, p *Policy, c *caller) (wire.CheckR
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
-		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Config.Lease.Fraction
+		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
 		// A lease belongs to one bucket: with several rules, no lease.
 		if single {
 			lr.Lease, lr.Returned = c.lease, c.returned
 		}
 		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
-			lr.Penalty = p.penalty
+			lr.Penalty = p.Penalty
 		}
 		res, err := s.limit(ctx, lr)
 		if err != nil {
@@ -369,7 +373,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 	}
 	if s.breaker.Record(err == nil, s.now()) {
 		if err != nil {
-			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.policy.Load().Config.FailureMode, "err", err)
+			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.live.Load().FailureMode, "err", err)
 		} else {
 			s.log.Info("redis answering again; circuit breaker closed")
 		}
@@ -383,7 +387,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
 // rule reported is the denial with the longest wait, or else the one with the
 // least left. It also names the result for the decisions metric.
-func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckResponse, string) {
+func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse, string) {
 	var decider *applied
 	denied, logOnly := false, false
 	for i := range rs {
@@ -431,7 +435,7 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 		result = metrics.LogOnly
 	}
 	if len(rs) == 1 && rs[0].res.Granted > 0 {
-		ttl := time.Duration(p.Config.Lease.TTLMs) * time.Millisecond
+		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
 		if a := rs[0]; a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
 			// Tokens of a window must not be spent in the next one.
 			ttl = min(ttl, a.res.ResetAfter)
@@ -442,14 +446,14 @@ func (s *Service) verdict(p *Policy, t *target, rs []applied) (wire.CheckRespons
 }
 
 // failure applies the failure mode to a Redis error.
-func (s *Service) failure(p *Policy, c *caller, r *rules.Rule, err error) (wire.CheckResponse, error) {
+func (s *Service) failure(p *view, c *caller, r *rules.Rule, err error) (wire.CheckResponse, error) {
 	if errors.Is(err, limiter.ErrBadRequest) {
 		return wire.CheckResponse{}, apierr.Failed(err)
 	}
 	if !errors.Is(err, ErrBreakerOpen) {
-		s.log.Warn("redis unavailable for a check", "mode", p.Config.FailureMode, "err", err)
+		s.log.Warn("redis unavailable for a check", "mode", p.FailureMode, "err", err)
 	}
-	if p.Config.FailureMode == config.FailClosed {
+	if p.FailureMode == config.FailClosed {
 		// The filter reads failure_mode and answers 503 too, whatever its
 		// own setting: the service's mode is the one source of truth
 		// whenever the service answers.

@@ -5,19 +5,20 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-func testPolicy(t testing.TB) *Policy {
+func testPolicy(t testing.TB) *view {
 	t.Helper()
 	cfg := config.Default()
-	p, err := Compile(&cfg, "test")
+	p, err := policy.Compile(&cfg.Spec, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return &view{Policy: p, Settings: SettingsOf(&cfg)}
 }
 
 // FuzzValidate: whatever a check says, validate never panics; an untrusted
@@ -53,10 +54,10 @@ func FuzzValidate(f *testing.F) {
 		if n, err := paths.Normalize(c.endpoint); err != nil || n != c.endpoint || len(c.endpoint) > paths.MaxLen {
 			t.Fatalf("endpoint %q is not canonical", c.endpoint)
 		}
-		if c.cost < 1 || c.cost > MaxCost || c.lease < 0 || c.lease > p.Config.Lease.Max || c.returned < 0 || c.returned > MaxReturned {
+		if c.cost < 1 || c.cost > MaxCost || c.lease < 0 || c.lease > p.Lease.Max || c.returned < 0 || c.returned > MaxReturned {
 			t.Fatalf("unbounded amounts: %+v", c)
 		}
-		if r := c.adhoc; r != nil && (r.Limit < 1 || r.Limit > p.Config.MaxAdhocLimit || c.cost > r.Capacity()) {
+		if r := c.adhoc; r != nil && (r.Limit < 1 || r.Limit > p.MaxAdhocLimit || c.cost > r.Capacity()) {
 			t.Fatalf("ad-hoc rule %+v with cost %d", r, c.cost)
 		}
 	})

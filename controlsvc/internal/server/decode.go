@@ -22,7 +22,7 @@ import (
 // the body is JSON or it is refused, whatever it claims (curl's -d sends a
 // form type).
 func (s *Server) decode(c echo.Context, dst any, strict bool) error {
-	limit := s.svc.Policy().Config.MaxBodyBytes
+	limit := s.set.Load().maxBodyBytes
 	r := c.Request()
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, limit))
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
@@ -48,6 +49,7 @@ type Server struct {
 	admin *admin.Service
 	log   *slog.Logger
 	now   func() time.Time
+	set   atomic.Pointer[settings]
 }
 
 // Deps are the server's collaborators.
@@ -55,13 +57,17 @@ type Deps struct {
 	Service *decision.Service
 	Admin   *admin.Service
 	Metrics *metrics.Metrics
-	Log     *slog.Logger
-	Now     func() time.Time
+	// Config is the configuration in force at start; SetConfig swaps in
+	// the next.
+	Config *config.Config
+	Log    *slog.Logger
+	Now    func() time.Time
 }
 
 // New builds the router.
 func New(d Deps) *Server {
 	s := &Server{e: echo.New(), svc: d.Service, admin: d.Admin, log: d.Log, now: d.Now}
+	s.SetConfig(d.Config)
 	e := s.e
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -182,7 +188,7 @@ func (s *Server) check(c echo.Context) error {
 // max_body_bytes) it declines, and check answers it.
 func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp.Response) bool {
 	trust := decision.Untrusted
-	if digests := s.svc.Policy().DecisionTokenDigests(); len(digests) > 0 {
+	if digests := s.set.Load().decisionDigests; len(digests) > 0 {
 		a := r.Authorization
 		if r.Authorizations != 1 || len(a) <= 7 || !wire.EqualFoldASCII(a[:7], "bearer ") || !tokenTrusted(a[7:], digests) {
 			return false
@@ -190,7 +196,7 @@ func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp
 		trust = decision.Trusted
 	}
 	var req wire.CheckRequest
-	if int64(len(r.Body)) > s.svc.Policy().Config.MaxBodyBytes || wire.DecodeCheckRequest(r.Body, &req) != nil {
+	if int64(len(r.Body)) > s.set.Load().maxBodyBytes || wire.DecodeCheckRequest(r.Body, &req) != nil {
 		return false
 	}
 	id := string(r.RequestID)
@@ -316,7 +322,7 @@ func (s *Server) health(c echo.Context) error {
 		comps["redis"] = "unhealthy"
 		comps["rate_limiter"] = "degraded"
 		body["errors"] = []string{"redis: " + err.Error()}
-		body["failure_mode"] = s.svc.Policy().Config.FailureMode
+		body["failure_mode"] = s.set.Load().failureMode
 	}
 	body["status"] = status
 	return c.JSON(code, body)
@@ -325,7 +331,7 @@ func (s *Server) health(c echo.Context) error {
 // requireAdmin checks the admin credential.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		tokens := s.svc.Policy().Config.AdminTokens()
+		tokens := s.set.Load().adminTokens
 		if len(tokens) == 0 {
 			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
 		}
@@ -367,7 +373,7 @@ const trustKey = "tollgate.trust"
 // use the plain check shape only (no tier, tenant, cost, lease or refund).
 func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		digests := s.svc.Policy().DecisionTokenDigests()
+		digests := s.set.Load().decisionDigests
 		if len(digests) == 0 {
 			c.Set(trustKey, decision.Untrusted)
 			return next(c)

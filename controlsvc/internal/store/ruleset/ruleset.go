@@ -16,8 +16,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
@@ -33,7 +33,7 @@ type Rule struct {
 
 // Tier is a tier managed at runtime.
 type Tier struct {
-	config.Tier
+	policy.Tier
 	UpdatedAt time.Time `json:"updated_at"`
 }
 

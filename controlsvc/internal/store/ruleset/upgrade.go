@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
@@ -41,10 +41,10 @@ func upgradeRule(r *rules.Rule) (changed []string) {
 	return changed
 }
 
-// upgradeTier brings t within the bounds config.Tier's validation holds: a
+// upgradeTier brings t within the bounds policy.Tier's validation holds: a
 // limit or burst is clamped, and a description loses its control
-// characters and what goes beyond config.MaxDescriptionLen.
-func upgradeTier(t *config.Tier) (changed []string) {
+// characters and what goes beyond policy.MaxDescriptionLen.
+func upgradeTier(t *policy.Tier) (changed []string) {
 	for _, q := range []struct {
 		name string
 		v    *int64
@@ -53,8 +53,8 @@ func upgradeTier(t *config.Tier) (changed []string) {
 			*q.v, changed = rules.MaxQuantity, append(changed, q.name+" clamped to 2^53-1")
 		}
 	}
-	if len(t.Description) > config.MaxDescriptionLen || !identity.Printable(t.Description) {
-		t.Description, changed = printablePrefix(t.Description, config.MaxDescriptionLen), append(changed, "description made printable and at most 256 bytes")
+	if len(t.Description) > policy.MaxDescriptionLen || !identity.Printable(t.Description) {
+		t.Description, changed = printablePrefix(t.Description, policy.MaxDescriptionLen), append(changed, "description made printable and at most 256 bytes")
 	}
 	return changed
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
@@ -32,7 +32,7 @@ func TestUpgradedEntriesAreValid(t *testing.T) {
 		{strings.Repeat("é", 200), strings.Repeat("é", 128)}, // 2 bytes each: cut on a character
 		{"bad \xff byte", "bad   byte"},
 	} {
-		tier := config.Tier{Name: "t", Limit: 1 << 60, WindowSeconds: 60, Description: tc.in}
+		tier := policy.Tier{Name: "t", Limit: 1 << 60, WindowSeconds: 60, Description: tc.in}
 		upgradeTier(&tier)
 		if tier.Description != tc.want || tier.Limit != rules.MaxQuantity {
 			t.Errorf("%q: description %q limit %d; want %q", tc.in, tier.Description, tier.Limit, tc.want)

@@ -1,0 +1,40 @@
+package decision
+
+import (
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
+)
+
+// Settings are the service settings a decision reads beside the policy.
+type Settings struct {
+	Lease config.Lease
+	// Penalty is nil when progressive penalties are off.
+	Penalty *limiter.Penalty
+	// MaxAdhocLimit bounds a limit a check or an override names itself.
+	MaxAdhocLimit int64
+	FailureMode   string
+	MaxBatch      int
+}
+
+// SettingsOf takes the decision's settings from a loaded configuration.
+func SettingsOf(cfg *config.Config) Settings {
+	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch}
+	if pc := cfg.Penalties; pc.Enabled {
+		s.Penalty = &limiter.Penalty{
+			Window:      time.Duration(pc.DetectionWindowSeconds) * time.Second,
+			Threshold:   pc.ViolationThreshold,
+			Multipliers: pc.Multipliers,
+		}
+	}
+	return s
+}
+
+// view is what one decision reads: a policy and the settings in force with
+// it, swapped in together.
+type view struct {
+	*policy.Policy
+	Settings
+}

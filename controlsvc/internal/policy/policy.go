@@ -1,0 +1,208 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/paths"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// Policy is a model compiled for deciding. It is immutable: a change
+// compiles a new one, which is swapped in whole.
+type Policy struct {
+	spec      Spec
+	rules     *rules.Set
+	tiers     map[string]*rules.Set
+	exemptIPs []netip.Prefix
+	exemptIDs map[string]bool // canonical identities
+}
+
+// Compile builds the policy of a valid model; version names it.
+func Compile(spec *Spec, version string) (*Policy, error) {
+	set, err := rules.NewSet(version, spec.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	p := &Policy{spec: *spec, rules: set, tiers: make(map[string]*rules.Set, len(spec.Tiers)), exemptIDs: map[string]bool{}}
+	for i := range spec.Tiers {
+		t := &spec.Tiers[i]
+		ts, err := rules.NewSet(version, tierRules(t, spec.DefaultAlgorithm))
+		if err != nil {
+			return nil, fmt.Errorf("tiers[%d]: %w", i, err)
+		}
+		p.tiers[t.Name] = ts
+	}
+	for _, s := range spec.Exemptions.IPs {
+		pfx, err := ParseIPOrPrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("exemption %q: %w", s, err)
+		}
+		p.exemptIPs = append(p.exemptIPs, pfx)
+	}
+	for _, u := range spec.Exemptions.Users {
+		p.exemptIDs[identity.ID{Kind: identity.KindUser, Value: u}.String()] = true
+	}
+	for _, k := range spec.Exemptions.Keys {
+		p.exemptIDs[identity.ID{Kind: identity.KindKey, Value: k}.String()] = true
+	}
+	return p, nil
+}
+
+// tierRules turns a tier into rules of the identity scope: its endpoint
+// overrides (priority 1) and its default (priority 0, every path). Tier rules
+// apply only when no configured rule matches.
+func tierRules(t *Tier, defaultAlgo rules.Algorithm) []rules.Rule {
+	algo := t.Algorithm
+	if algo == "" {
+		algo = defaultAlgo
+	}
+	perEndpoint := t.PerEndpoint == nil || *t.PerEndpoint
+	out := []rules.Rule{{
+		ID: "tier_" + t.Name, Scope: rules.ScopeIdentity, Algorithm: algo,
+		Limit: t.Limit, WindowSeconds: t.WindowSeconds, Burst: t.Burst, PerEndpoint: perEndpoint,
+	}}
+	eps := make([]string, 0, len(t.Endpoints))
+	for p := range t.Endpoints {
+		eps = append(eps, p)
+	}
+	slices.Sort(eps)
+	for i, path := range eps {
+		limit := t.Endpoints[path]
+		out = append(out, rules.Rule{
+			ID: "tier_" + t.Name + "_ep" + strconv.Itoa(i), Path: path, Scope: rules.ScopeIdentity, Algorithm: algo,
+			Limit: limit, WindowSeconds: t.WindowSeconds, Burst: min(t.Burst, limit), Priority: 1, PerEndpoint: true,
+		})
+	}
+	return out
+}
+
+// Version names the compiled model.
+func (p *Policy) Version() string { return p.rules.Version() }
+
+// Matching returns the enabled configured rules in matching order. Callers
+// must not modify them.
+func (p *Policy) Matching() []rules.Rule { return p.rules.Rules() }
+
+// Rules returns every configured rule, the disabled ones too, the file's
+// first. Callers must not modify them.
+func (p *Policy) Rules() []rules.Rule { return p.spec.Rules }
+
+// Tiers returns every tier, the file's first. Callers must not modify them.
+func (p *Policy) Tiers() []Tier { return p.spec.Tiers }
+
+// DefaultTier is the tier of callers that name none.
+func (p *Policy) DefaultTier() string { return p.spec.DefaultTier }
+
+// DefaultAlgorithm is the algorithm of limits that name none.
+func (p *Policy) DefaultAlgorithm() rules.Algorithm { return p.spec.DefaultAlgorithm }
+
+// TierByID returns the tier with that tier_id, or nil.
+func (p *Policy) TierByID(id int) *Tier {
+	for i := range p.spec.Tiers {
+		if p.spec.Tiers[i].ID == id {
+			return &p.spec.Tiers[i]
+		}
+	}
+	return nil
+}
+
+// TierByName returns the tier of that name, or nil.
+func (p *Policy) TierByName(name string) *Tier {
+	for i := range p.spec.Tiers {
+		if p.spec.Tiers[i].Name == name {
+			return &p.spec.Tiers[i]
+		}
+	}
+	return nil
+}
+
+// Tier returns the tier a caller naming name is decided in: that tier when
+// it is configured, else the default.
+func (p *Policy) Tier(name string) string {
+	if _, ok := p.tiers[name]; ok {
+		return name
+	}
+	return p.spec.DefaultTier
+}
+
+// KeyTier is the tier an API key's checks are decided in: the tier it was
+// issued for, found by id (a renamed tier keeps its keys; a new tier taking
+// an old name does not inherit them), the default tier once that tier is
+// gone. A key issued before ids were kept (tierID 0) is found by its tier's
+// name; "" for a key with no tier at all.
+func (p *Policy) KeyTier(tierID int, tierName string) string {
+	if tierID == 0 {
+		if tierName == "" {
+			return ""
+		}
+		return p.Tier(tierName)
+	}
+	if t := p.TierByID(tierID); t != nil {
+		return t.Name
+	}
+	return p.spec.DefaultTier
+}
+
+// KeyRequired reports whether a caller of tier on endpoint must present an
+// API key: its tier or the path says so.
+func (p *Policy) KeyRequired(tier, endpoint string) bool {
+	if t := p.TierByName(tier); t != nil && t.RequireAPIKey {
+		return true
+	}
+	for _, g := range p.spec.APIKeyRequiredPaths {
+		if rules.MatchGlob(g, endpoint) {
+			return true
+		}
+	}
+	return false
+}
+
+// Exempt reports whether the caller skips rate limiting; name is
+// id.String().
+func (p *Policy) Exempt(id identity.ID, name string) bool {
+	if id.Kind == identity.KindIP && len(p.exemptIPs) > 0 {
+		a, err := netip.ParseAddr(id.Value)
+		if err == nil {
+			for _, pfx := range p.exemptIPs {
+				if pfx.Contains(a) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return p.exemptIDs[name]
+}
+
+// Match appends to dst the rules that apply to req: the configured rules'
+// winners, or the tier's when none matches.
+func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
+	n := len(dst)
+	dst = p.rules.Match(dst, req)
+	if len(dst) > n {
+		return dst
+	}
+	return p.tiers[req.Tier].Match(dst, req)
+}
+
+// Endpoint normalises a request's path (shared/paths, as the filter does),
+// and folds its case when path_case says the upstream does: one resource is
+// one counter however it is spelled. The filter does not fold: its lease
+// buckets stay per spelling, each spending from the one folded counter.
+func (p *Policy) Endpoint(ep string) (string, error) {
+	if ep == "" {
+		return "", fielderr.New("", "is required")
+	}
+	// paths.MaxLen bounds it, the same bound the filter applies: a path
+	// the filter takes is never refused here.
+	n, err := paths.Normalize(ep)
+	if err != nil || p.spec.PathCase != PathCaseInsensitive {
+		return n, err
+	}
+	return paths.FoldCase(n), nil
+}
