@@ -1,0 +1,381 @@
+package decision
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// model is the config file the decision-core tests decide with.
+const model = `
+[[tiers]]
+name = "free"
+limit = 5
+window_seconds = 60
+endpoints = { "/api/v1/search" = 2 }
+
+[[tiers]]
+name = "premium"
+limit = 50
+window_seconds = 60
+
+[exemptions]
+ips = ["10.9.0.0/16"]
+users = ["ops"]
+
+[[rules]]
+id = "login"
+path = "/auth/login"
+methods = ["POST"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+
+[[rules]]
+id = "uploads"
+path = "/api/v1/uploads/**"
+scope = "user"
+algorithm = "token_bucket"
+limit = 10
+window_seconds = 60
+priority = 10
+
+[[rules]]
+id = "uploads_big"
+path = "/api/v1/uploads/big"
+scope = "user"
+algorithm = "token_bucket"
+limit = 4
+window_seconds = 60
+priority = 10
+
+[[rules]]
+id = "uploads_delete"
+path = "/api/v1/uploads/**"
+methods = ["DELETE"]
+scope = "user"
+algorithm = "token_bucket"
+limit = 2
+window_seconds = 60
+priority = 20
+
+[[rules]]
+id = "exports"
+path = "/api/v1/exports"
+methods = ["GET"]
+scope = "identity"
+algorithm = "sliding_window"
+limit = 2
+window_seconds = 60
+
+[[rules]]
+id = "ceiling"
+path = "/api/v1/uploads/**"
+scope = "global"
+algorithm = "fixed_window"
+limit = 1000
+window_seconds = 60
+
+[[rules]]
+id = "tenant_reports"
+path = "/api/v1/reports"
+scope = "tenant"
+algorithm = "fixed_window"
+limit = 100
+window_seconds = 60
+
+[[rules]]
+id = "shadow"
+path = "/api/v1/beta"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 1
+window_seconds = 60
+action = "log_only"
+
+[[rules]]
+id = "off"
+path = "/api/v1/items"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 1
+window_seconds = 60
+enabled = false
+`
+
+// rawKey is an API key of the key store double, issued to user 42 in the
+// premium tier.
+const rawKey = "ak_live_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG"
+
+func withKey(f *fixture) *fixture {
+	f.keys[rawKey] = apikeys.Record{ID: "k_1", UserID: "42", TierID: 2, Tier: "premium", Status: apikeys.StatusActive}
+	return f
+}
+
+// Which rules decide a request: one winner per scope, priority first, ties
+// to the more specific pattern; the tier when no rule matches; exemptions
+// before everything; an override or the check's own limit instead of rules.
+func TestRuleSelection(t *testing.T) {
+	limit := int64(7)
+	for _, tt := range []struct {
+		name string
+		req  wire.CheckRequest
+		want []string // rules counted, in the order scopes are reported
+	}{
+		{"anonymous login counts by address", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "POST"}, []string{"login"}},
+		{"a GET of the login path is no login", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET"}, []string{"tier_free"}},
+		{"no rule: the caller's tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium"}, []string{"tier_premium"}},
+		{"unknown tier: the default tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "gold"}, []string{"tier_free"}},
+		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free_ep0"}},
+		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"ceiling", "uploads_big"}},
+		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"ceiling", "uploads"}},
+		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"ceiling", "uploads_delete"}},
+		{"HEAD counts under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "HEAD"}, []string{"exports"}},
+		{"POST is not under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "POST"}, []string{"tier_free"}},
+		{"user scope skips an address caller", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/api/v1/uploads/small"}, []string{"ceiling"}},
+		{"tenant scope with a tenant", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports", Tenant: "acme"}, []string{"tenant_reports"}},
+		{"tenant scope without one", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports"}, []string{"tier_free"}},
+		{"a disabled rule matches nothing", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items"}, []string{"tier_free"}},
+		{"paths are normalised before matching", wire.CheckRequest{UserID: "alice", Endpoint: "/api//v1/./uploads/%62ig;x?y", Method: "POST"}, []string{"ceiling", "uploads_big"}},
+		{"exempt address", wire.CheckRequest{UserID: "ip:10.9.3.4", Endpoint: "/auth/login", Method: "POST"}, nil},
+		{"exempt user", wire.CheckRequest{UserID: "ops", Endpoint: "/api/v1/uploads/big"}, nil},
+		{"the check's own limit", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Limit: &limit}, []string{"request"}},
+		{"a key caller: its user and its address", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/uploads/big", APIKey: rawKey, Method: "POST"}, []string{"ceiling", "uploads_big"}},
+		{"a key caller's address counts for ip rules", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/auth/login", APIKey: rawKey, Method: "POST"}, []string{"login"}},
+		{"a key caller gets its key's tier", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/items", APIKey: rawKey}, []string{"tier_premium"}},
+		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := withKey(newFixture(t, model, nil))
+			resp, err := f.check(t, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.counters.ruleIDs(); !slices.Equal(got, tt.want) {
+				t.Fatalf("counted %v, want %v", got, tt.want)
+			}
+			if tt.want == nil && (resp.RuleID != "exempt" || !resp.Allowed) {
+				t.Fatalf("exempt caller answered %+v", resp)
+			}
+		})
+	}
+}
+
+// An override replaces the rules for its caller and endpoint only.
+func TestOverrideSelection(t *testing.T) {
+	f := newFixture(t, model, nil)
+	_ = f.ovs.Set(context.Background(), "user:alice", "/api/v1/uploads/big", overrides.Override{Limit: 2, WindowSeconds: 60, Algorithm: "fixed_window"})
+	for _, tt := range []struct {
+		user, endpoint string
+		want           string
+	}{
+		{"alice", "/api/v1/uploads/big", "override"},
+		{"alice", "/api/v1/uploads/small", "uploads"},
+		{"bob", "/api/v1/uploads/big", "uploads_big"},
+	} {
+		f.counters.calls = nil
+		if _, err := f.check(t, wire.CheckRequest{UserID: tt.user, Endpoint: tt.endpoint}); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.counters.ruleIDs(); got[len(got)-1] != tt.want {
+			t.Errorf("%s %s: counted %v, want %s last", tt.user, tt.endpoint, got, tt.want)
+		}
+	}
+	// The override's limit decides.
+	for i, want := range []bool{true, false} {
+		resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big"})
+		if err != nil || resp.Allowed != want || resp.RuleID != "override" {
+			t.Fatalf("check %d under the override: %+v %v", i+2, resp, err)
+		}
+	}
+}
+
+// The verdict over several rules: denied when any rejecting rule denies,
+// reported by the denial with the longest wait; a log-only denial lets the
+// request through, flagged; allowed answers report the rule with the least
+// left (as a share of its capacity).
+func TestVerdictAcrossRules(t *testing.T) {
+	t.Run("the tighter rule denies", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		var last wire.CheckResponse
+		for i := 0; i < 5; i++ {
+			resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := i < 4; resp.Allowed != want {
+				t.Fatalf("check %d: allowed %v, want %v", i+1, resp.Allowed, want)
+			}
+			last = resp
+		}
+		if last.RuleID != "uploads_big" || last.RetryAfter != 60 || last.Limit != 4 || last.Remaining != 0 {
+			t.Fatalf("denial: %+v", last)
+		}
+	})
+	t.Run("the least left is reported", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		resp, _ := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big"})
+		if resp.RuleID != "uploads_big" || resp.Remaining != 3 || resp.Limit != 4 {
+			t.Fatalf("allowed answer: %+v", resp)
+		}
+	})
+	t.Run("a global ceiling denies everybody", func(t *testing.T) {
+		f := newFixture(t, model, func(c *config.Config) {
+			for i := range c.Rules {
+				if c.Rules[i].ID == "ceiling" {
+					c.Rules[i].Limit = 3
+				}
+			}
+		})
+		for i, user := range []string{"a", "b", "c", "d"} {
+			resp, err := f.check(t, wire.CheckRequest{UserID: user, Endpoint: "/api/v1/uploads/small"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := i < 3; resp.Allowed != want || (!want && resp.RuleID != "ceiling") {
+				t.Fatalf("caller %s: %+v", user, resp)
+			}
+		}
+	})
+	t.Run("log only", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/beta"})
+		resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/beta"})
+		if err != nil || !resp.Allowed || !resp.LogOnly || resp.RuleID != "shadow" {
+			t.Fatalf("log-only denial: %+v %v", resp, err)
+		}
+		if f.usage.violations["user:alice"] != 0 {
+			t.Fatalf("a log-only denial was recorded as a violation")
+		}
+	})
+	t.Run("a cost no rule can ever allow touches nothing", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		_, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Cost: 5})
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || ae.Details["field"] != "cost" || len(f.counters.calls) != 0 {
+			t.Fatalf("cost above the capacity: %v, %d calls", err, len(f.counters.calls))
+		}
+	})
+}
+
+// Redis failures follow the failure mode; the breaker stops calls after
+// repeated failures; a request the limiter refuses is no Redis failure.
+func TestFailureModes(t *testing.T) {
+	req := wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big"}
+	t.Run("fail open", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		f.counters.fail = errRedisDown
+		resp, err := f.check(t, req)
+		if err != nil || !resp.Allowed || !resp.Degraded || resp.Limit != 0 {
+			t.Fatalf("fail open: %+v %v", resp, err)
+		}
+	})
+	t.Run("fail closed", func(t *testing.T) {
+		f := newFixture(t, model, func(c *config.Config) { c.FailureMode = config.FailClosed })
+		f.counters.fail = errRedisDown
+		_, err := f.check(t, req)
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || ae.Code != wire.CodeServiceUnavailable || ae.Details["failure_mode"] != config.FailClosed {
+			t.Fatalf("fail closed: %v", err)
+		}
+	})
+	t.Run("the breaker stops calls", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		f.counters.fail = errRedisDown
+		for i := 0; i < 10; i++ {
+			f.check(t, req)
+		}
+		// Two rules a check: the third failure opens the breaker (threshold 3).
+		if n := len(f.counters.calls); n != 3 {
+			t.Fatalf("%d counter calls with the breaker at 3 failures", n)
+		}
+		if !f.svc.BreakerOpen() {
+			t.Fatal("breaker closed after 10 failing checks")
+		}
+	})
+	t.Run("a refused script request is no outage", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		f.counters.fail = limiter.ErrBadRequest
+		for i := 0; i < 10; i++ {
+			_, err := f.check(t, req)
+			var ae *apierr.Error
+			if !errors.As(err, &ae) || ae.Kind.ClientError() && ae.Code == "" {
+				t.Fatalf("a bad request: %v", err)
+			}
+		}
+		if f.svc.BreakerOpen() {
+			t.Fatal("bad requests opened the breaker")
+		}
+	})
+}
+
+// Leases: one rule's counter grants at most the lease fraction of what is
+// left and never beyond lease.max; several rules grant none; a refund gives
+// back at most what was leased; usage counts the cost and the lease, less
+// what came back.
+func TestLeasesAndRefunds(t *testing.T) {
+	f := newFixture(t, model, func(c *config.Config) { c.Lease.Fraction, c.Lease.Max = 0.5, 3 })
+	one := wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium", Lease: 10}
+	resp, err := f.check(t, one)
+	if err != nil || resp.Lease.Granted != 3 || resp.Lease.TTLMs <= 0 {
+		t.Fatalf("lease on one rule: %+v %v", resp.Lease, err)
+	}
+	key := f.counters.calls[0].Key()
+	if got := f.counters.spent(key); got != 4 {
+		t.Fatalf("counter holds %d after a check and a lease of 3, want 4", got)
+	}
+	back := one
+	back.Lease, back.Returned = 0, 5
+	if _, err := f.check(t, back); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.counters.spent(key); got != 2 {
+		t.Fatalf("counter holds %d after two checks and 3 of 5 claimed tokens given back, want 2", got)
+	}
+	if got := f.usage.requests["user:alice"]; got != 2 {
+		t.Fatalf("usage %d, want the two requests", got)
+	}
+	two := wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Lease: 10}
+	resp, err = f.check(t, two)
+	if err != nil || resp.Lease.Granted != 0 {
+		t.Fatalf("a lease over two rules: %+v %v", resp.Lease, err)
+	}
+	off := newFixture(t, model, func(c *config.Config) { c.Lease.Fraction = 0 })
+	if resp, _ := off.check(t, one); resp.Lease.Granted != 0 || off.counters.calls[0].Lease != 0 {
+		t.Fatalf("leases off granted %+v", resp.Lease)
+	}
+}
+
+// What an untrusted caller may not name is refused before any counter is
+// touched.
+func TestUntrustedFieldsTouchNothing(t *testing.T) {
+	f := newFixture(t, model, nil)
+	for _, req := range []wire.CheckRequest{
+		{UserID: "alice", Endpoint: "/x", Tier: "premium"},
+		{UserID: "alice", Endpoint: "/x", Tenant: "acme"},
+		{UserID: "alice", Endpoint: "/x", Cost: 2},
+		{UserID: "alice", Endpoint: "/x", Lease: 1},
+		{UserID: "alice", Endpoint: "/x", Returned: 1},
+		{UserID: "alice", Endpoint: "/x", ClientAddress: "192.0.2.1"},
+		{UserID: "key:k_1", Endpoint: "/x"},
+	} {
+		_, err := f.svc.Check(context.Background(), &req, Untrusted)
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || !strings.Contains(ae.Message, "credential") && ae.Code != wire.CodeForbidden {
+			t.Errorf("%+v: %v", req, err)
+		}
+	}
+	if n := len(f.counters.calls); n != 0 {
+		t.Fatalf("refused checks made %d counter calls", n)
+	}
+}

@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+func base() Spec {
+	return Spec{
+		PathCase: PathCaseSensitive, DefaultTier: "free", DefaultAlgorithm: rules.TokenBucket,
+		Tiers: []Tier{{ID: 1, Name: "free", Limit: 10, WindowSeconds: 60}},
+		Rules: []rules.Rule{{ID: "login", Path: "/login", Scope: rules.ScopeIP, Algorithm: rules.GCRA, Limit: 3, WindowSeconds: 60}},
+	}
+}
+
+// A bad entry is named as its source names it: a file entry by its path in
+// the file, a runtime entry by the admin API's field names.
+func TestErrorsNameFieldsAsTheSourceDoes(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		tiers     []Tier
+		rules     []rules.Rule
+		edit      func(*Spec) // a change to the file's entries
+		wantFile  string      // the error of Validate on the edited file
+		wantField string      // the error of Compose's skip
+	}{
+		{name: "runtime rule path", rules: []rules.Rule{{ID: "7", Path: "api", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "endpoint_pattern"},
+		{name: "runtime rule id clash", rules: []rules.Rule{{ID: "login", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "rule_id"},
+		{name: "runtime rule unknown tier", rules: []rules.Rule{{ID: "7", Tiers: []string{"gold"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "tier_id"},
+		{name: "runtime rule limit", rules: []rules.Rule{{ID: "7", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 0, WindowSeconds: 1}}, wantField: "limit"},
+		{name: "runtime tier name twice", tiers: []Tier{{ID: 2, Name: "free", Limit: 1, WindowSeconds: 1}}, wantField: "name"},
+		{name: "runtime tier id twice", tiers: []Tier{{ID: 1, Name: "gold", Limit: 1, WindowSeconds: 1}}, wantField: "tier_id"},
+		{name: "runtime tier endpoint", tiers: []Tier{{ID: 2, Name: "gold", Limit: 1, WindowSeconds: 1, Endpoints: map[string]int64{"/x": 5}}}, wantField: `endpoints["/x"]`},
+		{name: "file rule path", edit: func(s *Spec) { s.Rules[0].Path = "login" }, wantFile: "rules[0].path"},
+		{name: "file rule numeric id", edit: func(s *Spec) { s.Rules[0].ID = "12" }, wantFile: "rules[0].id"},
+		{name: "file tier endpoint", edit: func(s *Spec) { s.Tiers[0].Endpoints = map[string]int64{"/x": 50} }, wantFile: `tiers[0].endpoints["/x"]`},
+		{name: "file default tier", edit: func(s *Spec) { s.DefaultTier = "gold" }, wantFile: "default_tier"},
+		{name: "file upper case with insensitive paths", edit: func(s *Spec) { s.PathCase, s.Rules[0].Path = PathCaseInsensitive, "/Login" }, wantFile: "rules[0].path"},
+		{name: "file exemption", edit: func(s *Spec) { s.Exemptions.IPs = []string{"10.0.0.0/33"} }, wantFile: "exemptions.ips[0]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := base()
+			if tt.edit != nil {
+				tt.edit(&file)
+				fe, ok := fielderr.As(file.Validate())
+				if !ok || fe.Field != tt.wantFile {
+					t.Fatalf("file error %v, want one naming %s", file.Validate(), tt.wantFile)
+				}
+				return
+			}
+			if err := file.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			got, skips := Compose(&file, tt.tiers, tt.rules)
+			if len(skips) != 1 {
+				t.Fatalf("skips %v, want the one runtime entry", skips)
+			}
+			if fe, ok := fielderr.As(skips[0].Err); !ok || fe.Field != tt.wantField {
+				t.Fatalf("skip error %v, want one naming %s", skips[0].Err, tt.wantField)
+			}
+			if len(got.Tiers) != 1 || len(got.Rules) != 1 || got.Validate() != nil {
+				t.Fatalf("the composed model keeps the file's entries only and is valid: %+v", got)
+			}
+		})
+	}
+}
+
+// Compose keeps the runtime entries that fit beside a bad one, and rules
+// may name runtime tiers.
+func TestComposeLeavesOutOnlyTheBadEntry(t *testing.T) {
+	file := base()
+	tiers := []Tier{{ID: 2, Name: "gold", Limit: 100, WindowSeconds: 60}, {ID: 3, Name: "free", Limit: 1, WindowSeconds: 1}}
+	rs := []rules.Rule{
+		{ID: "5", Tiers: []string{"gold"}, Path: "/a", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
+		{ID: "6", Tiers: []string{"silver"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
+		{ID: "7", Path: "/b", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
+	}
+	got, skips := Compose(&file, tiers, rs)
+	if len(skips) != 2 || skips[0].Entry != "tier 3" || !skips[0].IsTier || skips[0].Index != 1 || skips[1].Entry != "rule 6" || skips[1].Index != 1 {
+		t.Fatalf("skips %+v", skips)
+	}
+	if len(got.Tiers) != 2 || len(got.Rules) != 3 {
+		t.Fatalf("composed %d tiers, %d rules; want 2 and 3", len(got.Tiers), len(got.Rules))
+	}
+}
+
+func TestCompiledPolicy(t *testing.T) {
+	s := base()
+	s.Tiers = append(s.Tiers, Tier{ID: 2, Name: "premium", Limit: 100, WindowSeconds: 60, RequireAPIKey: true})
+	s.APIKeyRequiredPaths = []string{"/partner/**"}
+	s.Exemptions = Exemptions{IPs: []string{"10.0.0.0/8", "192.0.2.1"}, Users: []string{"ops"}, Keys: []string{"k_9"}}
+	s.PathCase = PathCaseInsensitive
+	p, err := Compile(&s, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"key tier by id", p.KeyTier(2, "renamed"), "premium"},
+		{"key tier of a deleted tier", p.KeyTier(9, "gone"), "free"},
+		{"key tier by name (old keys)", p.KeyTier(0, "premium"), "premium"},
+		{"key without a tier", p.KeyTier(0, ""), ""},
+		{"unknown tier", p.Tier("gold"), "free"},
+		{"tier needs a key", p.KeyRequired("premium", "/x"), true},
+		{"path needs a key", p.KeyRequired("free", "/partner/a/b"), true},
+		{"no key needed", p.KeyRequired("free", "/x"), false},
+		{"exempt prefix", p.Exempt(ipID("10.1.2.3"), "ip:10.1.2.3"), true},
+		{"exempt address", p.Exempt(ipID("192.0.2.1"), "ip:192.0.2.1"), true},
+		{"not exempt", p.Exempt(ipID("192.0.2.2"), "ip:192.0.2.2"), false},
+		{"exempt user", p.Exempt(userID("ops"), "user:ops"), true},
+		{"version", p.Version(), "v1"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	if ep, err := p.Endpoint("/API//V1/./Items%41"); err != nil || ep != "/api/v1/itemsa" {
+		t.Errorf("endpoint with insensitive paths: %q %v", ep, err)
+	}
+	if _, err := p.Endpoint(""); err == nil {
+		t.Error("an empty endpoint was taken")
+	}
+}
+
+func ipID(a string) identity.ID   { return identity.ID{Kind: identity.KindIP, Value: a} }
+func userID(u string) identity.ID { return identity.ID{Kind: identity.KindUser, Value: u} }
