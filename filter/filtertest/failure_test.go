@@ -287,3 +287,25 @@ func TestServiceFailureModeDecides(t *testing.T) {
 		t.Fatalf("a degraded answer sent rate-limit numbers: %v", h)
 	}
 }
+
+// The filter reads what the service's error answers mean from the
+// envelope's fields, never from its text: a 503 whose nested values spell
+// the fail_closed fields is a failed callout (the filter's own mode
+// applies), and a key's refusal with a nested "code":"FORBIDDEN" is still
+// the client's answer, not a refused credential.
+func TestServiceAnswersAreReadByField(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","failure_mode":"fail_open","lease":{"request":0}}`, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "503", `{"error":{"code":"INTERNAL_ERROR","message":"m","details":{"code":"SERVICE_UNAVAILABLE","failure_mode":"fail_open"},"request_id":{"code":"SERVICE_UNAVAILABLE","failure_mode":"fail_closed"}}}`)
+	if !s.Resumed || s.Local != nil || s.RequestHeaders.Value("x-tollgate-decision") != "degraded" {
+		t.Fatalf("a 503 mentioning fail_closed: resumed %v local %+v", s.Resumed, s.Local)
+	}
+	if n := e.host.Counter("tollgate_callout_failures_total"); n != 1 {
+		t.Fatalf("callout failures %d, want 1", n)
+	}
+	s, _ = e.start(req{})
+	e.answer(0, "403", `{"error":{"code":"API_KEY_REVOKED","message":"m","details":{"code":"FORBIDDEN","revoked_at":"2030-01-01T00:00:00Z"}}}`)
+	if s.Resumed || s.Local == nil || s.Local.Status != 403 || !strings.Contains(string(s.Local.Body), "API_KEY_REVOKED") {
+		t.Fatalf("a key's refusal mentioning FORBIDDEN: resumed %v local %+v", s.Resumed, s.Local)
+	}
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -40,6 +41,36 @@ func BenchmarkAppendCheckResponse(b *testing.B) {
 			if _, err := json.Marshal(&d); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// FuzzAppendCheckRequest: the callout encoder writes exactly what
+// json.Marshal writes, and the service's decoder reads back what was
+// written.
+func FuzzAppendCheckRequest(f *testing.F) {
+	f.Add("user:a<b>&\"c\"", "/api/v1/items", "GET", "", int64(0), false, "premium", "acme", "ak_live_x", int64(0), int64(10), int64(3), "192.0.2.1")
+	f.Add("", "", "", "gcra", int64(-5), true, "", "", "", int64(7), int64(0), int64(0), "\xff\x00\u2028")
+	f.Fuzz(func(t *testing.T, user, endpoint, method, strategy string, limit int64, hasLimit bool, tier, tenant, key string, cost, lease, returned int64, address string) {
+		r := CheckRequest{UserID: user, Endpoint: endpoint, Method: method, Strategy: strategy, Tier: tier, Tenant: tenant, APIKey: key,
+			Cost: cost, Lease: lease, Returned: returned, ClientAddress: address}
+		if hasLimit {
+			r.Limit, r.WindowSeconds = &limit, &cost
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := AppendCheckRequest(nil, &r)
+		if string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+		var back, theirs CheckRequest
+		if err := json.Unmarshal(got, &theirs); err != nil {
+			t.Fatal(err)
+		}
+		if DecodeCheckRequest(got, &back) == nil && !reflect.DeepEqual(back, theirs) {
+			t.Fatalf("read back %+v, encoding/json %+v", back, theirs)
 		}
 	})
 }

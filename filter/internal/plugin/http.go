@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/netip"
 	"strconv"
@@ -209,7 +208,7 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 	if h.id != "" && h.ip.IsValid() {
 		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
 	}
-	body, _ := json.Marshal(wire.CheckRequest{
+	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, ClientAddress: address,
 	})
@@ -399,12 +398,12 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 			return
 		}
 		h.decided(&d, now)
-	case status == 503 && failedClosed(body):
+	case status == 503 && answer(body).FailedClosed():
 		// The service could not decide and its failure mode is
 		// fail_closed: it is the one source of truth when it answers, so
 		// the client gets its 503 whatever this filter's failure_mode.
 		h.relay(status, hs, body, now)
-	case (status == 401 || status == 403) && refusedCredential(body):
+	case (status == 401 || status == 403) && answer(body).RefusedCredential():
 		// The service refused the filter itself (a missing or rotated
 		// decision_token, a field it needs the credential for): a
 		// misconfiguration, not an answer about the client.
@@ -448,16 +447,15 @@ func passThrough(hs string) [][2]string {
 	return out
 }
 
-// failedClosed reports whether an error envelope is the service's
-// fail_closed answer.
-func failedClosed(body []byte) bool {
-	return bytes.Contains(body, []byte(`"code":"`+wire.CodeServiceUnavailable+`"`)) && bytes.Contains(body, []byte(`"failure_mode":"fail_closed"`))
-}
-
-// refusedCredential reports whether an error envelope says the decision API
-// refused the caller's credential rather than judged the client's request.
-func refusedCredential(body []byte) bool {
-	return bytes.Contains(body, []byte(`"code":"`+wire.CodeUnauthorized+`"`)) || bytes.Contains(body, []byte(`"code":"`+wire.CodeForbidden+`"`))
+// answer reads the service's error envelope (wire.DecodeErrorAnswer); a
+// body that is not one reads as no code, so it means neither fail_closed
+// nor a refused credential.
+func answer(body []byte) *wire.ErrorAnswer {
+	var e wire.ErrorAnswer
+	if wire.DecodeErrorAnswer(body, &e) != nil {
+		return &wire.ErrorAnswer{}
+	}
+	return &e
 }
 
 // maxLeaseTTLMs bounds how long a granted lease is spent locally,
