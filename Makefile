@@ -23,7 +23,7 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 
 build: ## build bin/controlsvc, bin/tollgate-gateway and build/tollgate.wasm
 	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
-	$(GO) build -o bin/tollgate-gateway ./filter/cmd/tollgate-gateway
+	$(GO) build -o bin/tollgate-gateway ./filter/devhost/cmd/tollgate-gateway
 	$(GO) build -o bin/demo-upstream ./scripts/demo-upstream
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
 

@@ -24,7 +24,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 

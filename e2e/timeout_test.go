@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 )
 
 // A control service that accepts and never answers: the gateway ends the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 

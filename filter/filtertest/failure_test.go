@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 )
 
 // Every shape of a failed callout, in each failure mode.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 )
 
 // Hostile headers neither crash the VM nor become identities.

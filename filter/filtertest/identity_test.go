@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt/jwttest"
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
 )
 
 var keys = func() *jwttest.Keys {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 )
 
 // A million requests through one VM under Envoy's WASI, with a spike of large

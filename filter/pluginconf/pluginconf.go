@@ -80,9 +80,6 @@ type JWT struct {
 	LeewaySeconds int64 `json:"leeway_seconds"`
 	// CacheSize bounds the cache of verified tokens.
 	CacheSize int `json:"cache_size"`
-
-	// Keys are the parsed JWKS (filled by Parse).
-	Keys *jwt.KeySet `json:"-"`
 }
 
 // Headers selects the response headers.
@@ -288,12 +285,11 @@ func (j *JWT) validate() *fielderr.Error {
 	if len(j.JWKS) == 0 {
 		return fielderr.New("jwks", "is required with jwt")
 	}
-	ks, err := jwt.ParseJWKS(j.JWKS)
-	if err != nil {
-		return err
-	}
-	j.Keys = ks
-	return nil
+	// Checked here so a bad key set fails the configuration with its
+	// field named; the plugin parses it again for its verifier (a public
+	// package exports no internal type).
+	_, err := jwt.ParseJWKS(j.JWKS)
+	return err
 }
 
 func isPrintableASCII(s string) bool {

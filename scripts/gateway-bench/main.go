@@ -16,7 +16,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/testkit/loadtest"
 )
 

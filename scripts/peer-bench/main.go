@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 	"github.com/tollgate-rl/tollgate/testkit/loadtest"
 )

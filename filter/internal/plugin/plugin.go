@@ -72,7 +72,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	p.calloutHeaders = headermap.Encode(callout)
 	if j := cfg.JWT; j != nil {
-		p.verifier = jwt.NewVerifier(jwt.Options{Keys: j.Keys, Issuer: j.Issuer, Audiences: j.Audiences,
+		keys, err := jwt.ParseJWKS(j.JWKS) // Parse checked it
+		if err != nil {
+			proxywasm.LogCritical("tollgate: invalid plugin configuration: jwt.jwks: " + err.Error())
+			return types.OnPluginStartStatusFailed
+		}
+		p.verifier = jwt.NewVerifier(jwt.Options{Keys: keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
 			Leeway: time.Duration(j.LeewaySeconds) * time.Second, CacheSize: j.CacheSize})
 	}

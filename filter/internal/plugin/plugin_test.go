@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/plugin"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/hostmodel"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/proxytest"
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -25,12 +25,12 @@ func newHost(t testing.TB, config string) *proxytest.Host {
 	return h
 }
 
-var request = wasmhost.Headers{{":method", "GET"}, {":path", "/api/v1/items"}, {":authority", "api"}, {":scheme", "http"},
+var request = hostmodel.Headers{{":method", "GET"}, {":path", "/api/v1/items"}, {":authority", "api"}, {":scheme", "http"},
 	{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}, {"x-tollgate-identity", "forged"}}
 
 var props = map[string]string{"source.address": "10.0.0.1:5000"}
 
-func answer(allowed bool, granted int64) wasmhost.CalloutResponse {
+func answer(allowed bool, granted int64) hostmodel.CalloutResponse {
 	status := "200"
 	if !allowed {
 		status = "429"
@@ -41,13 +41,13 @@ func answer(allowed bool, granted int64) wasmhost.CalloutResponse {
 		d.Remaining, d.RetryAfter = 0, 30
 	}
 	b, _ := json.Marshal(d)
-	return wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", status}}, Body: b}
+	return hostmodel.CalloutResponse{Headers: hostmodel.Headers{{":status", status}}, Body: b}
 }
 
 func TestNativeAllowAndDeny(t *testing.T) {
 	h := newHost(t, `{"xff_trusted_hops":1,"lease":{"request":0}}`)
 	s := h.NewStream(request, props)
-	if a := s.OnRequestHeaders(true); a != wasmhost.Pause {
+	if a := s.OnRequestHeaders(true); a != hostmodel.Pause {
 		t.Fatalf("action %v; logs %v", a, h.Logs())
 	}
 	cs := h.PendingCallouts()
@@ -59,7 +59,7 @@ func TestNativeAllowAndDeny(t *testing.T) {
 	if !s.Resumed || s.RequestHeaders.Value("x-tollgate-identity") != "ip:203.0.113.5" {
 		t.Fatalf("allowed: %+v", s)
 	}
-	s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+	s.OnResponseHeaders(hostmodel.Headers{{":status", "200"}}, true)
 	if s.ResponseHeaders.Value("x-ratelimit-limit") != "100" {
 		t.Fatalf("response headers %v", s.ResponseHeaders)
 	}
@@ -94,7 +94,7 @@ func BenchmarkNativeRequestCallout(b *testing.B) {
 		for _, c := range h.PendingCallouts() {
 			h.Respond(c.Token, resp)
 		}
-		s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+		s.OnResponseHeaders(hostmodel.Headers{{":status", "200"}}, true)
 		s.Done()
 	}
 }
@@ -118,11 +118,11 @@ func BenchmarkNativeLeaseHit(b *testing.B) {
 	misses := 0
 	for b.Loop() {
 		s := h.NewStream(request, props)
-		if s.OnRequestHeaders(true) != wasmhost.Continue {
+		if s.OnRequestHeaders(true) != hostmodel.Continue {
 			misses++
 			refill()
 		}
-		s.OnResponseHeaders(wasmhost.Headers{{":status", "200"}}, true)
+		s.OnResponseHeaders(hostmodel.Headers{{":status", "200"}}, true)
 		s.Done()
 	}
 	b.ReportMetric(float64(misses), "refills")

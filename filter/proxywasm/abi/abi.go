@@ -1,7 +1,8 @@
 // Package abi holds the numbers of proxy-wasm ABI v0.2.1, typed, in one
 // place: the binding (filter/proxywasm) declares its host imports with these
-// types, and the hosts (filter/wasmhost and its native front) answer with
-// them, so a map type can never be passed where a buffer type belongs.
+// types, and the host model (proxywasm/hostmodel, behind both of its
+// fronts) answers with them, so a map type can never be passed where a
+// buffer type belongs.
 package abi
 
 // Status is a host call's result.

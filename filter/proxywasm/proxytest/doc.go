@@ -1,8 +1,10 @@
-// Package proxytest runs a plugin natively against a Go host with the same
-// semantics as wasmhost (header maps, callouts, local replies that pass the
-// response path, shared data with CAS), for unit tests and for benchmarks of
-// the plugin's own logic without Wasm. The binding keeps its contexts in
-// package state, so one Host runs at a time.
+// Package proxytest runs a plugin natively against the binding's host model
+// (proxywasm/hostmodel, the same Core the wazero host uses): header maps,
+// callouts, local replies that pass the response path, shared data with
+// CAS. It serves fast unit tests and comparisons of the plugin's native
+// cost with its cost under Wasm. It is the model's native front:
+// proxywasm.SetNativeHost points the binding at the Core. The binding keeps
+// its contexts in package state, so one Host runs at a time.
 //
 // Outside wasip1 only: inside Wasm the real host is there.
 package proxytest

@@ -1,9 +1,5 @@
 //go:build !wasip1
 
-// Package proxytest runs a plugin natively against wasmhost's host model (the
-// same Core the wazero host uses), for fast unit tests and for comparing the
-// plugin's native cost with its cost under Wasm. It is the model's native
-// front: proxywasm.SetNativeHost points the binding at the Core.
 package proxytest
 
 import (
@@ -11,23 +7,23 @@ import (
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/hostmodel"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
 )
 
 // Host is a native stand-in for Envoy: the host model, driven natively.
 type Host struct {
-	*wasmhost.Core
-	metrics *wasmhost.Metrics
+	*hostmodel.Core
+	metrics *hostmodel.Metrics
 }
 
-var _ proxywasm.NativeHost = (*wasmhost.Core)(nil)
+var _ proxywasm.NativeHost = (*hostmodel.Core)(nil)
 
 // New starts vm with the plugin configuration; clusters are the names
 // callouts may use.
 func New(vm types.VMContext, pluginConfig []byte, clusters ...string) (*Host, error) {
-	metrics := &wasmhost.Metrics{}
-	h := &Host{Core: wasmhost.NewCore(wasmhost.CoreOptions{PluginConfig: pluginConfig, Clusters: clusters, Metrics: metrics}), metrics: metrics}
+	metrics := &hostmodel.Metrics{}
+	h := &Host{Core: hostmodel.NewCore(hostmodel.CoreOptions{PluginConfig: pluginConfig, Clusters: clusters, Metrics: metrics}), metrics: metrics}
 	proxywasm.SetVMContext(vm)
 	proxywasm.SetNativeHost(h.Core)
 	root := h.RootID()
@@ -44,12 +40,12 @@ func New(vm types.VMContext, pluginConfig []byte, clusters ...string) (*Host, er
 
 // Stream is one HTTP request.
 type Stream struct {
-	*wasmhost.StreamState
+	*hostmodel.StreamState
 	h *Host
 }
 
 // NewStream creates an HTTP context.
-func (h *Host) NewStream(req wasmhost.Headers, props map[string]string) *Stream {
+func (h *Host) NewStream(req hostmodel.Headers, props map[string]string) *Stream {
 	s := &Stream{StreamState: h.OpenStream(req, props), h: h}
 	proxywasm.Native.ContextCreate(s.ID, h.RootID())
 	return s
@@ -57,13 +53,13 @@ func (h *Host) NewStream(req wasmhost.Headers, props map[string]string) *Stream 
 
 // OnRequestHeaders runs the request-headers callback; a local reply then
 // passes the response path, as in Envoy.
-func (s *Stream) OnRequestHeaders(end bool) wasmhost.Action {
+func (s *Stream) OnRequestHeaders(end bool) hostmodel.Action {
 	a, _ := s.h.RequestHeaders(native{}, s.StreamState, end)
 	return a
 }
 
 // OnResponseHeaders runs the response-headers callback.
-func (s *Stream) OnResponseHeaders(headers wasmhost.Headers, end bool) wasmhost.Action {
+func (s *Stream) OnResponseHeaders(headers hostmodel.Headers, end bool) hostmodel.Action {
 	a, _ := s.h.ResponseHeaders(native{}, s.StreamState, headers, end)
 	return a
 }
@@ -72,7 +68,7 @@ func (s *Stream) OnResponseHeaders(headers wasmhost.Headers, end bool) wasmhost.
 func (s *Stream) Done() { _ = s.h.EndStream(native{}, s.StreamState) }
 
 // Respond delivers a callout's answer (no headers: a reset).
-func (h *Host) Respond(token uint32, resp wasmhost.CalloutResponse) error {
+func (h *Host) Respond(token uint32, resp hostmodel.CalloutResponse) error {
 	return h.Deliver(native{}, token, resp)
 }
 

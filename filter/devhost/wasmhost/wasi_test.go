@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/hostmodel"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +99,7 @@ func TestRestrictedCallTraps(t *testing.T) {
 // released its headers: writing them is BadArgument, reading the response's
 // is still fine.
 func TestRequestHeadersReleasedAfterContinue(t *testing.T) {
-	c := NewCore(CoreOptions{})
+	c := hostmodel.NewCore(hostmodel.CoreOptions{})
 	st := c.OpenStream(Headers{{":path", "/"}}, nil)
 	if c.ReplaceHeaderMapValue(abi.MapHttpRequestHeaders, "x", "1") != abi.StatusOK {
 		t.Fatal("paused request headers must be writable")

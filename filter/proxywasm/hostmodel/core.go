@@ -1,6 +1,8 @@
-package wasmhost
+package hostmodel
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -17,7 +19,7 @@ type Core struct {
 	clusters map[string]bool
 	shared   *SharedData
 	metrics  *Metrics
-	logSink  func(LogLevel, string)
+	logSink  func(abi.LogLevel, string)
 
 	rootID    uint32
 	nextID    uint32
@@ -60,7 +62,7 @@ type CoreOptions struct {
 	Shared  *SharedData
 	Metrics *Metrics
 	// Log receives proxy_log lines besides the core's own record.
-	Log func(LogLevel, string)
+	Log func(abi.LogLevel, string)
 }
 
 // NewCore returns the model of a fresh VM with root context 1.
@@ -107,7 +109,7 @@ func (c *Core) PendingCallouts() []*Callout {
 	for _, co := range c.callouts {
 		out = append(out, co)
 	}
-	sortCallouts(out)
+	slices.SortFunc(out, func(a, b *Callout) int { return cmp.Compare(a.Token, b.Token) })
 	return out
 }
 
@@ -240,16 +242,16 @@ func (c *Core) RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status 
 // GetProperty reads a property of the effective stream; path parts are
 // NUL-separated, as the ABI sends them.
 func (c *Core) GetProperty(path string) ([]byte, abi.Status) {
-	v, st := property(c, path)
+	v, st := Property(c, path)
 	if st != abi.StatusOK {
 		return nil, st
 	}
 	return []byte(v), abi.StatusOK
 }
 
-// property looks a NUL-separated path up as its dotted name, spelled in a
+// Property looks a NUL-separated path up as its dotted name, spelled in a
 // stack buffer (properties are read on every request).
-func property[T string | []byte](c *Core, path T) (string, abi.Status) {
+func Property[T string | []byte](c *Core, path T) (string, abi.Status) {
 	s := c.streams[c.effective]
 	if s == nil {
 		return "", abi.StatusNotFound
@@ -345,3 +347,9 @@ func (c *Core) IncrementMetric(id uint32, offset int64) abi.Status {
 }
 
 func (c *Core) RecordMetric(id uint32, value uint64) abi.Status { return c.metrics.Record(id, value) }
+
+// LogLine is one proxy_log call.
+type LogLine struct {
+	Level abi.LogLevel
+	Msg   string
+}

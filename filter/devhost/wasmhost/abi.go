@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/hostmodel"
 )
 
 var i32 = api.ValueTypeI32
@@ -144,7 +145,7 @@ func (h *Host) defineStream(def definer) {
 		if !ok {
 			return abi.StatusBadArgument
 		}
-		v, st := property(vm.Core, path)
+		v, st := hostmodel.Property(vm.Core, path)
 		if st != abi.StatusOK {
 			return st
 		}

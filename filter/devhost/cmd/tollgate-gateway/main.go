@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/filter/gateway"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 

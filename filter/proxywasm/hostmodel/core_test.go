@@ -1,4 +1,4 @@
-package wasmhost
+package hostmodel
 
 import (
 	"testing"

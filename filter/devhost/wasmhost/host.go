@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/hostmodel"
 )
 
 // Options configure a Host.
@@ -148,12 +148,6 @@ type VM struct {
 	violations []string // calls Envoy would have refused in that phase
 }
 
-// LogLine is one proxy_log call.
-type LogLine struct {
-	Level LogLevel
-	Msg   string
-}
-
 type exports struct {
 	alloc, vmStart, configure, contextCreate, requestHeaders, responseHeaders,
 	callResponse, tick, done, log, del api.Function
@@ -174,7 +168,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
 	vm := &VM{host: h, calls: map[string]int{},
-		Core: NewCore(CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
+		Core: hostmodel.NewCore(hostmodel.CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.bgCtx = context.WithValue(context.Background(), vmKey{}, vm)
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
 	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
@@ -194,11 +188,11 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		mod.Close(ctx)
 		return nil, errors.New("module lacks proxy_on_memory_allocate, proxy_on_context_create or proxy_on_request_headers")
 	}
-	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(vm.rootID), 0); err != nil {
+	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(vm.RootID()), 0); err != nil {
 		return nil, err
 	}
 	if vm.fn.vmStart != nil {
-		r, err := vm.call(ctx, vm.fn.vmStart, uint64(vm.rootID), 0)
+		r, err := vm.call(ctx, vm.fn.vmStart, uint64(vm.RootID()), 0)
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +201,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		}
 	}
 	if vm.fn.configure != nil {
-		r, err := vm.call(ctx, vm.fn.configure, uint64(vm.rootID), uint64(len(h.opts.PluginConfig)))
+		r, err := vm.call(ctx, vm.fn.configure, uint64(vm.RootID()), uint64(len(h.opts.PluginConfig)))
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +229,7 @@ func (vm *VM) Broken() error { return vm.broken }
 
 func (vm *VM) criticalLogs() string {
 	msg := ""
-	for _, l := range vm.Core.logs {
+	for _, l := range vm.Core.Logs() {
 		if l.Level >= LogError {
 			if msg != "" {
 				msg += "; "
@@ -291,13 +285,9 @@ func (vm *VM) GuestAllocs(ctx context.Context) (n uint64, ok bool) {
 
 // Tick runs the plugin's tick once (if the plugin asked for ticks).
 func (vm *VM) Tick(ctx context.Context) error {
-	if vm.tick == 0 {
+	if vm.TickPeriod() == 0 {
 		return nil
 	}
-	_, err := vm.call(ctx, vm.fn.tick, uint64(vm.rootID))
+	_, err := vm.call(ctx, vm.fn.tick, uint64(vm.RootID()))
 	return err
-}
-
-func sortCallouts(cs []*Callout) {
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Token < cs[j].Token })
 }

@@ -25,7 +25,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/tollgate-rl/tollgate/filter/wasmhost"
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 

@@ -1,0 +1,46 @@
+package wasmhost
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// wasmGuest calls the callbacks of a VM's compiled module.
+type wasmGuest struct {
+	ctx context.Context
+	vm  *VM
+}
+
+func (g wasmGuest) OnRequestHeaders(id, n uint32, end bool) (uint32, error) {
+	r, err := g.vm.call(g.ctx, g.vm.fn.requestHeaders, uint64(id), uint64(n), b2u(end))
+	return uint32(r), err
+}
+
+func (g wasmGuest) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
+	r, err := g.vm.call(g.ctx, g.vm.fn.responseHeaders, uint64(id), uint64(n), b2u(end))
+	return uint32(r), err
+}
+
+func (g wasmGuest) OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error {
+	_, err := g.vm.call(g.ctx, g.vm.fn.callResponse, uint64(rootID), uint64(token), uint64(numHeaders), uint64(bodySize), 0)
+	return err
+}
+
+// OnStreamEnd runs all three callbacks, whatever one of them answers.
+func (g wasmGuest) OnStreamEnd(id uint32) error {
+	var errs []error
+	for _, f := range []api.Function{g.vm.fn.done, g.vm.fn.log, g.vm.fn.del} {
+		_, err := g.vm.call(g.ctx, f, uint64(id))
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
