@@ -423,14 +423,16 @@ func TestControlServiceDownFailClosed(t *testing.T) {
 
 // Usage counts the requests admitted through the filter with leases on: a
 // lease counts when granted, so when the leased tokens are spent, usage is
-// exactly the requests made (here four callouts, each bringing a lease of
-// four that the next four requests spend locally).
+// exactly the requests made (here five callouts: the first brings no lease,
+// since a lease over the path's counter and the tier's total starts on the
+// path's second call; the other four each bring a lease of four that the
+// next four requests spend locally).
 func TestUsageMatchesRequestsThroughLeases(t *testing.T) {
 	r := redistest.Start(t)
 	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 1000\nwindow_seconds = 60\n", "TOLLGATE_LEASE_TTL_MS=60000")
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":500,"lease":{"request":4}}`)
-	const n = 20
+	const n = 21
 	for i := 0; i < n; i++ {
 		if res := get(t, gw, "/api/v1/items", "X-Forwarded-For", "203.0.113.77"); res.status != 200 {
 			t.Fatalf("request %d: %d %s", i, res.status, res.body)

@@ -22,6 +22,7 @@ type TierBody struct {
 	Algorithm     string           `json:"algorithm"`
 	Burst         int64            `json:"burst"`
 	PerEndpoint   *bool            `json:"per_endpoint"`
+	TotalLimit    int64            `json:"total_limit"`
 	Endpoints     map[string]int64 `json:"endpoints"`
 	Description   string           `json:"description"`
 }
@@ -69,7 +70,7 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 		return TierView{}, apierr.Invalid("tier_id", "must be a number in 1..1000000")
 	}
 	t := ruleset.Tier{Tier: policy.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
-		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, Endpoints: body.Endpoints,
+		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, TotalLimit: body.TotalLimit, Endpoints: body.Endpoints,
 		Description: body.Description}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
 	var before any
 	err = s.storeChange(ctx, func(snap ruleset.Snapshot) error {

@@ -105,8 +105,9 @@ func TestMissingAPIKey(t *testing.T) {
 			t.Errorf("%v: %d %s", body, r.status, r.body)
 		}
 	}
-	if keys, _ := s.rdb.Keys(context.Background(), "rl:{*").Result(); len(keys) != 1 || !strings.Contains(keys[0], "{identity:ip:192.0.2.1}") {
-		t.Fatalf("refused checks wrote %v; want the address's counter only", keys)
+	// The address's tier counts it: the path's counter and the tier's total.
+	if keys, _ := s.rdb.Keys(context.Background(), "rl:{*").Result(); len(keys) != 2 || !strings.Contains(keys[0], "{identity:ip:192.0.2.1}") || !strings.Contains(keys[1], "{identity:ip:192.0.2.1}") {
+		t.Fatalf("refused checks wrote %v; want the address's counters only", keys)
 	}
 	raw := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "p1", "tier": "partner"}).json(t)["api_key"].(string)
 	if r := s.check(map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/api/v1/partner/orders", "api_key": raw}); r.status != 200 {

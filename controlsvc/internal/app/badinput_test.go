@@ -93,8 +93,8 @@ func TestHostileBracesAreEscaped(t *testing.T) {
 		}
 	}
 	ks := s.rdb.Keys(context.Background(), "rl:*").Val()
-	if len(ks) != 2 {
-		t.Fatalf("keys %v; want one counter per identity", ks)
+	if len(ks) != 4 {
+		t.Fatalf("keys %v; want one path counter and one tier total per identity", ks)
 	}
 	victim := keys.Slot(keys.Counter(keys.NewOwner("identity", "user:victim"), "tier_free", "/x", "token_bucket", 60))
 	for _, k := range ks {

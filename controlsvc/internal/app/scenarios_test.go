@@ -170,15 +170,21 @@ func TestExactnessUnderConcurrency(t *testing.T) {
 
 func TestLeaseAndReturn(t *testing.T) {
 	s := startService(t, "[lease]\nfraction = 0.5\nmax = 20\nttl_ms = 800\n", nil)
+	// The free tier counts the path and the tier's total: a lease over two
+	// counters starts on a path's second call (its first leases nothing).
 	m := s.check(map[string]any{"user_id": "leaser", "endpoint": "/x", "lease": 1000}).json(t)
+	if lease := m["lease"].(map[string]any); num(t, lease, "granted") != 0 || num(t, m, "remaining") != 99 {
+		t.Fatalf("a path's first lease: %v", m)
+	}
+	m = s.check(map[string]any{"user_id": "leaser", "endpoint": "/x", "lease": 1000}).json(t)
 	lease := m["lease"].(map[string]any)
-	// The free tier has 100; 99 left after the cost; half of it, capped at 20.
-	if num(t, lease, "granted") != 20 || num(t, lease, "ttl_ms") != 800 || num(t, m, "remaining") != 79 {
+	// The free tier has 100; 98 left after the costs; half of it, capped at 20.
+	if num(t, lease, "granted") != 20 || num(t, lease, "ttl_ms") != 800 || num(t, m, "remaining") != 78 {
 		t.Fatalf("lease: %v", m)
 	}
 	m = s.check(map[string]any{"user_id": "leaser", "endpoint": "/x", "returned": 20}).json(t)
-	if num(t, m, "remaining") != 98 {
-		t.Fatalf("after returning 20: %v; want 98 remaining", m)
+	if num(t, m, "remaining") != 97 {
+		t.Fatalf("after returning 20: %v; want 97 remaining", m)
 	}
 }
 

@@ -24,7 +24,7 @@ func TestUsageAndAudit(t *testing.T) {
 	// what is still leased: a claim beyond that gives nothing back and takes
 	// nothing off), and denials (violations).
 	var want, denied, leased, gaveBack, overclaimed int64
-	for _, extra := range []map[string]any{{"lease": 10}, {}, {"returned": 1}, {}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
+	for _, extra := range []map[string]any{{"lease": 10}, {"lease": 10}, {"returned": 1}, {}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
 		body := map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": raw}
 		for k, v := range extra {
 			body[k] = v

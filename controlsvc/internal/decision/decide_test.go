@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +28,12 @@ endpoints = { "/api/v1/search" = 2 }
 name = "premium"
 limit = 50
 window_seconds = 60
+
+[[tiers]]
+name = "flat"
+limit = 50
+window_seconds = 60
+per_endpoint = false
 
 [exemptions]
 ips = ["10.9.0.0/16"]
@@ -132,28 +139,30 @@ func TestRuleSelection(t *testing.T) {
 		req  wire.CheckRequest
 		want []string // rules counted, in the order scopes are reported
 	}{
-		{"anonymous login counts by address", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "POST"}, []string{"login"}},
-		{"a GET of the login path is no login", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET"}, []string{"tier_free"}},
-		{"no rule: the caller's tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium"}, []string{"tier_premium"}},
-		{"unknown tier: the default tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "gold"}, []string{"tier_free"}},
-		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free_ep0"}},
-		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"ceiling", "uploads_big"}},
-		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"ceiling", "uploads"}},
-		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"ceiling", "uploads_delete"}},
-		{"HEAD counts under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "HEAD"}, []string{"exports"}},
-		{"POST is not under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "POST"}, []string{"tier_free"}},
-		{"user scope skips an address caller", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/api/v1/uploads/small"}, []string{"ceiling"}},
-		{"tenant scope with a tenant", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports", Tenant: "acme"}, []string{"tenant_reports"}},
-		{"tenant scope without one", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports"}, []string{"tier_free"}},
-		{"a disabled rule matches nothing", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items"}, []string{"tier_free"}},
-		{"paths are normalised before matching", wire.CheckRequest{UserID: "alice", Endpoint: "/api//v1/./uploads/%62ig;x?y", Method: "POST"}, []string{"ceiling", "uploads_big"}},
+		{"anonymous login counts by address", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "POST"}, []string{"login", "tier_free", "tier_free.total"}},
+		{"a GET of the login path is no login", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET"}, []string{"tier_free", "tier_free.total"}},
+		{"no rule: the caller's tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium"}, []string{"tier_premium", "tier_premium.total"}},
+		{"unknown tier: the default tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "gold"}, []string{"tier_free", "tier_free.total"}},
+		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free_ep0", "tier_free.total"}},
+		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"ceiling", "uploads_big", "tier_free", "tier_free.total"}},
+		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"ceiling", "uploads", "tier_free", "tier_free.total"}},
+		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"ceiling", "uploads_delete", "tier_free", "tier_free.total"}},
+		{"HEAD counts under a GET rule, which replaces the tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "HEAD"}, []string{"exports"}},
+		{"POST is not under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "POST"}, []string{"tier_free", "tier_free.total"}},
+		{"user scope skips an address caller", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/api/v1/uploads/small"}, []string{"ceiling", "tier_free", "tier_free.total"}},
+		{"tenant scope with a tenant", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports", Tenant: "acme"}, []string{"tenant_reports", "tier_free", "tier_free.total"}},
+		{"tenant scope without one", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports"}, []string{"tier_free", "tier_free.total"}},
+		{"a disabled rule matches nothing", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items"}, []string{"tier_free", "tier_free.total"}},
+		{"paths are normalised before matching", wire.CheckRequest{UserID: "alice", Endpoint: "/api//v1/./uploads/%62ig;x?y", Method: "POST"}, []string{"ceiling", "uploads_big", "tier_free", "tier_free.total"}},
 		{"exempt address", wire.CheckRequest{UserID: "ip:10.9.3.4", Endpoint: "/auth/login", Method: "POST"}, nil},
 		{"exempt user", wire.CheckRequest{UserID: "ops", Endpoint: "/api/v1/uploads/big"}, nil},
 		{"the check's own limit", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Limit: &limit}, []string{"request"}},
-		{"a key caller: its user and its address", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/uploads/big", APIKey: rawKey, Method: "POST"}, []string{"ceiling", "uploads_big"}},
-		{"a key caller's address counts for ip rules", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/auth/login", APIKey: rawKey, Method: "POST"}, []string{"login"}},
-		{"a key caller gets its key's tier", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/items", APIKey: rawKey}, []string{"tier_premium"}},
-		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login"}},
+		{"a key caller: its user and its address", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/uploads/big", APIKey: rawKey, Method: "POST"}, []string{"ceiling", "uploads_big", "tier_premium", "tier_premium.total"}},
+		{"a key caller's address counts for ip rules", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/auth/login", APIKey: rawKey, Method: "POST"}, []string{"login", "tier_premium", "tier_premium.total"}},
+		{"a key caller gets its key's tier", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/items", APIKey: rawKey}, []string{"tier_premium", "tier_premium.total"}},
+		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login", "tier_free", "tier_free.total"}},
+		{"a log-only rule replaces no tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/beta"}, []string{"shadow", "tier_free", "tier_free.total"}},
+		{"a tier counting one counter has no total", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "flat"}, []string{"tier_flat"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := withKey(newFixture(t, model, nil))
@@ -187,8 +196,8 @@ func TestOverrideSelection(t *testing.T) {
 		if _, err := f.check(t, wire.CheckRequest{UserID: tt.user, Endpoint: tt.endpoint}); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.counters.ruleIDs(); got[len(got)-1] != tt.want {
-			t.Errorf("%s %s: counted %v, want %s last", tt.user, tt.endpoint, got, tt.want)
+		if got := f.counters.ruleIDs(); !slices.Contains(got, tt.want) || slices.Contains(got, "override") != (tt.want == "override") {
+			t.Errorf("%s %s: counted %v, want %s", tt.user, tt.endpoint, got, tt.want)
 		}
 	}
 	// The override's limit decides.
@@ -345,10 +354,24 @@ func TestLeasesAndRefunds(t *testing.T) {
 	if got := f.usage.requests["user:alice"]; got != 2 {
 		t.Fatalf("usage %d, want the two requests", got)
 	}
+	// Four rules (the ceiling, uploads_big, the tier and its total): the
+	// lease is what the tightest grants (uploads_big: 4 - 1 = 3 left, half
+	// of it floored is 1), and no counter keeps more than it granted.
 	two := wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Lease: 10}
+	f.counters.calls = nil
 	resp, err = f.check(t, two)
-	if err != nil || resp.Lease.Granted != 0 {
-		t.Fatalf("a lease over two rules: %+v %v", resp.Lease, err)
+	if err != nil || resp.Lease.Granted != 1 {
+		t.Fatalf("a lease over four rules: %+v %v", resp.Lease, err)
+	}
+	for _, c := range f.counters.calls {
+		if c.Returned == 0 {
+			if got, want := f.counters.spent(c.Key()), int64(2); got != want && c.Rule.ID != "tier_free.total" {
+				t.Errorf("rule %s holds %d, want the request and the lease (%d)", c.Rule.ID, got, want)
+			}
+		}
+	}
+	if got := f.counters.leased[f.counters.calls[0].Key()]; got != 1 {
+		t.Fatalf("the ceiling keeps %d leased, want 1", got)
 	}
 	off := newFixture(t, model, func(c *config.Config) { c.Lease.Fraction = 0 })
 	if resp, _ := off.check(t, one); resp.Lease.Granted != 0 || off.counters.calls[0].Lease != 0 {
@@ -378,4 +401,68 @@ func TestUntrustedFieldsTouchNothing(t *testing.T) {
 	if n := len(f.counters.calls); n != 0 {
 		t.Fatalf("refused checks made %d counter calls", n)
 	}
+}
+
+// Neither walk-around of the tier model works: a rule of another scope
+// (the ceiling an operator adds on every path) never lifts the tier, and
+// walking distinct paths of a per-endpoint tier stops at its total.
+func TestTierCannotBeWalkedAround(t *testing.T) {
+	t.Run("a ceiling does not lift the tier", func(t *testing.T) {
+		f := newFixture(t, model+`
+[[rules]]
+id = "ceiling_all"
+path = "/**"
+scope = "user"
+algorithm = "fixed_window"
+limit = 1000
+window_seconds = 60
+`, nil)
+		admitted := 0
+		for i := 0; i < 30; i++ {
+			if resp, err := f.check(t, wire.CheckRequest{UserID: "free_caller", Endpoint: "/api/v1/items"}); err == nil && resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 5 {
+			t.Fatalf("a free caller (5 per endpoint) under a 1,000 ceiling got %d of 30", admitted)
+		}
+	})
+	t.Run("distinct paths stop at the total", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		admitted := 0
+		for i := 0; i < 200; i++ {
+			resp, err := f.check(t, wire.CheckRequest{UserID: "walker", Endpoint: fmt.Sprintf("/api/v1/items/%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed {
+				admitted++
+			} else if resp.RuleID != "tier_free.total" {
+				t.Fatalf("path %d refused by %s, want the tier's total", i, resp.RuleID)
+			}
+		}
+		if want := 5 * 10; admitted != want {
+			t.Fatalf("walking 200 distinct paths admitted %d, want the total %d", admitted, want)
+		}
+	})
+	t.Run("an identity rule replaces the tier on its path only", func(t *testing.T) {
+		f := newFixture(t, model+`
+[[rules]]
+id = "bulk"
+path = "/api/v1/bulk"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 20
+window_seconds = 60
+`, nil)
+		admitted := 0
+		for i := 0; i < 30; i++ {
+			if resp, _ := f.check(t, wire.CheckRequest{UserID: "bulk_caller", Endpoint: "/api/v1/bulk"}); resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 20 {
+			t.Fatalf("the replacing rule admitted %d of 30, want its 20", admitted)
+		}
+	})
 }

@@ -293,15 +293,17 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d is more than rule %s can ever allow (%d)", cost, rs[i].req.Rule.ID, rs[i].req.Rule.Capacity()))
 		}
 	}
-	single := len(rs) == 1
+	// A lease is one bucket of the filter's, spent only on requests every
+	// rule here counts: each rule grants it from its own counter, asked for
+	// no more than the rules before it granted, and a grant beyond the
+	// least (every grant, when the request is refused) is given back at
+	// once. So the filter never spends a token some counter did not take.
+	want := c.lease
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
 		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
-		// A lease belongs to one bucket: with several rules, no lease.
-		if single {
-			lr.Lease, lr.Returned = c.lease, c.returned
-		}
+		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
 		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
 			lr.Penalty = p.Penalty
 		}
@@ -310,12 +312,21 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			return s.failure(p, c, a.req.Rule, err)
 		}
 		a.res = res
+		want = min(want, res.Granted)
+		if !res.Allowed {
+			want = 0
+		}
+	}
+	credited := rs[0].res.Credited
+	for i := range rs {
+		a := &rs[i]
+		credited = min(credited, a.res.Credited)
+		if excess := a.res.Granted - want; excess > 0 {
+			s.giveBack(ctx, a.req, excess)
+			a.res.Granted = want
+		}
 	}
 	resp, result := s.verdict(p, &c.target, rs)
-	var credited int64
-	if single {
-		credited = rs[0].res.Credited
-	}
 	s.record(c, &resp, credited)
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered
@@ -330,6 +341,16 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		}
 	}
 	return resp, nil
+}
+
+// giveBack returns tokens a counter granted beyond the lease the filter
+// gets. A failure only leaves them spent until the counter refills: the
+// limiter under-admits, never over-admits.
+func (s *Service) giveBack(ctx context.Context, r limiter.Request, n int64) {
+	r.Returned = n
+	if _, err := s.limit(ctx, r); err != nil {
+		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
+	}
 }
 
 // record counts what the decision admitted for usage: the cost, and the
@@ -407,7 +428,10 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 	if !denied {
 		for i := range rs {
 			a := &rs[i]
-			if decider == nil || a.res.Remaining*decider.req.Rule.Capacity() < decider.res.Remaining*a.req.Rule.Capacity() {
+			// The fewest requests left is the rule a client meets first;
+			// a tie goes to the smaller counter.
+			if decider == nil || a.res.Remaining < decider.res.Remaining ||
+				a.res.Remaining == decider.res.Remaining && a.req.Rule.Capacity() < decider.req.Rule.Capacity() {
 				decider = a
 			}
 		}
@@ -434,13 +458,16 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 	case logOnly:
 		result = metrics.LogOnly
 	}
-	if len(rs) == 1 && rs[0].res.Granted > 0 {
+	// decide gave every rule the same grant.
+	if g := rs[0].res.Granted; g > 0 && !denied && !logOnly {
 		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
-		if a := rs[0]; a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
-			// Tokens of a window must not be spent in the next one.
-			ttl = min(ttl, a.res.ResetAfter)
+		for _, a := range rs {
+			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
+				// Tokens of a window must not be spent in the next one.
+				ttl = min(ttl, a.res.ResetAfter)
+			}
 		}
-		resp.Lease = wire.Lease{Granted: rs[0].res.Granted, TTLMs: ttl.Milliseconds()}
+		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds()}
 	}
 	return resp, result
 }

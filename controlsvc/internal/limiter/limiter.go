@@ -62,6 +62,9 @@ type Request struct {
 	LeaseFraction float64
 	// Peek reads without writing anything (status queries).
 	Peek bool
+	// WarmLeaseOnly grants a lease only from a counter that was already in
+	// use: set when the lease is one of several rules' (see prelude.lua).
+	WarmLeaseOnly bool
 	// Penalty is nil when progressive penalties are off.
 	Penalty *Penalty
 }
@@ -183,7 +186,7 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		r.Lease,
 		r.Returned,
 		strconv.FormatFloat(r.LeaseFraction, 'f', -1, 64),
-		boolArg(r.Peek),
+		mode(&r),
 	)
 	// Without penalties the script is sent only what it reads: the counter
 	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
@@ -208,6 +211,17 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		return Result{}, fmt.Errorf("run %s script: %w", q.Algorithm, err)
 	}
 	return parseResult(v)
+}
+
+// mode is ARGV[8]: what the script may write and grant.
+func mode(r *Request) string {
+	switch {
+	case r.Peek:
+		return "1"
+	case r.WarmLeaseOnly && r.Lease > 0:
+		return "2"
+	}
+	return "0"
 }
 
 // Close stops the limiter's flushers; calls after it fail.
@@ -258,13 +272,6 @@ func parseResult(v any) (Result, error) {
 		Penalized:  n[5] == 1,
 		Credited:   max(n[6], 0),
 	}, nil
-}
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 func joinInts(v []int64) string {

@@ -149,6 +149,29 @@ func TestSeed000TokenBucketLifecycle(t *testing.T) {
 	}
 }
 
+// A lease that is one of several counters' (WarmLeaseOnly) comes only from
+// a counter already in use: a path asked for once leases nothing, so its
+// tokens never sit unspent while a shared counter runs dry.
+func TestWarmLeaseOnly(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range rules.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "warm-"+string(a), 100, 3600)
+			r.Lease, r.LeaseFraction, r.WarmLeaseOnly = 50, 0.1, true
+			for i, want := range []int64{0, 9} {
+				res, err := l.Do(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Allowed || res.Granted != want {
+					t.Fatalf("call %d: %+v; want %d granted", i+1, res, want)
+				}
+			}
+		})
+	}
+}
+
 func TestLease(t *testing.T) {
 	l, _ := newLimiter(t)
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 type Policy struct {
 	spec      Spec
 	rules     *rules.Set
-	tiers     map[string]*rules.Set
+	tiers     map[string]tierRules
 	exemptIPs []netip.Prefix
 	exemptIDs map[string]bool // canonical identities
 }
@@ -28,14 +29,13 @@ func Compile(spec *Spec, version string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
-	p := &Policy{spec: *spec, rules: set, tiers: make(map[string]*rules.Set, len(spec.Tiers)), exemptIDs: map[string]bool{}}
+	p := &Policy{spec: *spec, rules: set, tiers: make(map[string]tierRules, len(spec.Tiers)), exemptIDs: map[string]bool{}}
 	for i := range spec.Tiers {
-		t := &spec.Tiers[i]
-		ts, err := rules.NewSet(version, tierRules(t, spec.DefaultAlgorithm))
+		tr, err := compileTier(&spec.Tiers[i], spec.DefaultAlgorithm, version)
 		if err != nil {
 			return nil, fmt.Errorf("tiers[%d]: %w", i, err)
 		}
-		p.tiers[t.Name] = ts
+		p.tiers[spec.Tiers[i].Name] = tr
 	}
 	for _, s := range spec.Exemptions.IPs {
 		pfx, err := ParseIPOrPrefix(s)
@@ -53,32 +53,45 @@ func Compile(spec *Spec, version string) (*Policy, error) {
 	return p, nil
 }
 
-// tierRules turns a tier into rules of the identity scope: its endpoint
-// overrides (priority 1) and its default (priority 0, every path). Tier rules
-// apply only when no configured rule matches.
-func tierRules(t *Tier, defaultAlgo rules.Algorithm) []rules.Rule {
+// tierRules are a tier compiled: its rules of the identity scope (its
+// endpoint limits at priority 1, its default at 0, every path), of which
+// one decides per request, and, for a per-endpoint tier, its total: the
+// bound per caller across all paths, counted beside whichever decides.
+type tierRules struct {
+	set   *rules.Set
+	total *rules.Rule
+}
+
+func compileTier(t *Tier, defaultAlgo rules.Algorithm, version string) (tierRules, error) {
 	algo := t.Algorithm
 	if algo == "" {
 		algo = defaultAlgo
 	}
-	perEndpoint := t.PerEndpoint == nil || *t.PerEndpoint
-	out := []rules.Rule{{
+	rs := []rules.Rule{{
 		ID: "tier_" + t.Name, Scope: rules.ScopeIdentity, Algorithm: algo,
-		Limit: t.Limit, WindowSeconds: t.WindowSeconds, Burst: t.Burst, PerEndpoint: perEndpoint,
+		Limit: t.Limit, WindowSeconds: t.WindowSeconds, Burst: t.Burst, PerEndpoint: t.IsPerEndpoint(),
 	}}
-	eps := make([]string, 0, len(t.Endpoints))
-	for p := range t.Endpoints {
-		eps = append(eps, p)
-	}
-	slices.Sort(eps)
+	eps := slices.Sorted(maps.Keys(t.Endpoints))
 	for i, path := range eps {
 		limit := t.Endpoints[path]
-		out = append(out, rules.Rule{
+		rs = append(rs, rules.Rule{
 			ID: "tier_" + t.Name + "_ep" + strconv.Itoa(i), Path: path, Scope: rules.ScopeIdentity, Algorithm: algo,
 			Limit: limit, WindowSeconds: t.WindowSeconds, Burst: min(t.Burst, limit), Priority: 1, PerEndpoint: true,
 		})
 	}
-	return out
+	set, err := rules.NewSet(version, rs)
+	if err != nil {
+		return tierRules{}, err
+	}
+	tr := tierRules{set: set}
+	if total := t.Total(); total > 0 {
+		tr.total = &rules.Rule{ID: "tier_" + t.Name + ".total", Scope: rules.ScopeIdentity, Algorithm: algo,
+			Limit: total, WindowSeconds: t.WindowSeconds, Burst: max(t.Burst, total)}
+		if err := tr.total.Validate(); err != nil {
+			return tierRules{}, err
+		}
+	}
+	return tr, nil
 }
 
 // Version names the compiled model.
@@ -180,14 +193,27 @@ func (p *Policy) Exempt(id identity.ID, name string) bool {
 }
 
 // Match appends to dst the rules that apply to req: the configured rules'
-// winners, or the tier's when none matches.
+// winners, one per scope, and the caller's tier. The tier always applies
+// unless a rejecting rule of its own scope (identity) matched: such a rule
+// replaces it for that request, explicitly. Rules of other scopes (a
+// per-address login limit, a per-user ceiling) count beside the tier and
+// never lift it, and a log-only rule replaces nothing. The tier's total,
+// for a per-endpoint tier, counts beside its per-path limit, so walking
+// distinct paths never escapes the tier.
 func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 	n := len(dst)
 	dst = p.rules.Match(dst, req)
-	if len(dst) > n {
-		return dst
+	for _, r := range dst[n:] {
+		if r.Scope == rules.ScopeIdentity && r.Action != rules.ActionLogOnly {
+			return dst
+		}
 	}
-	return p.tiers[req.Tier].Match(dst, req)
+	t := p.tiers[req.Tier]
+	dst = t.set.Match(dst, req)
+	if t.total != nil {
+		dst = append(dst, t.total)
+	}
+	return dst
 }
 
 // Endpoint normalises a request's path (shared/paths, as the filter does),

@@ -66,6 +66,10 @@ type Tier struct {
 	Burst         int64           `json:"burst,omitempty" toml:"burst"`
 	// PerEndpoint counts each path separately (default true).
 	PerEndpoint *bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
+	// TotalLimit bounds what one caller of a per-endpoint tier spends across
+	// all paths in the window (0: DefaultTotalFactor times Limit), so that
+	// walking distinct paths never escapes the tier.
+	TotalLimit int64 `json:"total_limit,omitempty" toml:"total_limit"`
 	// Endpoints are per-path overrides: path (or glob) → limit in the window.
 	Endpoints   map[string]int64 `json:"endpoints,omitempty" toml:"endpoints"`
 	Description string           `json:"description,omitempty" toml:"description"`
@@ -255,6 +259,27 @@ func (s *Spec) validateTiers(n names) error {
 	return nil
 }
 
+// DefaultTotalFactor is how many times its limit a caller of a per-endpoint
+// tier may spend across all paths in one window when the tier sets no
+// total_limit.
+const DefaultTotalFactor = 10
+
+// IsPerEndpoint reports whether the tier counts each path apart (the
+// default).
+func (t *Tier) IsPerEndpoint() bool { return t.PerEndpoint == nil || *t.PerEndpoint }
+
+// Total is the tier's bound per caller across all paths: 0 for a tier that
+// counts every path on one counter.
+func (t *Tier) Total() int64 {
+	switch {
+	case !t.IsPerEndpoint():
+		return 0
+	case t.TotalLimit != 0:
+		return t.TotalLimit
+	}
+	return min(t.Limit*DefaultTotalFactor, rules.MaxQuantity)
+}
+
 var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
 
 // Validate checks one tier alone; its field names are the same in the file
@@ -275,6 +300,12 @@ func (t *Tier) Validate() error {
 	}
 	if t.Burst < 0 || t.Burst > rules.MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", t.Burst, rules.MaxQuantity)
+	}
+	if t.TotalLimit != 0 && (t.TotalLimit < t.Limit || t.TotalLimit > rules.MaxQuantity) {
+		return bad("total_limit", "%d must be in %d..%d (at least the tier's limit; 0 for %d times it)", t.TotalLimit, t.Limit, rules.MaxQuantity, DefaultTotalFactor)
+	}
+	if t.TotalLimit != 0 && !t.IsPerEndpoint() {
+		return bad("total_limit", "applies to a per-endpoint tier only; this tier counts every path on one counter already")
 	}
 	if len(t.Description) > MaxDescriptionLen || !identity.Printable(t.Description) {
 		return bad("description", "must be at most %d bytes of printable text (no control characters)", MaxDescriptionLen)

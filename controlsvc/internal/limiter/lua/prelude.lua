@@ -4,7 +4,8 @@
 -- KEYS[1] counter, KEYS[2] violations (ZSET), KEYS[3] penalty block; all three
 -- share the owner's hash tag, so the script is cluster-safe.
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
--- returned, 7 lease fraction, 8 peek (1 = read only), 9 penalties on,
+-- returned, 7 lease fraction, 8 mode (1 = peek: read only; 2 = lease only
+-- from a counter already in use; 0 = neither), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
 -- penalties only KEYS[1] and ARGV 1..8 are sent.
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
@@ -19,6 +20,7 @@ local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
+local warm_only = ARGV[8] == '2'
 -- credited is what a refund really gave back: at most what is still
 -- leased, whatever the caller claimed (usage subtracts this, not the claim).
 local credited = 0
@@ -32,10 +34,19 @@ local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 -- 14 significant digits, which loses milliseconds of a Unix time.
 local function num(x) return string.format('%.17g', x) end
 
+-- fresh is true when the counter held no state before this call (its
+-- algorithm's load, or meta for the sliding log, says so).
+local fresh = false
+
 -- grant is the lease: at most what was wanted, never more than a fraction of
--- what is left, so near the limit every request comes back to Redis.
+-- what is left, so near the limit every request comes back to Redis. In
+-- mode 2 a fresh counter grants none: the lease is one of several counters'
+-- (a path's and a tier's total across paths), and tokens leased to a path
+-- asked for once (a client walking ids) would sit unspent in the filter
+-- while the shared counter they also came out of ran dry. A path that
+-- comes back gets its lease on the second call.
 local function grant(avail)
-  if want <= 0 or avail <= 0 or peek then return 0 end
+  if want <= 0 or avail <= 0 or peek or (warm_only and fresh) then return 0 end
   local g = math.floor(avail * fraction)
   if g > want then g = want end
   return g
@@ -62,6 +73,7 @@ local function load(fmt, ...)
     for i = 1, n do st[i] = tonumber(st[i]) end
     return unpack(st, 1, n)
   end
+  fresh = true
 end
 
 -- save stores the state (fmt as for load) for ttl milliseconds.

@@ -34,6 +34,7 @@ local function decide()
   local last = 0
   if newest[2] and tonumber(newest[2]) > 0 then last = tonumber(newest[2]) end
   local c, swept = meta('#c'), meta('#b') or 0
+  fresh = c == nil and last == 0
 
   if c == nil and last > 0 then
     -- A log written by an older version (one entry per token, or weighted
