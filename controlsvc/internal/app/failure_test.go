@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -188,5 +189,36 @@ func TestSentinelFailover(t *testing.T) {
 	role, _ := redistest.Do(replica.Addr, "ROLE")
 	if l, _ := role.([]any); len(l) == 0 || l[0] != "master" {
 		t.Fatalf("replica role %v; want it promoted", role)
+	}
+}
+
+// One bad counter or rule never switches limiting off for everyone: a tier
+// with the largest burst the admin API accepts decides (its script used to
+// fail in Redis, and script errors opened the global breaker), and a
+// counter whose state is damaged answers 500 for its caller while every
+// other caller is decided as usual.
+func TestOneBadCounterStaysAlone(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 60\n[[tiers]]\nname = \"huge\"\nlimit = 1\nwindow_seconds = 3600\nburst = 9007199254740991\n", nil)
+	for i := 0; i < 3; i++ {
+		if r := s.check(map[string]any{"user_id": "big", "endpoint": "/x", "tier": "huge"}); r.status != 200 || r.json(t)["degraded"] != nil || r.json(t)["rule_id"] == "" {
+			t.Fatalf("huge burst, check %d: %d %s; want decided, not degraded", i, r.status, r.body)
+		}
+	}
+	ctx := context.Background()
+	for _, k := range s.rdb.Keys(ctx, "rl:{identity:user:big}:*").Val() {
+		s.rdb.Set(ctx, k, "x", time.Minute)
+	}
+	for i := 0; i < 10; i++ {
+		if r := s.check(map[string]any{"user_id": "big", "endpoint": "/x", "tier": "huge"}); r.status != 500 || r.errorCode(t) != "INTERNAL_ERROR" {
+			t.Fatalf("damaged counter, check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if s.app.Service().BreakerOpen() {
+		t.Fatal("a damaged counter opened the breaker")
+	}
+	for i, want := range []int{200, 200, 200, 429} {
+		if r := s.check(map[string]any{"user_id": "other", "endpoint": "/x"}); r.status != want {
+			t.Fatalf("another caller, check %d: %d %s; want %d", i, r.status, r.body, want)
+		}
 	}
 }

@@ -312,6 +312,20 @@ func TestFailureModes(t *testing.T) {
 			t.Fatal("breaker closed after 10 failing checks")
 		}
 	})
+	t.Run("a script's own error is no outage", func(t *testing.T) {
+		f := newFixture(t, model, nil)
+		f.counters.fail = fmt.Errorf("%w: damaged state", limiter.ErrScript)
+		for i := 0; i < 10; i++ {
+			_, err := f.check(t, req)
+			var ae *apierr.Error
+			if !errors.As(err, &ae) || ae.Code != wire.CodeInternal {
+				t.Fatalf("a script error: %v; want 500 INTERNAL_ERROR", err)
+			}
+		}
+		if f.svc.BreakerOpen() {
+			t.Fatal("script errors opened the breaker")
+		}
+	})
 	t.Run("a refused script request is no outage", func(t *testing.T) {
 		f := newFixture(t, model, nil)
 		f.counters.fail = limiter.ErrBadRequest

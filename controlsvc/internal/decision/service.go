@@ -288,9 +288,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
 	for i := range rs {
-		// Refuse before anything is spent: a rejected request touches nothing.
-		if cost := c.cost * rs[i].req.Rule.EffectiveCost(); cost > rs[i].req.Rule.Capacity() {
-			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d is more than rule %s can ever allow (%d)", cost, rs[i].req.Rule.ID, rs[i].req.Rule.Capacity()))
+		// Refuse before anything is spent: a rejected request touches
+		// nothing. Compared by division: the product of a request's cost
+		// and a rule's (up to 2^53) would overflow.
+		if r := rs[i].req.Rule; c.cost > r.Capacity()/r.EffectiveCost() {
+			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d (times the rule's cost %d) is more than rule %s can ever allow (%d)", c.cost, r.EffectiveCost(), r.ID, r.Capacity()))
 		}
 	}
 	// A lease is one bucket of the filter's, spent only on requests every
@@ -389,7 +391,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 	err := call()
 	// A caller that went away says nothing about Redis; nor does a request
 	// the limiter refused.
-	if err != nil && (ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest)) {
+	if err != nil && (ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript)) {
 		return err
 	}
 	if s.breaker.Record(err == nil, s.now()) {
@@ -474,7 +476,10 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 
 // failure applies the failure mode to a Redis error.
 func (s *Service) failure(p *view, c *caller, r *rules.Rule, err error) (wire.CheckResponse, error) {
-	if errors.Is(err, limiter.ErrBadRequest) {
+	if errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript) {
+		// This rule's fault, not Redis's: a 500 for requests it decides,
+		// logged with the rule; every other rule and caller goes on.
+		s.log.Error("limiter script failed; answering 500 for this rule", "err", err)
 		return wire.CheckResponse{}, apierr.Failed(err)
 	}
 	if !errors.Is(err, ErrBreakerOpen) {

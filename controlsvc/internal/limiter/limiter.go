@@ -164,6 +164,23 @@ func (l *Limiter) Load(ctx context.Context) error {
 // ErrBadRequest is wrapped by errors about the request itself, not Redis.
 var ErrBadRequest = errors.New("bad limiter request")
 
+// ErrScript is wrapped by an error a script raised itself while Redis
+// answered: a fault of the script or of what it was given, never a sign
+// that Redis is down (so it must not open a circuit breaker or switch on
+// the failure mode for everyone).
+var ErrScript = errors.New("limiter script failed")
+
+// scriptError tells a script's own error (an error reply naming the
+// script) from a failure to reach Redis.
+func scriptError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "ERR ") && (strings.Contains(msg, "script: ") || strings.Contains(msg, "user_script:"))
+}
+
 // Do runs one counter.
 func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 	q := r.Rule
@@ -206,6 +223,9 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		v, err = s.RunRO(ctx, l.rdb, ks, args...).Result()
 	} else {
 		v, err = l.batch.run(ctx, s, ks, args)
+	}
+	if err != nil && scriptError(err) {
+		return Result{}, fmt.Errorf("%w: %s script of rule %s: %w", ErrScript, q.Algorithm, q.ID, err)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s script: %w", q.Algorithm, err)

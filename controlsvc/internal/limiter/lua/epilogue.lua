@@ -41,11 +41,12 @@ if allowed == 0 and pen then
     for m in string.gmatch(ARGV[12], '[^,]+') do mults[#mults + 1] = tonumber(m) end
     local m = mults[math.min(n - threshold + 1, #mults)] or 1
     if m > 1 then
-      retry = math.ceil(math.max(retry, 1) * m)
+      retry = ms(math.max(retry, 1) * m)
       redis.call('SET', KEYS[3], '1', 'PX', retry)
       penalized = 1
     end
   end
 end
 
-return {allowed, remaining, reset, retry, granted, penalized, credited}
+if retry > 0 then retry = ms(retry) end
+return {allowed, remaining, ms(reset), retry, granted, penalized, credited}

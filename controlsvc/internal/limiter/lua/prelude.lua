@@ -30,6 +30,15 @@ local credited = 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 
+-- Times in milliseconds that reach Redis (a TTL, a block) or the caller are
+-- whole numbers of at most MAX_MS (about 139 years: a Go time.Duration holds
+-- 292). The accepted ranges
+-- allow a burst of 2^53 refilled at 1 an hour: a refill time of 10^19 ms,
+-- which SET PX refuses (the script would fail, and a failing script counts
+-- as Redis down, switching limiting off for everyone).
+local MAX_MS = 2^42
+local function ms(x) return math.min(math.max(1, math.ceil(x)), MAX_MS) end
+
 -- Numbers are written with full precision: redis.call would format them with
 -- 14 significant digits, which loses milliseconds of a Unix time.
 local function num(x) return string.format('%.17g', x) end
@@ -78,7 +87,7 @@ end
 
 -- save stores the state (fmt as for load) for ttl milliseconds.
 local function save(fmt, ttl, ...)
-  redis.call('SET', KEYS[1], struct.pack(fmt, ...), 'PX', math.max(1, ttl))
+  redis.call('SET', KEYS[1], struct.pack(fmt, ...), 'PX', ms(ttl))
 end
 
 -- changed reports whether a decision must be written back: a denial
