@@ -127,8 +127,9 @@ func TestAPIKeys(t *testing.T) {
 	if r.status != 200 || r.json(t)["identity"] != "key:"+id || num(t, r.json(t), "limit") != 1000 {
 		t.Fatalf("check with key: %d %s", r.status, r.body)
 	}
-	// A verified JWT subject keeps priority over the key for identity.
-	if r := s.check(map[string]any{"user_id": "user:alice", "endpoint": "/x", "api_key": raw}); r.json(t)["identity"] != "user:alice" {
+	// A verified JWT subject presenting the key: the key is charged (its
+	// counter moves), so its tier is never borrowed for free.
+	if r := s.check(map[string]any{"user_id": "user:alice", "endpoint": "/x", "api_key": raw}); r.json(t)["identity"] != "key:"+id || num(t, r.json(t), "remaining") != 998 {
 		t.Fatalf("jwt + key: %s", r.body)
 	}
 	for _, tt := range []struct {

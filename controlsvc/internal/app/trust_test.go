@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -657,5 +658,39 @@ window_seconds = 60
 	if r := open.check(map[string]any{"user_id": "mallory", "client_address": "192.0.2.77", "endpoint": "/api/v1/auth/login"}); r.status != 403 ||
 		r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"] != "client_address" {
 		t.Fatalf("untrusted client_address: %d %s", r.status, r.body)
+	}
+}
+
+// Ten JWT subjects sharing one premium key used to get the key's tier ten
+// times over while the key's counters never moved: the key is charged now,
+// so together they get the key's limit, and its usage shows every request.
+func TestJWTSubjectsSharingAKeyChargeTheKey(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\n[[tiers]]\nname = \"premium\"\nlimit = 5\nwindow_seconds = 60\n", nil)
+	raw := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "owner", "tier": "premium"}).json(t)["api_key"].(string)
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		for j := 0; j < 5; j++ {
+			r := s.check(map[string]any{"user_id": fmt.Sprintf("user:subject%d", i), "endpoint": "/x", "api_key": raw, "client_address": "192.0.2.1"})
+			switch r.status {
+			case 200:
+				admitted++
+				if r.json(t)["tier"] != "premium" {
+					t.Fatalf("tier %v", r.json(t)["tier"])
+				}
+			case 429:
+			default:
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("ten subjects sharing a premium key (5 a minute) got %d of 50", admitted)
+	}
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	u := s.admin("GET", "/admin/v1/usage/"+url.PathEscape(raw)+"?window=current", nil).json(t)
+	if made := u["current_window"].(map[string]any)["requests_made"]; made != 5.0 {
+		t.Fatalf("the key's usage shows %v requests, want the 5 admitted", made)
 	}
 }

@@ -126,8 +126,8 @@ func (s *Service) Policy() *policy.Policy { return s.live.Load().Policy }
 // Ping reports whether Redis answers (health checks).
 func (s *Service) Ping(ctx context.Context) error { return s.counters.Ping(ctx) }
 
-// resolveKey checks an API key and makes it the caller's identity (unless a
-// verified JWT subject came first) and tier (unless the JWT gave one).
+// resolveKey checks an API key and makes it the caller's identity and tier
+// (unless the JWT gave one).
 func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTier string) error {
 	if !apikeys.ValidFormat(raw) {
 		e := apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: "+apikeys.Format)
@@ -162,7 +162,14 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyExpired,
 			Message: "This API key has expired", Details: map[string]any{"expired_at": rec.ExpiresAt.Format(time.RFC3339)}}
 	}
-	if c.id.Kind != identity.KindUser {
+	switch c.id.Kind {
+	case identity.KindUser:
+		// A verified subject presenting a key: the key is charged (its
+		// counters, its usage), so its tier is never borrowed for free by
+		// callers who share it; the subject still counts for user rules
+		// and its address (client_address) for ip rules.
+		c.keyUser = c.id.Value
+	default:
 		// The filter presents a key caller by its client address: that
 		// address still counts for ip rules, and the key's user for user
 		// rules.
@@ -172,8 +179,8 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		if _, err := identity.User(rec.UserID); err == nil {
 			c.keyUser = rec.UserID
 		}
-		c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	}
+	c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
 	if reqTier == "" {
 		if t := p.KeyTier(rec.TierID, rec.Tier); t != "" {
 			c.tier = t
