@@ -104,6 +104,8 @@ func TestRuleAPI(t *testing.T) {
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "algorithm": "leaky", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "algorithm"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "api", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x/", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
+		{"PUT", "/admin/v1/rate-limit-rules/" + id, map[string]any{"endpoint_pattern": ""}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"tier_id": 77, "endpoint_pattern": "/x", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "tier_id"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "window_seconds": 60}, 400, "INVALID_INPUT", "limit"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 7200}, 400, "INVALID_INPUT", "window_seconds"},

@@ -28,8 +28,9 @@ func TestErrorsNameFieldsAsTheSourceDoes(t *testing.T) {
 		wantField string      // the error of Compose's skip
 	}{
 		{name: "runtime rule path", rules: []rules.Rule{{ID: "7", Path: "api", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "endpoint_pattern"},
-		{name: "runtime rule id clash", rules: []rules.Rule{{ID: "login", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "rule_id"},
-		{name: "runtime rule unknown tier", rules: []rules.Rule{{ID: "7", Tiers: []string{"gold"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "tier_id"},
+		{name: "runtime rule id clash", rules: []rules.Rule{{ID: "login", Path: "/r", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "rule_id"},
+		{name: "runtime rule unknown tier", rules: []rules.Rule{{ID: "7", Path: "/r", Tiers: []string{"gold"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "tier_id"},
+		{name: "runtime rule empty path", rules: []rules.Rule{{ID: "7", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1}}, wantField: "endpoint_pattern"},
 		{name: "runtime rule limit", rules: []rules.Rule{{ID: "7", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 0, WindowSeconds: 1}}, wantField: "limit"},
 		{name: "runtime tier name twice", tiers: []Tier{{ID: 2, Name: "free", Limit: 1, WindowSeconds: 1}}, wantField: "name"},
 		{name: "runtime tier id twice", tiers: []Tier{{ID: 1, Name: "gold", Limit: 1, WindowSeconds: 1}}, wantField: "tier_id"},
@@ -75,7 +76,7 @@ func TestComposeLeavesOutOnlyTheBadEntry(t *testing.T) {
 	tiers := []Tier{{ID: 2, Name: "gold", Limit: 100, WindowSeconds: 60}, {ID: 3, Name: "free", Limit: 1, WindowSeconds: 1}}
 	rs := []rules.Rule{
 		{ID: "5", Tiers: []string{"gold"}, Path: "/a", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
-		{ID: "6", Tiers: []string{"silver"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
+		{ID: "6", Path: "/c", Tiers: []string{"silver"}, Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
 		{ID: "7", Path: "/b", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 1, WindowSeconds: 1},
 	}
 	got, skips := Compose(&file, tiers, rs)

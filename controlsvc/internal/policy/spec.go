@@ -175,6 +175,12 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 			}
 			return err
 		}
+		// An empty path matches every path: the file may say so by leaving
+		// it out, the admin API must say "/**" (an empty endpoint_pattern
+		// sent by mistake would otherwise cover the whole API).
+		if i >= n.fileRules && r.Path == "" {
+			return fielderr.New("endpoint_pattern", "is empty; name a path or a glob (\"/**\" for every path)")
+		}
 		// Numbers name the rules made through the admin API.
 		if i < n.fileRules && strings.Trim(r.ID, "0123456789") == "" {
 			return fielderr.New(n.rule(i, "id", "rule_id"), "%q is a number; numbers are the ids of rules made through the admin API", r.ID)

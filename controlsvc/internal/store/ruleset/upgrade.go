@@ -21,6 +21,11 @@ import (
 // method or tier listed twice is listed once, a limit, burst or cost beyond
 // what the scripts count exactly is clamped, and so is a priority.
 func upgradeRule(r *rules.Rule) (changed []string) {
+	if r.Path == "" {
+		// Stored before an empty pattern was refused: it matched every
+		// path, as "/**" does.
+		r.Path, changed = "/**", append(changed, `empty endpoint_pattern read as "/**"`)
+	}
 	if d := dedupe(r.Methods); len(d) != len(r.Methods) {
 		r.Methods, changed = d, append(changed, "methods listed twice merged")
 	}

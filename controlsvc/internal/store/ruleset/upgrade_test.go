@@ -13,7 +13,7 @@ import (
 func TestUpgradedEntriesAreValid(t *testing.T) {
 	r := rules.Rule{ID: "1", Scope: rules.ScopeUser, Algorithm: rules.TokenBucket, Limit: 1 << 60, Burst: 1 << 62,
 		WindowSeconds: 60, Priority: -1 << 40, Methods: []string{"GET", "POST", "GET"}, Tiers: []string{"a", "a"}}
-	if changed := upgradeRule(&r); len(changed) != 5 {
+	if changed := upgradeRule(&r); len(changed) != 6 || r.Path != "/**" {
 		t.Fatalf("changes %v", changed)
 	}
 	if err := r.Validate(); err != nil {
@@ -22,7 +22,7 @@ func TestUpgradedEntriesAreValid(t *testing.T) {
 	if strings.Join(r.Methods, ",") != "GET,POST" || r.Priority != -rules.MaxPriority {
 		t.Fatalf("upgraded rule %+v", r)
 	}
-	ok := rules.Rule{ID: "2", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 5, WindowSeconds: 60, Methods: []string{"GET"}}
+	ok := rules.Rule{ID: "2", Path: "/x", Scope: rules.ScopeUser, Algorithm: rules.GCRA, Limit: 5, WindowSeconds: 60, Methods: []string{"GET"}}
 	if changed := upgradeRule(&ok); changed != nil {
 		t.Fatalf("a valid rule was changed: %v", changed)
 	}
