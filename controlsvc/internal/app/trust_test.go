@@ -694,3 +694,33 @@ func TestJWTSubjectsSharingAKeyChargeTheKey(t *testing.T) {
 		t.Fatalf("the key's usage shows %v requests, want the 5 admitted", made)
 	}
 }
+
+// A caller walking distinct long paths used to add each whole path to Redis
+// (8.3 KB a request): a counter's key names a long path by a digest, and
+// what one caller creates is bounded by its tier's total (a refused request
+// writes nothing). Status still answers with the readable path.
+func TestLongPathsCostRedisLittle(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\ntotal_limit = 10\n", nil)
+	ctx := context.Background()
+	long := func(i int) string { return fmt.Sprintf("/api/%d/%s", i, strings.Repeat("a", 8000)) }
+	for i := 0; i < 50; i++ {
+		if r := s.check(map[string]any{"user_id": "ip:192.0.2.50", "endpoint": long(i)}); r.status != 200 && r.status != 429 {
+			t.Fatalf("%d %s", r.status, r.body[:min(len(r.body), 200)])
+		}
+	}
+	ks := s.rdb.Keys(ctx, "rl:{*").Val()
+	if len(ks) > 11 {
+		t.Fatalf("50 long paths made %d keys; the tier's total (10) bounds them", len(ks))
+	}
+	total := 0
+	for _, k := range ks {
+		total += len(k) + len(s.rdb.Get(ctx, k).Val())
+	}
+	if total > 11*200 {
+		t.Fatalf("%d keys hold %d bytes of names and values; want a few hundred each", len(ks), total)
+	}
+	r := s.do(http.MethodGet, "/v1/rate-limit/status/ip:192.0.2.50"+long(0), nil)
+	if r.status != 200 || r.json(t)["endpoint"] != long(0) || num(t, r.json(t), "remaining") != 0 {
+		t.Fatalf("status of a long path: %d %.300s", r.status, r.body)
+	}
+}

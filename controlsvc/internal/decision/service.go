@@ -324,6 +324,12 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		want = min(want, res.Granted)
 		if !res.Allowed {
 			want = 0
+			if a.req.Rule.Action != rules.ActionLogOnly {
+				// Refused: the rules after this one are not asked, so a
+				// refused request creates no counter of theirs.
+				rs = rs[:i+1]
+				break
+			}
 		}
 	}
 	credited := rs[0].res.Credited

@@ -5,10 +5,13 @@
 //
 // The subject (a user id, an address, a tenant...) and the endpoint are escaped,
 // so no two subjects share a key and no subject can end the hash tag early and
-// choose its own cluster slot.
+// choose its own cluster slot. An endpoint longer than MaxEndpointPart is
+// named by its digest, so a key's size is bounded whatever the path.
 package keys
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"net/url"
 	"strconv"
 	"strings"
@@ -40,7 +43,7 @@ func Counter(o Owner, ruleID, endpoint, algorithm string, windowSeconds int64) s
 	b.WriteString(escape(ruleID, true))
 	if endpoint != "" {
 		b.WriteByte(':')
-		b.WriteString(escape(endpoint, true))
+		b.WriteString(endpointPart(endpoint))
 	}
 	b.WriteByte(':')
 	b.WriteString(algorithm)
@@ -49,6 +52,24 @@ func Counter(o Owner, ruleID, endpoint, algorithm string, windowSeconds int64) s
 		b.WriteString(strconv.FormatInt(windowSeconds, 10))
 	}
 	return b.String()
+}
+
+// MaxEndpointPart bounds the endpoint part of a counter's key: a path up to
+// it is kept as it is (an operator reads keys), a longer one is named by its
+// digest. Paths may be 8 KiB long, and a caller walking long paths would
+// otherwise make Redis hold each one in a key (8 KB a request).
+const MaxEndpointPart = 64
+
+// endpointPart is the escaped endpoint, or "%h" and a digest of it when
+// that is longer than MaxEndpointPart. escape never writes "%h" ('h' is no
+// hex digit), so no kept path reads as a digest.
+func endpointPart(endpoint string) string {
+	e := escape(endpoint, true)
+	if len(e) <= MaxEndpointPart {
+		return e
+	}
+	sum := sha256.Sum256([]byte(endpoint))
+	return "%h" + base64.RawURLEncoding.EncodeToString(sum[:18])
 }
 
 // Penalty is the ZSET of an owner's recent violations.

@@ -18,6 +18,8 @@ func TestCounterGolden(t *testing.T) {
 		{"user", "evil}x{y", "r", "", "fixed_window", 10, "rl:{user:evil%7Dx%7By}:r:fixed_window:10"},
 		{"user", "50%", "r", "/a:b c", "fixed_window", 10, "rl:{user:50%25}:r:/a%3Ab%20c:fixed_window:10"},
 		{"user", "a\r\nb", "r", "", "gcra", 5, "rl:{user:a%0D%0Ab}:r:gcra:5"},
+		{"user", "a", "r", "/" + strings.Repeat("x", 63), "gcra", 5, "rl:{user:a}:r:/" + strings.Repeat("x", 63) + ":gcra:5"},
+		{"user", "a", "r", "/" + strings.Repeat("x", 64), "gcra", 5, "rl:{user:a}:r:%hnnYghF-guA5RQqsd9r4UPH-4:gcra:5"},
 	}
 	for _, tt := range tests {
 		got := Counter(NewOwner(tt.scope, tt.subject), tt.rule, tt.endpoint, tt.algo, tt.window)
@@ -68,6 +70,9 @@ func FuzzCounter(f *testing.F) {
 		}
 		if strings.ContainsAny(k1, "\r\n ") {
 			t.Fatalf("key %q carries raw whitespace", k1)
+		}
+		if len(k1) > len(Counter(NewOwner("user", s1), "r", "", "token_bucket", 60))+1+MaxEndpointPart {
+			t.Fatalf("key %q is longer than its endpoint bound", k1)
 		}
 	})
 }

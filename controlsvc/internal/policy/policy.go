@@ -208,12 +208,14 @@ func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 			return dst
 		}
 	}
+	// The total comes first: a caller past it is refused before a path's
+	// counter is created (decide stops at the first refusal), so what one
+	// caller can make Redis hold is bounded by its total.
 	t := p.tiers[req.Tier]
-	dst = t.set.Match(dst, req)
 	if t.total != nil {
 		dst = append(dst, t.total)
 	}
-	return dst
+	return t.set.Match(dst, req)
 }
 
 // Endpoint normalises a request's path (shared/paths, as the filter does),
