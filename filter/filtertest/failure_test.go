@@ -157,6 +157,7 @@ func TestBadConfigRefused(t *testing.T) {
 	ctx := context.Background()
 	for cfg, want := range map[string]string{
 		`{"failure_mode":"maybe"}`:                  "failure_mode",
+		`{"method_override":"ignore"}`:              "method_override",
 		`{"timeout_ms":0}`:                          "timeout_ms",
 		`{"lease":{"slots":0}}`:                     "lease.slots",
 		`{"surprise":1}`:                            "surprise",

@@ -223,3 +223,52 @@ func TestLongIdentitiesOnLeaseHits(t *testing.T) {
 		t.Fatalf("second caller's identity ends %q", got[len(got)-3:])
 	}
 }
+
+// Method override headers: an upstream that honours them runs the named
+// method, so the request is counted under it too (method_override in the
+// check); headers that name no method or disagree are refused; with
+// method_override "strip" they never reach the upstream.
+func TestMethodOverrideHeaders(t *testing.T) {
+	strip := `{"control_cluster":"controlsvc","lease":{"request":0},"method_override":"strip"}`
+	for _, tc := range []struct {
+		name     string
+		config   string
+		r        req
+		status   int    // a local answer, or 0 for a callout
+		override string // the callout's method_override
+	}{
+		{"override counted", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "DELETE"}}}, 0, "DELETE"},
+		{"lower-case override, as frameworks read it", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-method-override", "delete"}}}, 0, "DELETE"},
+		{"X-HTTP-Method", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method", "PUT"}}}, 0, "PUT"},
+		{"underscore spelling", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x_http_method_override", "PATCH"}}}, 0, "PATCH"},
+		{"the request's own method", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "POST"}}}, 0, ""},
+		{"two agreeing headers", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "GET"}, {"x-method-override", "get"}}}, 0, "GET"},
+		{"two disagreeing headers", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "GET"}, {"x-method-override", "DELETE"}}}, 400, ""},
+		{"no method", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "GET /admin"}}}, 400, ""},
+		{"empty", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", ""}}}, 400, ""},
+		{"stripped", strip, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "DELETE"}, {"x_method_override", "GET"}}}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.config, 1)
+			s, act := e.start(tc.r)
+			if tc.status != 0 {
+				if act != wasmhost.Pause || s.Local == nil || s.Local.Status != tc.status {
+					t.Fatalf("action %v, local %+v; want %d", act, s.Local, tc.status)
+				}
+				e.noCallout(0)
+				return
+			}
+			_, body := e.callout(0)
+			if body.MethodOverride != tc.override || body.Method != tc.r.method {
+				t.Fatalf("counted as %q overridden to %q; want %q overridden to %q", body.Method, body.MethodOverride, tc.r.method, tc.override)
+			}
+			if tc.config == strip {
+				for _, kv := range s.RequestHeaders {
+					if strings.HasPrefix(strings.ReplaceAll(kv[0], "_", "-"), "x-") && strings.Contains(kv[0], "method") {
+						t.Fatalf("header %q reached the upstream", kv[0])
+					}
+				}
+			}
+		})
+	}
+}

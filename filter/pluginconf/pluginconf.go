@@ -23,6 +23,12 @@ import (
 const (
 	FailOpen   = "fail_open"
 	FailClosed = "fail_closed"
+
+	// Method override headers (X-HTTP-Method-Override, X-Method-Override,
+	// X-HTTP-Method): counted under the method they name too, or removed
+	// before the upstream.
+	MethodOverrideCount = "count"
+	MethodOverrideStrip = "strip"
 )
 
 // Config is the plugin configuration.
@@ -53,9 +59,15 @@ type Config struct {
 	Headers      Headers `json:"headers"`
 	// ExcludedPaths (globs) pass without rate limiting.
 	ExcludedPaths []string `json:"excluded_paths"`
-	Lease         Lease    `json:"lease"`
-	Breaker       Breaker  `json:"breaker"`
-	Fallback      Fallback `json:"fallback"`
+	// MethodOverride says what the filter does with a method override
+	// header, which an upstream (Rails, Laravel, Express's method-override,
+	// ASP.NET) may honour: MethodOverrideCount (default) counts the request
+	// under the named method too; MethodOverrideStrip removes the headers so
+	// the upstream never sees them.
+	MethodOverride string   `json:"method_override"`
+	Lease          Lease    `json:"lease"`
+	Breaker        Breaker  `json:"breaker"`
+	Fallback       Fallback `json:"fallback"`
 
 	// LegacyTrustedProxyDepth is the old name of a setting whose meaning
 	// changed; it is refused with a pointer to xff_trusted_hops rather than
@@ -135,6 +147,7 @@ func Parse(data []byte) (*Config, error) {
 		Lease:          Lease{Request: 10, Slots: 16384},
 		Breaker:        Breaker{Failures: 5, CooldownMs: 5000},
 		Fallback:       Fallback{Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
+		MethodOverride: MethodOverrideCount,
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 {
@@ -176,6 +189,9 @@ func (c *Config) validate() *fielderr.Error {
 	}
 	if err := c.validateCallers(); err != nil {
 		return err
+	}
+	if c.MethodOverride != MethodOverrideCount && c.MethodOverride != MethodOverrideStrip {
+		return fielderr.New("method_override", "%q must be %q or %q", c.MethodOverride, MethodOverrideCount, MethodOverrideStrip)
 	}
 	if err := c.Lease.validate(); err != nil {
 		return err.In("lease")

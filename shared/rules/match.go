@@ -13,7 +13,10 @@ import (
 type Request struct {
 	Tier   string
 	Method string
-	Path   string
+	// MethodOverride is the method a method-override header names ("" for
+	// none): a rule on either method matches.
+	MethodOverride string
+	Path           string
 	// IdentityKind decides whether the user, api_key and ip scopes apply.
 	IdentityKind identity.Kind
 	// KeyUser is true for an API-key caller whose key belongs to a user:
@@ -141,7 +144,7 @@ func (r *Rule) matches(req Request) bool {
 	if len(r.Tiers) > 0 && !slices.Contains(r.Tiers, req.Tier) {
 		return false
 	}
-	if len(r.Methods) > 0 && !methodListed(r.Methods, req.Method) {
+	if len(r.Methods) > 0 && !methodListed(r.Methods, req.Method) && (req.MethodOverride == "" || !methodListed(r.Methods, req.MethodOverride)) {
 		return false
 	}
 	return r.Path == "" || MatchGlob(r.Path, req.Path)

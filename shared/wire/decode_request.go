@@ -44,6 +44,8 @@ func (p *parser) requestField(key []byte, r *CheckRequest) error {
 		return p.integer(&r.Returned)
 	case EqualFoldASCII(key, "client_address"):
 		return p.str(&r.ClientAddress)
+	case EqualFoldASCII(key, "method_override"):
+		return p.str(&r.MethodOverride)
 	}
 	return p.skip(0)
 }

@@ -134,6 +134,7 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 		}
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
+	b = appendOptString(b, `,"method_override":`, r.MethodOverride)
 	return append(b, '}')
 }
 

@@ -43,6 +43,10 @@ type CheckRequest struct {
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`
+	// MethodOverride is the method a method-override header
+	// (X-HTTP-Method-Override...) names, where the upstream may honour it:
+	// rules on either method count the request.
+	MethodOverride string `json:"method_override,omitempty"`
 }
 
 // Lease is the part of a decision the filter may spend locally.

@@ -161,6 +161,7 @@ func TestRuleSelection(t *testing.T) {
 		{"a key caller's address counts for ip rules", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/auth/login", APIKey: rawKey, Method: "POST"}, []string{"login", "tier_premium.total", "tier_premium"}},
 		{"a key caller gets its key's tier", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/items", APIKey: rawKey}, []string{"tier_premium.total", "tier_premium"}},
 		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login", "tier_free.total", "tier_free"}},
+		{"a method override counts under the named method", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET", MethodOverride: "POST"}, []string{"login", "tier_free.total", "tier_free"}},
 		{"a log-only rule replaces no tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/beta"}, []string{"shadow", "tier_free.total", "tier_free"}},
 		{"a tier counting one counter has no total", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "flat"}, []string{"tier_flat"}},
 	} {

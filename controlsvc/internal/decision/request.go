@@ -29,6 +29,7 @@ const (
 // 0 elsewhere.
 type subject struct {
 	userID, endpoint, method, tier, tenant string
+	methodOverride                         string
 	cost, lease, returned                  int64
 	address                                string // client_address
 }
@@ -43,6 +44,9 @@ type target struct {
 	tenant   string
 	endpoint string
 	method   string
+	// methodOverride is the method an override header names: rules on it
+	// count the request too.
+	methodOverride string
 	// address is the client address of a caller identified otherwise (an
 	// API-key caller presented by it, a JWT subject the filter sent it
 	// with; "" when unknown), keyUser its key's user id: the ip and user
@@ -67,7 +71,7 @@ func (t *target) idFor(s rules.Scope) identity.ID {
 
 // rulesRequest is what rule matching reads of the caller.
 func (t *target) rulesRequest() rules.Request {
-	return rules.Request{Tier: t.tier, Method: t.method, Path: t.endpoint, IdentityKind: t.id.Kind, Tenant: t.tenant,
+	return rules.Request{Tier: t.tier, Method: t.method, MethodOverride: t.methodOverride, Path: t.endpoint, IdentityKind: t.id.Kind, Tenant: t.tenant,
 		KeyUser: t.keyUser != "", ClientAddress: t.address != ""}
 }
 
@@ -122,6 +126,10 @@ func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {
 		return t, apierr.Invalid("method", "must be an upper-case HTTP method")
 	}
 	t.method = in.method
+	if in.methodOverride != "" && !rules.ValidMethod(in.methodOverride) {
+		return t, apierr.Invalid("method_override", "must be an upper-case HTTP method")
+	}
+	t.methodOverride = in.methodOverride
 	if in.tier != "" && !rules.ValidTierName(in.tier) {
 		return t, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
 	}
@@ -167,7 +175,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
-	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, tier: req.Tier, tenant: req.Tenant,
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, tier: req.Tier, tenant: req.Tenant,
 		cost: req.Cost, lease: req.Lease, returned: req.Returned, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr

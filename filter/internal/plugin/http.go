@@ -93,6 +93,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		// here, such requests cost no callout each.
 		return h.refuse(400, "the request method must be an upper-case HTTP method")
 	}
+	override, act, settled := h.methodOverride(&rq)
+	if settled {
+		return act
+	}
 	if !h.resolveIdentity(rq.auth, rq.xff, rq.realIP) {
 		return types.ActionPause // answered 401
 	}
@@ -115,6 +119,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	b.Add(h.tier)
 	b.Add(h.tenant)
 	b.Add(rq.method)
+	if override != "" {
+		b.Add(override)
+	}
 	b.Add(path)
 	h.bucket = b.Owner()
 
@@ -127,7 +134,61 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 			return act
 		}
 	}
-	return h.callOut(rq.method, path, returned, now)
+	return h.callOut(rq.method, override, path, returned, now)
+}
+
+// overrideHeaders are the method override headers upstream frameworks
+// honour; an underscore spelling counts as the same header (headerIs).
+var overrideHeaders = [...]string{"x-http-method-override", "x-method-override", "x-http-method"}
+
+// methodOverride applies method_override to the request's override
+// headers. Counting, it returns the method they name (upper-cased, as the
+// frameworks read it; "" when none or the request's own), and refuses
+// headers that name no method or disagree: the upstream would pick one.
+// Stripping, it removes them. settled is true when the request has its
+// answer (act).
+func (h *httpContext) methodOverride(rq *request) (method string, act types.Action, settled bool) {
+	if rq.overrides == 0 {
+		return "", 0, false
+	}
+	if h.p.cfg.MethodOverride == pluginconf.MethodOverrideStrip {
+		// Four names at most are kept; more headers than that are refused
+		// rather than partly removed.
+		if rq.overrides > len(rq.overrideNames) {
+			return "", h.refuse(400, "too many method override headers"), true
+		}
+		for _, name := range rq.overrideNames[:rq.overrides] {
+			if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
+				proxywasm.LogError("tollgate: remove " + name + ": " + err.Error())
+				return "", h.failure("strip method override"), true
+			}
+		}
+		return "", 0, false
+	}
+	m := upperASCII(rq.override)
+	if rq.overrideConflict || !rules.ValidMethod(m) {
+		return "", h.refuse(400, "a method override header must name one HTTP method"), true
+	}
+	if m == rq.method {
+		return "", 0, false
+	}
+	return m, 0, false
+}
+
+// upperASCII upper-cases ASCII letters, as method override middleware does.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'a' <= b[j] && b[j] <= 'z' {
+					b[j] -= 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 // request is what the filter reads of the request headers.
@@ -136,6 +197,13 @@ type request struct {
 	// forged counts client-supplied x-tollgate-* headers; auths and apiKeys
 	// the credentials of each kind.
 	forged, auths, apiKeys int
+	// override is a method override header's value; overrides counts such
+	// headers (overrideNames holds the first names, as sent, for removal)
+	// and overrideConflict says two of them disagree.
+	override         string
+	overrides        int
+	overrideNames    [4]string
+	overrideConflict bool
 }
 
 // readRequest reads the request headers in one pass; the API key goes to
@@ -171,10 +239,28 @@ func (h *httpContext) readRequest() (request, error) {
 			rq.xff = v
 		case equalFold(k, "x-real-ip"):
 			rq.realIP = v
+		case isOverrideHeader(k):
+			if rq.overrides > 0 && !strings.EqualFold(v, rq.override) {
+				rq.overrideConflict = true
+			}
+			if rq.overrides < len(rq.overrideNames) {
+				rq.overrideNames[rq.overrides] = k
+			}
+			rq.overrides++
+			rq.override = v
 		}
 		return true
 	})
 	return rq, err
+}
+
+func isOverrideHeader(k string) bool {
+	for _, name := range overrideHeaders {
+		if headerIs(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // spendLease answers the request from the lease cache when it can: a token
@@ -199,7 +285,7 @@ func (h *httpContext) spendLease(now time.Time) (returned int64, act types.Actio
 
 // callOut asks the control service and pauses the request until
 // onCheckResponse (or applies the failure mode when it cannot ask).
-func (h *httpContext) callOut(method, path string, returned int64, now time.Time) types.Action {
+func (h *httpContext) callOut(method, override, path string, returned int64, now time.Time) types.Action {
 	p := h.p
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
@@ -210,7 +296,7 @@ func (h *httpContext) callOut(method, path string, returned int64, now time.Time
 	}
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
-		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, ClientAddress: address,
+		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, ClientAddress: address, MethodOverride: override,
 	})
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
