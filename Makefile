@@ -51,7 +51,7 @@ lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no
 ci: lint test ## what .ci/run runs
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
-	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./controlsvc/internal/keys" \
+	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzFoldSuffix ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./controlsvc/internal/keys" \
 	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
 	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzStatusQuery ./controlsvc/internal/server" "FuzzParseHead ./controlsvc/internal/leanhttp" "FuzzParse ./controlsvc/internal/redisconn" \
 	          "FuzzUserID ./controlsvc/internal/admin" "FuzzOverrideField ./controlsvc/internal/keys" \

@@ -13,9 +13,11 @@ import (
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
-// The upstream is taken to route paths case-insensitively, as many do.
+// The upstream is taken to route paths case-insensitively and to route a
+// format suffix and trailing dots and spaces to one handler, as many do.
 const hostileControlConfig = `
 path_case = "insensitive"
+path_aliases = "fold"
 
 [exemptions]
 ips = ["10.255.0.0/16"]
@@ -78,6 +80,10 @@ func TestHostileRequestsThroughTheGateway(t *testing.T) {
 		{"escaped letter after the limit", "/api/v1/%69tems", nil, 429, ""},
 		{"trailing slash after the limit", "/api/v1/items/", nil, 429, ""},
 		{"matrix parameter after the limit", "/api/v1/items;a", nil, 429, ""},
+		{"format suffix after the limit", "/api/v1/items.json", nil, 429, ""},
+		{"trailing dot after the limit", "/api/v1/items.", nil, 429, ""},
+		{"trailing space after the limit", "/api/v1/items%20", nil, 429, ""},
+		{"suffix, dot and case after the limit", "/API/v1/Items.XML.", nil, 429, ""},
 		{"double slash and dot after the limit", "//api/./v1/items", nil, 429, ""},
 		{"escaped slash after the limit", "/api%2Fv1%2Fitems", nil, 429, ""},
 		{"upper case after the limit", "/API/V1/Items", nil, 429, ""},

@@ -245,3 +245,61 @@ func invalid(format string, args ...any) error {
 	e.Kind = ErrInvalid
 	return e
 }
+
+// FoldSuffix folds the aliases an upstream may route to one handler from
+// the last segment of a normalised path: trailing dots and spaces (IIS and
+// Windows drop them: "/login." and "/login%20" are "/login") and a format
+// suffix of one to ten letters or digits (Rails' ".:format", Spring's
+// suffix matching: "/login.json" is "/login"). It is opt-in (path_aliases =
+// "fold"): elsewhere "/report.csv" and "/report.pdf" may be different
+// resources, counted together here. Globs are folded alike, so a rule
+// pattern can be checked for its folded spelling.
+func FoldSuffix(p string) string {
+	start := strings.LastIndexByte(p, '/') + 1
+	seg := trimDotsAndSpaces(p[start:])
+	// Every suffix goes ("/login.x.json" is "/login"), so folding twice
+	// changes nothing: a folded rule pattern matches every alias.
+	for dot := strings.LastIndexByte(seg, '.'); dot > 0 && formatSuffix(seg[dot+1:]); dot = strings.LastIndexByte(seg, '.') {
+		seg = trimDotsAndSpaces(seg[:dot])
+	}
+	if len(seg) == len(p)-start {
+		return p
+	}
+	if seg == "" {
+		// The whole segment was dots, spaces and suffixes: the path ends at
+		// its parent, folded in turn.
+		if start <= 1 {
+			return "/"
+		}
+		return FoldSuffix(p[:start-1])
+	}
+	return p[:start] + seg
+}
+
+func trimDotsAndSpaces(s string) string {
+	for {
+		switch {
+		case strings.HasSuffix(s, "."):
+			s = s[:len(s)-1]
+		case strings.HasSuffix(s, "%20"):
+			s = s[:len(s)-3]
+		default:
+			return s
+		}
+	}
+}
+
+// formatSuffix reports whether s is a format extension: 1 to 10 ASCII
+// letters or digits.
+func formatSuffix(s string) bool {
+	if len(s) == 0 || len(s) > 10 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -147,3 +147,54 @@ func TestFoldCase(t *testing.T) {
 		t.Fatalf("%v allocations for a lower-case path", n)
 	}
 }
+
+func TestFoldSuffix(t *testing.T) {
+	for in, want := range map[string]string{
+		"/login":             "/login",
+		"/login.json":        "/login",
+		"/login.":            "/login",
+		"/login...":          "/login",
+		"/login%20":          "/login",
+		"/login.%20.":        "/login",
+		"/login.json.":       "/login",
+		"/login.x.json":      "/login",
+		"/api/v1/items.XML":  "/api/v1/items",
+		"/a/.json":           "/a/.json",
+		"/a/b.":              "/a/b",
+		"/a/...":             "/a",
+		"/...":               "/",
+		"/":                  "/",
+		"/file.tar-gz":       "/file.tar-gz",
+		"/file.abcdefghijk":  "/file.abcdefghijk",
+		"/v1.2/items":        "/v1.2/items",
+		"/files/*.json":      "/files/*",
+		"/a%2Fb.json":        "/a%2Fb",
+		"/caf%C3%A9.json":    "/caf%C3%A9",
+		"/report.csv%20%20.": "/report",
+	} {
+		if got := FoldSuffix(in); got != want {
+			t.Errorf("FoldSuffix(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzFoldSuffix: folding a normalised path gives a normalised path, and
+// folding again changes nothing.
+func FuzzFoldSuffix(f *testing.F) {
+	for _, s := range []string{"/login.json", "/a/...", "/x%20.", "/", "/0./..0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		n, err := Normalize(raw)
+		if err != nil {
+			return
+		}
+		got := FoldSuffix(n)
+		if again, err := Normalize(got); err != nil || again != got {
+			t.Fatalf("FoldSuffix(%q) = %q, which normalises to %q (%v)", n, got, again, err)
+		}
+		if FoldSuffix(got) != got {
+			t.Fatalf("FoldSuffix(%q) = %q, folded again %q", n, got, FoldSuffix(got))
+		}
+	})
+}

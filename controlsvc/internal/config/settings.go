@@ -52,6 +52,7 @@ var Settings = []Setting{
 	integer("max_body_bytes", 1<<20, 1024, 64<<20, "request bodies beyond this are refused (413)", func(c *Config) *int64 { return &c.MaxBodyBytes }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
 	oneOf("path_case", policy.PathCaseSensitive, []string{policy.PathCaseSensitive, policy.PathCaseInsensitive}, "`insensitive` counts `/API/Items` and `/api/items` as one path (set it when the upstream routes paths case-insensitively; rule patterns must then be lower-case)", func(c *Config) *string { return &c.PathCase }),
+	oneOf("path_aliases", policy.PathAliasesKeep, []string{policy.PathAliasesKeep, policy.PathAliasesFold}, "`fold` counts `/login.json`, `/login.` and `/login%20` as `/login` (set it when the upstream routes a format suffix or trailing dots and spaces to one handler; rule patterns must then be written without them)", func(c *Config) *string { return &c.PathAliases }),
 	text("default_tier", "free", "tier of callers that name none (must be a configured tier)", func(c *Config) *string { return &c.DefaultTier }, nil),
 	oneOf("default_algorithm", string(rules.TokenBucket), algorithmNames(), "algorithm of tiers and limits that name none", func(c *Config) *rules.Algorithm { return &c.DefaultAlgorithm }),
 	number("lease.fraction", 0.1, 0, 1, "share of what is left that one filter lease may take (0 turns leases off)", func(c *Config) *float64 { return &c.Lease.Fraction }),

@@ -219,8 +219,8 @@ func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 }
 
 // Endpoint normalises a request's path (shared/paths, as the filter does),
-// and folds its case when path_case says the upstream does: one resource is
-// one counter however it is spelled. The filter does not fold: its lease
+// and folds its case and its aliases when path_case and path_aliases say
+// the upstream does: one resource is one counter however it is spelled. The filter does not fold: its lease
 // buckets stay per spelling, each spending from the one folded counter.
 func (p *Policy) Endpoint(ep string) (string, error) {
 	if ep == "" {
@@ -229,8 +229,14 @@ func (p *Policy) Endpoint(ep string) (string, error) {
 	// paths.MaxLen bounds it, the same bound the filter applies: a path
 	// the filter takes is never refused here.
 	n, err := paths.Normalize(ep)
-	if err != nil || p.spec.PathCase != PathCaseInsensitive {
+	if err != nil {
 		return n, err
 	}
-	return paths.FoldCase(n), nil
+	if p.spec.PathCase == PathCaseInsensitive {
+		n = paths.FoldCase(n)
+	}
+	if p.spec.PathAliases == PathAliasesFold {
+		n = paths.FoldSuffix(n)
+	}
+	return n, nil
 }

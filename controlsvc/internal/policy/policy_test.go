@@ -40,6 +40,7 @@ func TestErrorsNameFieldsAsTheSourceDoes(t *testing.T) {
 		{name: "file tier endpoint", edit: func(s *Spec) { s.Tiers[0].Endpoints = map[string]int64{"/x": 50} }, wantFile: `tiers[0].endpoints["/x"]`},
 		{name: "file default tier", edit: func(s *Spec) { s.DefaultTier = "gold" }, wantFile: "default_tier"},
 		{name: "file upper case with insensitive paths", edit: func(s *Spec) { s.PathCase, s.Rules[0].Path = PathCaseInsensitive, "/Login" }, wantFile: "rules[0].path"},
+		{name: "file suffix with folded aliases", edit: func(s *Spec) { s.PathAliases, s.Rules[0].Path = PathAliasesFold, "/login.json" }, wantFile: "rules[0].path"},
 		{name: "file exemption", edit: func(s *Spec) { s.Exemptions.IPs = []string{"10.0.0.0/33"} }, wantFile: "exemptions.ips[0]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,6 +123,15 @@ func TestCompiledPolicy(t *testing.T) {
 	}
 	if ep, err := p.Endpoint("/API//V1/./Items%41"); err != nil || ep != "/api/v1/itemsa" {
 		t.Errorf("endpoint with insensitive paths: %q %v", ep, err)
+	}
+	s.PathAliases = PathAliasesFold
+	if p, err = Compile(&s, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []string{"/Login.JSON", "/login.", "/login%20", "/LOGIN.x.json.%20"} {
+		if got, err := p.Endpoint(ep); err != nil || got != "/login" {
+			t.Errorf("endpoint %q with folded aliases: %q %v", ep, got, err)
+		}
 	}
 	if _, err := p.Endpoint(""); err == nil {
 		t.Error("an empty endpoint was taken")

@@ -31,11 +31,22 @@ const (
 	PathCaseInsensitive = "insensitive"
 )
 
+// Path aliases: whether "/login.json", "/login." and "/login%20" are
+// "/login". Set fold for an upstream that routes them to one handler
+// (Rails' format suffix, Spring's suffix matching, IIS dropping trailing
+// dots and spaces): kept apart, each would be a fresh counter.
+const (
+	PathAliasesKeep = "keep"
+	PathAliasesFold = "fold"
+)
+
 // Spec is a rule model as its sources state it: the config file's section,
 // or the file's entries and the runtime ones composed (Compose).
 type Spec struct {
 	// PathCase is PathCaseSensitive or PathCaseInsensitive.
-	PathCase         string          `toml:"path_case"`
+	PathCase string `toml:"path_case"`
+	// PathAliases is PathAliasesKeep or PathAliasesFold.
+	PathAliases      string          `toml:"path_aliases"`
 	DefaultTier      string          `toml:"default_tier"`
 	DefaultAlgorithm rules.Algorithm `toml:"default_algorithm"`
 	Exemptions       Exemptions      `toml:"exemptions"`
@@ -159,7 +170,10 @@ func (s *Spec) validate(n names) error {
 			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
 		}
 	}
-	return s.validatePathCase(n)
+	if err := s.validatePathSpelling(n, s.PathCase == PathCaseInsensitive, "upper-case letters", "path_case", PathCaseInsensitive, paths.FoldCase); err != nil {
+		return err
+	}
+	return s.validatePathSpelling(n, s.PathAliases == PathAliasesFold, "a suffix or trailing dots or spaces", "path_aliases", PathAliasesFold, paths.FoldSuffix)
 }
 
 func (s *Spec) validateRules(n names, tierNames []string) error {
@@ -198,18 +212,19 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 	return nil
 }
 
-// validatePathCase refuses, with path_case insensitive, a path pattern with
-// an upper-case letter: requests are matched in lower case, so it would
-// never match.
-func (s *Spec) validatePathCase(n names) error {
-	if s.PathCase != PathCaseInsensitive {
+// validatePathSpelling refuses, when on, a path pattern that fold changes
+// (with path_case insensitive, one with an upper-case letter; with
+// path_aliases fold, one with a format suffix): requests are matched in
+// their folded spelling, so it would never match.
+func (s *Spec) validatePathSpelling(n names, on bool, what, setting, value string, fold func(string) string) error {
+	if !on {
 		return nil
 	}
 	bad := func(field, p string) error {
-		if paths.FoldCase(p) == p {
+		if fold(p) == p {
 			return nil
 		}
-		return fielderr.New(field, "%q has upper-case letters; with path_case = %q paths are matched in lower case, so spell it %q", p, PathCaseInsensitive, paths.FoldCase(p))
+		return fielderr.New(field, "%q has %s; with %s = %q paths are matched folded, so spell it %q", p, what, setting, value, fold(p))
 	}
 	for i := range s.Rules {
 		if err := bad(n.rule(i, "path", "endpoint_pattern"), s.Rules[i].Path); err != nil {
