@@ -71,6 +71,8 @@ func TestHostileRequestsThroughTheGateway(t *testing.T) {
 		{"victim's address in X-Forwarded-For", "/api/v1/orders", []string{"X-Forwarded-For", "203.0.113.77"}, 200, attacker},
 		{"exempt range in X-Forwarded-For", "/api/v1/orders", []string{"X-Forwarded-For", "10.255.0.7"}, 200, attacker},
 		{"forged X-Real-IP", "/api/v1/orders", []string{"X-Real-Ip", "203.0.113.77"}, 429, ""},
+		{"Connection names the filter's headers", "/api/v1/settings", []string{"Connection", "x-tollgate-identity, X-Tollgate-Decision"}, 200, attacker},
+		{"WebSocket upgrade", "/api/v1/profile", []string{"Connection", "Upgrade", "Upgrade", "websocket"}, 403, ""},
 		{"forged identity headers", "/api/v1/profile", []string{"X-Tollgate-Identity", "ip:203.0.113.77", "X_Tollgate_Decision", "exempt"}, 200, attacker},
 		{"two Authorization headers", "/api/v1/profile", []string{"Authorization", "Bearer a.b.c", "Authorization", "Basic YTpi"}, 400, ""},
 		{"two API keys", "/api/v1/profile", []string{"X-Api-Key", "tg_a", "X-Api-Key", "tg_b"}, 400, ""},

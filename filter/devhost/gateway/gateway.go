@@ -92,6 +92,15 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
+			// ReverseProxy also dropped every header the client's
+			// Connection header named; Envoy drops none a filter added, so
+			// a client cannot take the filter's x-tollgate-* headers off
+			// the upstream request.
+			for k, v := range pr.In.Header {
+				if strings.HasPrefix(k, "X-Tollgate-") {
+					pr.Out.Header[k] = v
+				}
+			}
 		},
 		Transport:      &http.Transport{MaxIdleConnsPerHost: 256},
 		ModifyResponse: g.filterResponse,
@@ -156,6 +165,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if n := len(r.Header); n > maxRequestHeaders {
 		writeError(w, http.StatusRequestHeaderFieldsTooLarge, "INVALID_INPUT", "too many request headers")
+		return
+	}
+	if len(r.Header.Values("Upgrade")) > 0 {
+		// Envoy refuses an upgrade (WebSocket, h2c...) its connection
+		// manager has no upgrade_configs for; proxied, the upgraded
+		// connection would carry any number of requests past the filter.
+		writeError(w, http.StatusForbidden, "UPGRADE_NOT_ALLOWED", "protocol upgrades are not enabled on this gateway")
 		return
 	}
 	source := g.resolveClient(r)
