@@ -197,12 +197,19 @@ func (c *conn) serve() {
 	}()
 	c.br = bufio.NewReaderSize(c.Conn, c.s.BufferBytes)
 	ctx := context.Background()
-	for !c.s.closing.Load() {
+	for first := true; !c.s.closing.Load(); first = false {
 		if testHookBeforeIdle != nil {
 			testHookBeforeIdle()
 		}
-		if c.s.IdleTimeout > 0 {
-			_ = c.SetReadDeadline(time.Now().Add(c.s.IdleTimeout))
+		// A new connection gets ReadHeaderTimeout for its first byte, as
+		// net/http gives it: one that never sends a byte must not hold a
+		// connection for the idle timeout.
+		wait := c.s.IdleTimeout
+		if first && c.s.ReadHeaderTimeout > 0 {
+			wait = c.s.ReadHeaderTimeout
+		}
+		if wait > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(wait))
 			if c.s.closing.Load() {
 				// Shutdown may have set its past deadline between the
 				// loop's check and ours, which replaced it: the wait

@@ -328,3 +328,17 @@ func FuzzParseHead(f *testing.F) {
 		}
 	})
 }
+
+// TestSilentConnectionIsClosed: a connection that never sends a byte is
+// closed after ReadHeaderTimeout (5 s here), as net/http closes one, not
+// kept for the idle timeout (a minute here): holding idle sockets open is
+// cheap for an attacker and costly for the service. The client gives up
+// after 10 s, so a server that waits the idle timeout fails the read with
+// a timeout instead of the EOF awaited.
+func TestSilentConnectionIsClosed(t *testing.T) {
+	_, addr := start(t)
+	_, br := dial(t, addr)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("a silent connection: %v; want it closed (EOF)", err)
+	}
+}
