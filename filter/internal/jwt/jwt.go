@@ -184,6 +184,10 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 type header struct {
 	Alg string `json:"alg"`
 	Kid string `json:"kid"`
+	// Crit lists extensions the token requires its recipient to understand
+	// (RFC 7515, 4.1.11). This verifier understands none, so a token with a
+	// crit parameter, whatever it holds, is invalid.
+	Crit json.RawMessage `json:"crit"`
 }
 
 func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
@@ -199,6 +203,9 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	var h header
 	if err := json.Unmarshal(hb, &h); err != nil {
 		return Claims{}, fmt.Errorf("%w: header is not JSON", ErrInvalid)
+	}
+	if h.Crit != nil {
+		return Claims{}, fmt.Errorf("%w: header names critical extensions (crit) this verifier does not support", ErrInvalid)
 	}
 	sig, err := b64(s64)
 	if err != nil {

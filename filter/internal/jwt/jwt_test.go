@@ -67,6 +67,9 @@ func TestVerify(t *testing.T) {
 		{"wrong issuer", testKeys.Sign("HS256", with("iss", "evil")), "issuer"},
 		{"wrong audience", testKeys.Sign("HS256", with("aud", "other")), "audience"},
 		{"forged signature", testKeys.Sign("RS256", good)[:len(testKeys.Sign("RS256", good))-4] + "AAAA", "signature"},
+		{"critical extension", testKeys.SignWithHeader("HS256", map[string]any{"crit": []string{"exp"}, "exp": 1}, mustJSON(good)), "crit"},
+		{"empty crit", testKeys.SignWithHeader("HS256", map[string]any{"crit": []string{}}, mustJSON(good)), "crit"},
+		{"null crit", testKeys.SignWithHeader("HS256", map[string]any{"crit": nil}, mustJSON(good)), "crit"},
 		{"alg none", "eyJhbGciOiJub25lIn0." + strings.Split(testKeys.Sign("HS256", good), ".")[1] + ".", "signature"},
 		{"alg swapped", swapAlg(testKeys.Sign("RS256", good), "HS256"), "signature"},
 		{"garbage", "not.a.token", "header"},
@@ -256,4 +259,12 @@ func FuzzVerifyPayload(f *testing.F) {
 			t.Fatalf("%s: accepted without a subject", payload)
 		}
 	})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

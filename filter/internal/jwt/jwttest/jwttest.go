@@ -63,8 +63,18 @@ func (k *Keys) Sign(alg string, claims map[string]any) string {
 // SignPayload signs payload as it is, JSON or not: for tests of what a
 // correctly signed but malformed token does.
 func (k *Keys) SignPayload(alg string, payload []byte) string {
+	return k.SignWithHeader(alg, nil, payload)
+}
+
+// SignWithHeader signs payload under a header with extra parameters beside
+// alg, typ and kid (a crit list...).
+func (k *Keys) SignWithHeader(alg string, extra map[string]any, payload []byte) string {
 	kid := map[string]string{"HS256": "hs", "RS256": "rs", "ES256": "es"}[alg]
-	h, _ := json.Marshal(map[string]string{"alg": alg, "typ": "JWT", "kid": kid})
+	hm := map[string]any{"alg": alg, "typ": "JWT", "kid": kid}
+	for name, v := range extra {
+		hm[name] = v
+	}
+	h, _ := json.Marshal(hm)
 	signed := enc.EncodeToString(h) + "." + enc.EncodeToString(payload)
 	sum := sha256.Sum256([]byte(signed))
 	var sig []byte
