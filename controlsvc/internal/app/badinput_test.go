@@ -77,8 +77,9 @@ func TestAdminRefusesUnknownFields(t *testing.T) {
 	if r.status != 400 || r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"] != "burst_capacty" {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	// The decision API accepts unknown fields from newer filters.
-	if r := s.check(`{"user_id":"u","endpoint":"/x","from_the_future":true}`); r.status != 200 {
+	// The decision API is as strict (upgrade the service before the
+	// filter when a release adds a field).
+	if r := s.check(`{"user_id":"u","endpoint":"/x","from_the_future":true}`); r.status != 400 || r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"] != "from_the_future" {
 		t.Fatalf("check with an unknown field: %d %s", r.status, r.body)
 	}
 }

@@ -111,7 +111,9 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"decision token on an admin route", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `}`, nil, 401, "UNAUTHORIZED", ""},
 		// What only a trusted filter may say.
 		{"caller-chosen tier", open, "POST", check, mallory(`,"tier":"premium"`), nil, 403, "FORBIDDEN", "tier"},
-		{"caller-chosen tier, field name in capitals", open, "POST", check, mallory(`,"TIER":"premium"`), nil, 403, "FORBIDDEN", "tier"},
+		{"caller-chosen tier, field name in capitals", open, "POST", check, mallory(`,"TIER":"premium"`), nil, 400, "INVALID_INPUT", "TIER"},
+		{"user_id twice (a proxy may read the first)", filter, "POST", check, `{"user_id":"user:victim","user_id":"user:mallory","endpoint":"/z"}`, nil, 400, "INVALID_INPUT", "user_id"},
+		{"user_id in another case beside it", filter, "POST", check, `{"user_id":"user:victim","User_Id":"user:mallory","endpoint":"/z"}`, nil, 400, "INVALID_INPUT", "User_Id"},
 		{"caller-chosen tenant", open, "POST", check, mallory(`,"tenant":"acme"`), nil, 403, "FORBIDDEN", "tenant"},
 		{"caller-chosen cost", open, "POST", check, mallory(`,"cost":2`), nil, 403, "FORBIDDEN", "cost"},
 		{"key identity without the key", open, "POST", check, `{"user_id":"key:k_victim",` + items + `}`, nil, 403, "FORBIDDEN", "user_id"},
@@ -146,7 +148,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		// Bodies.
 		{"malformed json", filter, "POST", check, `{"user_id":`, nil, 400, "INVALID_INPUT", "body"},
 		{"two json values", filter, "POST", check, mallory("") + victim(""), nil, 400, "INVALID_INPUT", "body"},
-		{"unknown field on the decision API is ignored", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/z","identity":"user:victim"}`, nil, 200, "", ""},
+		{"unknown field on the decision API is refused", filter, "POST", check, `{"user_id":"user:mallory","endpoint":"/z","identity":"user:victim"}`, nil, 400, "INVALID_INPUT", "identity"},
 		{"unknown field on an admin route is refused", filter, "POST", "/v1/rate-limit/reset", `{"user_id":"user:victim",` + items + `,"everyone":true}`, []string{"Authorization", "Bearer " + adminToken}, 400, "INVALID_INPUT", "everyone"},
 		{"oversize body", filter, "POST", check, mallory(`,"pad":"` + strings.Repeat("a", 1<<20) + `"`), nil, 413, "PAYLOAD_TOO_LARGE", ""},
 		// The operator's surface: hostile input from a valid admin token.
@@ -480,7 +482,7 @@ func TestBatchIdempotencyBoundToChecks(t *testing.T) {
 		status     int
 		replayed   bool
 	}{
-		{"same checks, other spacing and an unknown field", `{ "checks" : [ {"window_seconds":60, "limit":1, "endpoint":"/x", "user_id":"u1", "extra":1} ], "idempotency_key":"k-7" }`, 200, true},
+		{"same checks, other spacing", `{ "checks" : [ {"window_seconds":60, "limit":1, "endpoint":"/x", "user_id":"u1"} ], "idempotency_key":"k-7" }`, 200, true},
 		{"another user", `{"idempotency_key":"k-7","checks":[{"user_id":"u2","endpoint":"/x","limit":1,"window_seconds":60}]}`, 409, false},
 		{"another limit", `{"idempotency_key":"k-7","checks":[{"user_id":"u1","endpoint":"/x","limit":2,"window_seconds":60}]}`, 409, false},
 		{"one more check", `{"idempotency_key":"k-7","checks":[{"user_id":"u1","endpoint":"/x","limit":1,"window_seconds":60},{"user_id":"u1","endpoint":"/y"}]}`, 409, false},

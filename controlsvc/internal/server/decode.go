@@ -16,9 +16,11 @@ import (
 )
 
 // decode reads one JSON value into dst. The body is capped at max_body_bytes
-// (413 beyond). strict refuses unknown fields: admin requests, where a typo
-// would silently do something else. The decision API accepts them, so that a
-// newer filter can talk to an older service. The Content-Type is not checked:
+// (413 beyond). strict refuses unknown fields, repeated keys and keys in
+// another case: every route but a status query's is strict, the decision
+// API too (a repeated user_id could be read one way by a proxy in front and
+// another here; upgrade the service before the filter when a release adds
+// a field). The Content-Type is not checked:
 // the body is JSON or it is refused, whatever it claims (curl's -d sends a
 // form type).
 func (s *Server) decode(c echo.Context, dst any, strict bool) error {
@@ -42,7 +44,7 @@ func decodeJSON(body []byte, dst any, strict bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return apierr.Invalid("body", "is empty; a JSON object is required")
 	}
-	if r, ok := dst.(*wire.CheckRequest); ok && !strict {
+	if r, ok := dst.(*wire.CheckRequest); ok {
 		// The decision route's fast path; what it does not take (an odd
 		// key, a wrong type) is decoded again below for the exact error.
 		if wire.DecodeCheckRequest(body, r) == nil {

@@ -76,7 +76,7 @@ func New(d Deps) *Server {
 
 	decide := s.decisionCaller
 	e.POST(wire.PathCheck, decide(s.check))
-	e.POST(wire.PathBatchCheck, decide(jsonRoute(s, false, http.StatusOK, func(c echo.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
+	e.POST(wire.PathBatchCheck, decide(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
 		return s.svc.Batch(c.Request().Context(), req, trustOf(c))
 	})))
 	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
@@ -162,7 +162,7 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 func (s *Server) check(c echo.Context) error {
 	var req wire.CheckRequest
-	if err := s.decode(c, &req, false); err != nil {
+	if err := s.decode(c, &req, true); err != nil {
 		return err
 	}
 	resp, err := s.svc.Check(c.Request().Context(), &req, trustOf(c))
