@@ -4,6 +4,10 @@
 package apierr
 
 import (
+	"maps"
+	"strconv"
+	"unicode/utf8"
+
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -95,7 +99,39 @@ func Failed(err error) *Error {
 	return &Error{Kind: KindInternal, Code: wire.CodeInternal, Message: "internal error", Err: err}
 }
 
-// Body is the envelope's inside, without a request id.
+// Bounds on what an answer quotes of its input: an error names the bad
+// value so a caller can find it, but a 900 KB number must not come back as a
+// 1.8 MB answer.
+const (
+	MaxMessage = 512
+	MaxDetail  = 256
+)
+
+// Body is the envelope's inside, without a request id. The message and the
+// details' strings are cut to MaxMessage and MaxDetail bytes.
 func (e *Error) Body() wire.ErrorBody {
-	return wire.ErrorBody{Code: e.Code, Message: e.Message, Details: e.Details}
+	b := wire.ErrorBody{Code: e.Code, Message: clip(e.Message, MaxMessage), Details: e.Details}
+	cloned := false
+	for k, v := range e.Details {
+		if s, ok := v.(string); ok && len(s) > MaxDetail {
+			if !cloned { // the error's own map stays whole, for logs
+				b.Details, cloned = maps.Clone(e.Details), true
+			}
+			b.Details[k] = clip(s, MaxDetail)
+		}
+	}
+	return b
+}
+
+// clip cuts s to at most n bytes on a character boundary, saying how much
+// was left out.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - 32 // room for the note
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "... (" + strconv.Itoa(len(s)) + " bytes)"
 }

@@ -111,3 +111,21 @@ func truncate(b []byte) []byte {
 	}
 	return b
 }
+
+// An error quotes little of its input: a 900 KB number came back as a 1.8 MB
+// answer.
+func TestErrorsQuoteLittle(t *testing.T) {
+	s := startService(t, "", nil)
+	huge := strings.Repeat("9", 900_000)
+	for _, body := range []string{
+		`{"user_id":"u","endpoint":"/x","limit":` + huge + `}`,
+		`{"user_id":"u","endpoint":"/x","limit":"` + huge + `"}`,
+		`{"user_id":"u","endpoint":"/x","` + huge + `":1}`,
+		`{"user_id":"` + strings.Repeat("\u202e", 300_000) + `","endpoint":"/x"}`,
+	} {
+		r := s.check(body)
+		if r.status != 400 || len(r.body) > 2048 {
+			t.Fatalf("%.40s...: %d, %d bytes: %.200s", body, r.status, len(r.body), r.body)
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package apierr
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// An answer quotes at most MaxMessage bytes of message and MaxDetail of each
+// detail, cut on a character boundary; short ones pass as they are.
+func TestBodyBoundsWhatItQuotes(t *testing.T) {
+	huge := strings.Repeat("9", 900_000)
+	e := Invalid("limit", huge+" is not an integer")
+	e.Details["value"] = strings.Repeat("é", 1000)
+	b := e.Body()
+	if len(b.Message) > MaxMessage || !strings.HasPrefix(b.Message, "invalid limit: 999") || !strings.HasSuffix(b.Message, "bytes)") {
+		t.Fatalf("message of %d bytes: %.80q...", len(b.Message), b.Message)
+	}
+	for k, v := range b.Details {
+		if s := v.(string); len(s) > MaxDetail || !utf8.ValidString(s) {
+			t.Fatalf("detail %s of %d bytes (valid UTF-8 %v)", k, len(s), utf8.ValidString(s))
+		}
+	}
+	if b.Details["field"] != "limit" || len(e.Details["value"].(string)) != 2000 {
+		t.Fatalf("short details changed or the error's own map was cut: %v", b.Details["field"])
+	}
+	short := Invalid("tier", "must match ^[a-z0-9_]+$").Body()
+	if short.Message != "invalid tier: must match ^[a-z0-9_]+$" {
+		t.Fatalf("short message changed: %q", short.Message)
+	}
+}
