@@ -104,12 +104,13 @@ func validateID(id string) error {
 		return invalid("id is not valid UTF-8")
 	}
 	if r, ok := firstControl(id); ok {
-		return invalid("id contains control character %U", r)
+		return invalid("id contains control or invisible format character %U", r)
 	}
 	return nil
 }
 
-// Printable reports whether s is valid UTF-8 without control characters:
+// Printable reports whether s is valid UTF-8 without control characters or
+// invisible format characters (bidirectional controls, zero-width ones):
 // text that can go into a header, a log line or a JSON answer as it is.
 func Printable(s string) bool {
 	_, bad := firstControl(s)
@@ -118,11 +119,28 @@ func Printable(s string) bool {
 
 func firstControl(s string) (rune, bool) {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || invisible(r) {
 			return r, true
 		}
 	}
 	return 0, false
+}
+
+// invisible reports the format characters that change how text around them
+// is shown without showing themselves: bidirectional embeddings, overrides,
+// isolates and marks, zero-width spaces and joiners, the word joiner and
+// the byte-order mark. In an identity, a tier description or a name they
+// let one string pass for another in a listing or the audit trail
+// ("user:admin‮..." shown reversed), so they are refused like control
+// characters.
+func invisible(r rune) bool {
+	switch {
+	case r == 0x061c, r == 0x180e, r == 0xfeff, r == 0x00ad:
+		return true
+	case 0x200b <= r && r <= 0x200f, 0x202a <= r && r <= 0x202e, 0x2060 <= r && r <= 0x2064, 0x2066 <= r && r <= 0x2069:
+		return true
+	}
+	return false
 }
 
 // ParseAddr parses one IP address as it may appear in X-Forwarded-For or

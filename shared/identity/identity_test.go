@@ -32,6 +32,11 @@ func TestParse(t *testing.T) {
 		{"user:a\r\nX-Evil: 1", "", true},
 		{"user:a\x00b", "", true},
 		{"user:\xff\xfe", "", true},
+		{"user:admin\u202egnp.exe", "", true}, // right-to-left override: shown as another name
+		{"user:ad\u200bmin", "", true},        // zero-width space: "admin" to the eye
+		{"user:a\u2066b\u2069", "", true},     // isolates
+		{"user:\ufeffadmin", "", true},        // byte-order mark
+		{"user:café", "user:café", false},     // letters outside ASCII are fine
 		{"user:" + strings.Repeat("a", 10_000), "", true},
 		{strings.Repeat("a", MaxIDLen), "user:" + strings.Repeat("a", MaxIDLen), false},
 	}
@@ -97,7 +102,7 @@ func ExampleParse() {
 	// Output:
 	// ip:192.0.2.1
 	// user:alice
-	// invalid identity: id contains control character U+000D
+	// invalid identity: id contains control or invisible format character U+000D
 }
 
 func ExampleClientIP() {

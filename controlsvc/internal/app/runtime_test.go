@@ -167,6 +167,8 @@ func TestTierAPI(t *testing.T) {
 		{"/admin/v1/tiers/4", map[string]any{"name": "big", "limit": 5, "window_seconds": 60, "endpoints": map[string]int64{"/x": 50}}, "INVALID_INPUT", `endpoints["/x"]`},
 		{"/admin/v1/tiers/4", map[string]any{"name": "free", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "name"},
 		{"/admin/v1/tiers/4", map[string]any{"name": "slow", "limit": 5, "window_seconds": 0}, "INVALID_INPUT", "window_seconds"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "bidi", "limit": 5, "window_seconds": 60, "description": "Gold \u202etier"}, "INVALID_INPUT", "description"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "zw", "limit": 5, "window_seconds": 60, "description": "Go\u200bld"}, "INVALID_INPUT", "description"},
 		{"/admin/v1/tiers/zero", map[string]any{"name": "x", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "tier_id"},
 	} {
 		r := s.admin("PUT", tt.path, tt.body)
