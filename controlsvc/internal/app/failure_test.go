@@ -50,9 +50,14 @@ func TestRedisDown(t *testing.T) {
 			if r := s.check(keyed); (mode == "fail_open") != (r.status == 200) {
 				t.Fatalf("keyed check while down (%s): %d %s", mode, r.status, r.body)
 			}
-			h := s.do("GET", "/health", nil)
-			if h.status != 503 || h.json(t)["components"].(map[string]any)["redis"] != "unhealthy" {
-				t.Fatalf("health while down: %d %s", h.status, h.body)
+			h := s.admin("GET", "/health", nil)
+			if h.status != 503 || h.json(t)["components"].(map[string]any)["redis"] != "unhealthy" || h.json(t)["failure_mode"] != mode {
+				t.Fatalf("health while down, to an operator: %d %s", h.status, h.body)
+			}
+			// Anyone else learns that it is down (a load balancer needs
+			// that), never the error or the failure mode in force.
+			if h := s.do("GET", "/health", nil); h.status != 503 || len(h.json(t)) != 2 || h.json(t)["status"] != "unhealthy" {
+				t.Fatalf("health while down, to anyone: %d %s", h.status, h.body)
 			}
 			// Five failures open the breaker: later checks skip Redis.
 			if metricValue(t, s, `tollgate_redis_errors_total{op="check"}`) != 5 || metricValue(t, s, "tollgate_redis_breaker_open") != 1 {

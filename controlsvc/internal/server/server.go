@@ -310,7 +310,10 @@ func statusQuery(q url.Values, req *wire.StatusRequest) error {
 	return nil
 }
 
-// health reports each component; 503 when Redis does not answer.
+// health reports each component; 503 when Redis does not answer. Without
+// the admin credential it says only that (the status a load balancer reads):
+// Redis's error text and the failure mode in force would tell an attacker
+// when limits are open.
 func (s *Server) health(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
 	defer cancel()
@@ -324,6 +327,9 @@ func (s *Server) health(c echo.Context) error {
 		body["errors"] = []string{"redis: " + err.Error()}
 		body["failure_mode"] = s.set.Load().failureMode
 	}
+	if _, err := s.adminHolder(c); err != nil {
+		return c.JSON(code, map[string]any{"status": status, "timestamp": body["timestamp"]})
+	}
 	body["status"] = status
 	return c.JSON(code, body)
 }
@@ -331,38 +337,48 @@ func (s *Server) health(c echo.Context) error {
 // requireAdmin checks the admin credential.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		tokens := s.set.Load().adminTokens
-		if len(tokens) == 0 {
-			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
-		}
-		// One credential header: with both, a proxy in front that checks
-		// one of them could be shown one token while we act on the other.
-		h := c.Request().Header
-		both := len(h.Values("X-Admin-Token")) > 0 && len(h.Values("Authorization")) > 0
-		got, repeated := onlyHeader(c, "X-Admin-Token")
-		if got == "" && !repeated {
-			got, repeated = bearer(c)
-		}
-		repeated = repeated || both
-		holder := ""
-		for _, t := range tokens {
-			// Every token is compared, so the time taken does not say which
-			// one matched.
-			if tokenMatches(got, t.Token) && holder == "" {
-				holder = t.Name
-			}
-		}
-		if repeated || holder == "" {
+		holder, err := s.adminHolder(c)
+		if err != nil {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			msg := "a valid admin token is required"
-			if repeated {
-				msg = "send the admin token once, in Authorization or X-Admin-Token: the request repeats its credential"
-			}
-			return apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
+			return err
 		}
 		c.SetRequest(c.Request().WithContext(audit.WithActor(c.Request().Context(), holder)))
 		return next(c)
 	}
+}
+
+// adminHolder returns the name of the admin credential the request
+// presents, or the error that refuses it.
+func (s *Server) adminHolder(c echo.Context) (string, error) {
+	tokens := s.set.Load().adminTokens
+	if len(tokens) == 0 {
+		return "", apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, "the admin API is disabled: set TOLLGATE_ADMIN_TOKEN")
+	}
+	// One credential header: with both, a proxy in front that checks
+	// one of them could be shown one token while we act on the other.
+	h := c.Request().Header
+	both := len(h.Values("X-Admin-Token")) > 0 && len(h.Values("Authorization")) > 0
+	got, repeated := onlyHeader(c, "X-Admin-Token")
+	if got == "" && !repeated {
+		got, repeated = bearer(c)
+	}
+	repeated = repeated || both
+	holder := ""
+	for _, t := range tokens {
+		// Every token is compared, so the time taken does not say which
+		// one matched.
+		if tokenMatches(got, t.Token) && holder == "" {
+			holder = t.Name
+		}
+	}
+	if repeated || holder == "" {
+		msg := "a valid admin token is required"
+		if repeated {
+			msg = "send the admin token once, in Authorization or X-Admin-Token: the request repeats its credential"
+		}
+		return "", apierr.New(apierr.KindUnauthorized, wire.CodeUnauthorized, msg)
+	}
+	return holder, nil
 }
 
 const trustKey = "tollgate.trust"
