@@ -27,7 +27,7 @@ func TestSoakOneVM(t *testing.T) {
 // Envoy 1.33-1.38 answer poll_oneoff with ENOSYS. Go's runtime polls at the
 // start of a garbage collection once its scavenger has armed a timer, and
 // dies of that answer: no Go-built module survives sustained traffic there.
-// This is why the README requires Envoy >= 1.39.
+// This is why the filter requires Envoy >= 1.39 (docs/envoy.md).
 func TestEnvoy138KillsGoModulesAtGC(t *testing.T) {
 	ctx := context.Background()
 	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(`{"control_cluster":"controlsvc","lease":{"request":1000}}`),
@@ -42,7 +42,7 @@ func TestEnvoy138KillsGoModulesAtGC(t *testing.T) {
 	}
 	n := soak(t, vm, 200_000)
 	if n == 200_000 || vm.Broken() == nil || vm.HostCalls("poll_oneoff") == 0 {
-		t.Fatalf("served %d requests, broken %v, poll_oneoff %d: the 1.38 host no longer kills the module; revisit the README's supported versions",
+		t.Fatalf("served %d requests, broken %v, poll_oneoff %d: the 1.38 host no longer kills the module; revisit the supported versions in docs/envoy.md",
 			n, vm.Broken(), vm.HostCalls("poll_oneoff"))
 	}
 	t.Logf("died after %d requests: %v", n, vm.Broken())

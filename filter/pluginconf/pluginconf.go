@@ -238,7 +238,7 @@ func (c *Config) validateControl() *fielderr.Error {
 func (c *Config) validateCallers() *fielderr.Error {
 	if c.LegacyTrustedProxyDepth != nil {
 		return fielderr.New("trusted_proxy_depth", "is no longer read: X-Forwarded-For is trusted only through xff_trusted_hops "+
-			"(the proxies in front of Envoy; 0 uses source.address), see the README's Security model")
+			"(the proxies in front of Envoy; 0 uses source.address), see docs/security.md")
 	}
 	if err := cmp.Or(between("xff_trusted_hops", c.XFFTrustedHops, 0, identity.MaxTrustedHops),
 		between("ipv6_prefix", c.IPv6Prefix, 32, 128)); err != nil {

@@ -365,10 +365,10 @@ func TestDefaultsAreTheDeclaredOnes(t *testing.T) {
 	}
 }
 
-// The README's settings table is the one the declarations render: a setting
+// docs/configuration.md's settings table is the one the declarations render: a setting
 // added, renamed or re-documented in code shows there, or this fails.
-func TestREADMEListsTheSettings(t *testing.T) {
-	b, err := os.ReadFile("../../../README.md")
+func TestDocsListTheSettings(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,10 +376,10 @@ func TestREADMEListsTheSettings(t *testing.T) {
 	_, rest, ok := strings.Cut(string(b), begin)
 	table, _, ok2 := strings.Cut(rest, end)
 	if !ok || !ok2 {
-		t.Fatalf("README.md lacks the %q ... %q block", begin, end)
+		t.Fatalf("docs/configuration.md lacks the %q ... %q block", begin, end)
 	}
 	if want := SettingsTable(); table != want {
-		t.Fatalf("README.md's settings table is stale; replace it with:\n%s", want)
+		t.Fatalf("docs/configuration.md's settings table is stale; replace it with:\n%s", want)
 	}
 }
 

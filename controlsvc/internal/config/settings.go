@@ -19,7 +19,7 @@ const ConfigEnv = "TOLLGATE_CONFIG"
 // Setting is one single-valued setting, declared once: its field in the
 // file, its environment variable, its default, what it means and what it
 // may hold. Default, the environment loader, Validate, -check-config, the
-// README's table and the warning about unknown variables all read Settings.
+// table in docs/configuration.md and the warning about unknown variables all read Settings.
 type Setting struct {
 	// Field is the setting's path in the file ("lease.max").
 	Field string
@@ -193,7 +193,7 @@ func (s *Setting) Value(c *Config) string {
 	return v
 }
 
-// SettingsTable is the Markdown table of every setting, as the README shows it.
+// SettingsTable is the Markdown table of every setting, as docs/configuration.md shows it.
 func SettingsTable() string {
 	var b strings.Builder
 	b.WriteString("| variable | file setting | default | meaning |\n| --- | --- | --- | --- |\n")
