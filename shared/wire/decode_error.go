@@ -29,39 +29,41 @@ func (e *ErrorAnswer) RefusedCredential() bool {
 // encoding/json.
 func DecodeErrorAnswer(b []byte, e *ErrorAnswer) error {
 	p := parser{b: b}
-	return p.document(func(key []byte) error {
-		if !ascii(key) {
-			return ErrSyntax
-		}
-		if !EqualFoldASCII(key, "error") {
-			return p.skip(0)
-		}
-		if p.null() {
-			return nil
-		}
-		p.ws()
-		return p.object(func(key []byte) error {
+	return p.document(p.only("error", 0, func() error {
+		return p.nullableObject(func(key []byte) error {
 			switch {
 			case !ascii(key):
 				return ErrSyntax
 			case EqualFoldASCII(key, "code"):
 				return p.str(&e.Code)
 			case EqualFoldASCII(key, "details"):
-				if p.null() {
-					return nil
-				}
-				p.ws()
-				return p.object(func(key []byte) error {
-					switch {
-					case !ascii(key):
-						return ErrSyntax
-					case EqualFoldASCII(key, "failure_mode"):
-						return p.str(&e.FailureMode)
-					}
-					return p.skip(1)
-				})
+				return p.nullableObject(p.only("failure_mode", 1, func() error { return p.str(&e.FailureMode) }))
 			}
 			return p.skip(1)
 		})
-	})
+	}))
+}
+
+// only is an object's field callback that reads the key name (matched
+// without ASCII case) with read and skips every other key, at depth; a
+// non-ASCII key is ErrSyntax, as encoding/json may fold one into a name.
+func (p *parser) only(name string, depth int, read func() error) func(key []byte) error {
+	return func(key []byte) error {
+		switch {
+		case !ascii(key):
+			return ErrSyntax
+		case EqualFoldASCII(key, name):
+			return read()
+		}
+		return p.skip(depth)
+	}
+}
+
+// nullableObject reads null (nothing) or an object, field by field.
+func (p *parser) nullableObject(field func(key []byte) error) error {
+	if p.null() {
+		return nil
+	}
+	p.ws()
+	return p.object(field)
 }
