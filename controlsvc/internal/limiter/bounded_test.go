@@ -152,15 +152,15 @@ func TestScriptWorkIsBounded(t *testing.T) {
 	}
 	// SLOWLOG lists the newest first. A call over the bound is measured again
 	// (twice at most) before it counts as slow: a moment the machine took
-	// Redis off the CPU is not the script's cost. Past 5 ms it is unbounded
-	// work whatever the noise.
+	// Redis off the CPU is not the script's cost, however long (a CI
+	// rehearsal on a loaded machine once measured the searched denial at
+	// 5.4 ms, once). Unbounded work, a pass over the 100k entries, is over
+	// the bound every time.
 	var slow []call
 	for i, e := range scripts {
 		c := calls[len(calls)-1-i]
 		t.Logf("%-55s %4d µs", c.name, e.Duration.Microseconds())
-		if e.Duration >= 5*time.Millisecond {
-			t.Errorf("%s took %v of Redis time", c.name, e.Duration)
-		} else if e.Duration >= 500*time.Microsecond {
+		if e.Duration >= 500*time.Microsecond {
 			slow = append(slow, c)
 		}
 	}
