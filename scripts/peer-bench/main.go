@@ -259,7 +259,10 @@ func startTollgate(bin, redisAddr, dir string, callers int64) (*target, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "tollgate.toml")
-	if err := os.WriteFile(cfg, []byte("[[tiers]]\nname = \"free\"\nlimit = 1000000000\nwindow_seconds = 60\n"), 0o600); err != nil {
+	// One counter per decision, as the peer's per-user descriptor: the tier
+	// counts across paths (a per-endpoint tier, the default, would also
+	// count the path, two counters a decision, work the peer is not doing).
+	if err := os.WriteFile(cfg, []byte("[[tiers]]\nname = \"free\"\nlimit = 1000000000\nwindow_seconds = 60\nper_endpoint = false\n"), 0o600); err != nil {
 		return nil, err
 	}
 	token := fmt.Sprintf("peer-bench-%d-0123456789abcdefghijklmnop", time.Now().UnixNano())

@@ -95,7 +95,10 @@ func benchService(ctx context.Context, redisAddr string, load loadtest.Config) (
 		"TOLLGATE_LOG_LEVEL":      "error",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	toml := []byte("default_algorithm = \"token_bucket\"\n[[tiers]]\nname = \"free\"\nlimit = 1000000\nwindow_seconds = 60\n")
+	// One counter per check, like the peer's per-user descriptor and the
+	// raw EVALSHA it is compared with (a per-endpoint tier, the default,
+	// also counts the caller's total: two counters a check).
+	toml := []byte("default_algorithm = \"token_bucket\"\n[[tiers]]\nname = \"free\"\nlimit = 1000000\nwindow_seconds = 60\nper_endpoint = false\n")
 	cfg, err := config.Parse(toml, lookup)
 	if err != nil {
 		return 0, err
