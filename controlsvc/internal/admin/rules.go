@@ -351,7 +351,7 @@ func (s *Service) checkSnapshot(snap, after ruleset.Snapshot) *apierr.Error {
 	if field == "" {
 		field = "body"
 	}
-	return apierr.InvalidAt(field, &fielderr.Error{Reason: fe.Reason})
+	return apierr.InvalidValue(field, fe.Reason)
 }
 
 // audit appends an admin change to the trail. The change is made: a trail

@@ -5,6 +5,7 @@ package apierr
 
 import (
 	"maps"
+	"strings"
 	"strconv"
 	"unicode/utf8"
 
@@ -59,6 +60,30 @@ func New(kind Kind, code, message string) *Error {
 func Invalid(field, reason string) *Error {
 	return &Error{Kind: KindInvalid, Code: wire.CodeInvalidInput, Message: "invalid " + field + ": " + reason,
 		Details: map[string]any{"field": field, "reason": reason}}
+}
+
+// InvalidValue refuses a well-formed value out of its bounds, with the
+// code its field has on every route: INVALID_LIMIT for a limit's numbers,
+// INVALID_STRATEGY for an algorithm, INVALID_INPUT for the rest (the check
+// API and the admin API answer one bad value alike).
+func InvalidValue(field, reason string) *Error {
+	e := Invalid(field, reason)
+	e.Code = valueCode(field)
+	return e
+}
+
+// valueCode is the envelope code of a bad value of field.
+func valueCode(field string) string {
+	switch field {
+	case "limit", "window_seconds", "burst", "burst_capacity", "total_limit":
+		return wire.CodeInvalidLimit
+	case "algorithm", "strategy":
+		return wire.CodeInvalidStrategy
+	}
+	if strings.HasPrefix(field, "endpoints[") { // a tier's endpoint limit
+		return wire.CodeInvalidLimit
+	}
+	return wire.CodeInvalidInput
 }
 
 // InvalidAt is Invalid for err found in field: a field error keeps its

@@ -29,3 +29,16 @@ func TestBodyBoundsWhatItQuotes(t *testing.T) {
 		t.Fatalf("short message changed: %q", short.Message)
 	}
 }
+
+// A bad value is answered with its field's code wherever it is refused.
+func TestInvalidValueCodes(t *testing.T) {
+	for field, want := range map[string]string{
+		"limit": "INVALID_LIMIT", "window_seconds": "INVALID_LIMIT", "burst": "INVALID_LIMIT", "burst_capacity": "INVALID_LIMIT",
+		"total_limit": "INVALID_LIMIT", `endpoints["/x"]`: "INVALID_LIMIT", "algorithm": "INVALID_STRATEGY", "strategy": "INVALID_STRATEGY",
+		"name": "INVALID_INPUT", "endpoint_pattern": "INVALID_INPUT",
+	} {
+		if got := InvalidValue(field, "bad").Code; got != want {
+			t.Errorf("%s: %s, want %s", field, got, want)
+		}
+	}
+}

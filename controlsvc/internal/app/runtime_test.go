@@ -101,16 +101,16 @@ func TestRuleAPI(t *testing.T) {
 		{"PUT", "/admin/v1/rate-limit-rules/login", map[string]any{"limit": 9}, 409, "READ_ONLY", ""},
 		{"DELETE", "/admin/v1/rate-limit-rules/login", nil, 409, "READ_ONLY", ""},
 		{"PUT", "/admin/v1/rate-limit-rules/999", map[string]any{"limit": 9}, 404, "NOT_FOUND", ""},
-		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "algorithm": "leaky", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "algorithm"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "algorithm": "leaky", "limit": 1, "window_seconds": 60}, 400, "INVALID_STRATEGY", "algorithm"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "api", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x/", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"PUT", "/admin/v1/rate-limit-rules/" + id, map[string]any{"endpoint_pattern": ""}, 400, "INVALID_INPUT", "endpoint_pattern"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"tier_id": 77, "endpoint_pattern": "/x", "limit": 1, "window_seconds": 60}, 400, "INVALID_INPUT", "tier_id"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "window_seconds": 60}, 400, "INVALID_INPUT", "limit"},
-		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 7200}, 400, "INVALID_INPUT", "window_seconds"},
+		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 7200}, 400, "INVALID_LIMIT", "window_seconds"},
 		{"POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/x", "limit": 1, "window_seconds": 60, "colour": "red"}, 400, "INVALID_INPUT", "colour"},
-		{"PUT", "/admin/v1/rate-limit-rules/" + id, map[string]any{"limit": -1}, 400, "INVALID_INPUT", "limit"},
+		{"PUT", "/admin/v1/rate-limit-rules/" + id, map[string]any{"limit": -1}, 400, "INVALID_LIMIT", "limit"},
 	} {
 		before, _ := s.rdb.Get(context.Background(), keys.AdminVersion).Int64()
 		r := s.admin(tt.method, tt.path, tt.body)
@@ -164,9 +164,11 @@ func TestTierAPI(t *testing.T) {
 	}{
 		{"/admin/v1/tiers/1", map[string]any{"name": "free", "limit": 9, "window_seconds": 60}, "READ_ONLY", ""},
 		{"/admin/v1/tiers/4", map[string]any{"name": "Bad Name", "limit": 9, "window_seconds": 60}, "INVALID_INPUT", "name"},
-		{"/admin/v1/tiers/4", map[string]any{"name": "big", "limit": 5, "window_seconds": 60, "endpoints": map[string]int64{"/x": 50}}, "INVALID_INPUT", `endpoints["/x"]`},
+		{"/admin/v1/tiers/4", map[string]any{"name": "big", "limit": 5, "window_seconds": 60, "endpoints": map[string]int64{"/x": 50}}, "INVALID_LIMIT", `endpoints["/x"]`},
 		{"/admin/v1/tiers/4", map[string]any{"name": "free", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "name"},
-		{"/admin/v1/tiers/4", map[string]any{"name": "slow", "limit": 5, "window_seconds": 0}, "INVALID_INPUT", "window_seconds"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "slow", "limit": 5, "window_seconds": 0}, "INVALID_LIMIT", "window_seconds"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "odd", "limit": 5, "window_seconds": 60, "algorithm": "leaky"}, "INVALID_STRATEGY", "algorithm"},
+		{"/admin/v1/tiers/4", map[string]any{"name": "low", "limit": 5, "window_seconds": 60, "total_limit": 4}, "INVALID_LIMIT", "total_limit"},
 		{"/admin/v1/tiers/4", map[string]any{"name": "bidi", "limit": 5, "window_seconds": 60, "description": "Gold \u202etier"}, "INVALID_INPUT", "description"},
 		{"/admin/v1/tiers/4", map[string]any{"name": "zw", "limit": 5, "window_seconds": 60, "description": "Go\u200bld"}, "INVALID_INPUT", "description"},
 		{"/admin/v1/tiers/zero", map[string]any{"name": "x", "limit": 5, "window_seconds": 60}, "INVALID_INPUT", "tier_id"},

@@ -157,7 +157,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"rule named exempt by path id", filter, "PUT", rulesPath + "/exempt", `{"limit":1}`, asAdmin, 404, "NOT_FOUND", ""},
 		{"rule limit of the wrong type", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":"1","window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "limit"},
 		{"nested unknown field in a tier", filter, "PUT", "/admin/v1/tiers/9", `{"name":"t","limit":1,"window_seconds":60,"endpoints":{"/a":1},"extra":{"x":1}}`, asAdmin, 400, "INVALID_INPUT", "extra"},
-		{"rule limit a double would round", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":9007199254740992,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "limit"},
+		{"rule limit a double would round", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":9007199254740992,"window_seconds":60}`, asAdmin, 400, "INVALID_LIMIT", "limit"},
 		{"rule priority beyond bounds", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"priority":9223372036854775807}`, asAdmin, 400, "INVALID_INPUT", "priority"},
 		{"rule method listed twice", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"methods":["GET","GET"]}`, asAdmin, 400, "INVALID_INPUT", "methods[1]"},
 		{"rule limit given twice", filter, "POST", rulesPath, `{"endpoint_pattern":"/a","limit":1,"window_seconds":60,"limit":100000}`, asAdmin, 400, "INVALID_INPUT", "limit"},
