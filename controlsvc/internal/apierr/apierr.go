@@ -5,8 +5,8 @@ package apierr
 
 import (
 	"maps"
-	"strings"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
