@@ -77,17 +77,28 @@ func TestDeniedLocal429(t *testing.T) {
 		details["reset_at"] != time.Unix(epoch.Unix()+60, 0).UTC().Format(time.RFC3339) {
 		t.Fatalf("429 body %s", s.Local.Body)
 	}
-	// The denial is cached until retry_after: no callout meanwhile.
-	e.clock.Advance(10 * time.Second)
+	// The denial is answered from the cache for a second at most, with
+	// the service's wait counting down: no callout meanwhile.
+	e.clock.Advance(600 * time.Millisecond)
 	s, act := e.start(req{})
-	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "7" {
+	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "17" {
 		t.Fatalf("cached denial: %v %+v", act, s.Local)
 	}
 	e.noCallout(0)
-	e.clock.Advance(8 * time.Second)
+	// Then the service is asked again (a reset, a raised override or a
+	// key's new tier reaches this client within a second).
+	e.clock.Advance(500 * time.Millisecond)
 	e.start(req{})
-	e.callout(0) // the wait is over: ask again
-	if e.host.Counter("tollgate_denied_total") != 2 {
+	e.answer(0, "429", decision(false, 0, 0, 16))
+	e.clock.Advance(900 * time.Millisecond)
+	if s, _ := e.start(req{}); s.Local == nil || s.Local.Headers.Value("retry-after") != "16" {
+		t.Fatalf("denial cached again: %+v", s.Local)
+	}
+	e.noCallout(0)
+	e.clock.Advance(200 * time.Millisecond)
+	e.start(req{})
+	e.answer(0, "200", decision(true, 0, 5, 0)) // reset: admitted at once
+	if e.host.Counter("tollgate_denied_total") != 4 { // two from the service, two from the cache
 		t.Fatalf("denied counter %d", e.host.Counter("tollgate_denied_total"))
 	}
 }

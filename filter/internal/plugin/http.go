@@ -275,7 +275,11 @@ func (h *httpContext) spendLease(now time.Time) (returned int64, act types.Actio
 		return 0, types.ActionContinue, true
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
-		v.limits.RetryAfter = max(1, (e.DeniedUntilMs-now.UnixMilli()+999)/1000)
+		// The wait left of the service's Retry-After: the denial was
+		// cached at DeniedUntilMs less what it is held for.
+		waitMs := max(e.RetryAfter, 1) * 1000
+		deniedAt := e.DeniedUntilMs - min(waitMs, denialHoldMs)
+		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
 		v.limits.Remaining = 0
 		h.deny(v)
 		return 0, types.ActionPause, true
@@ -594,15 +598,22 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	h.resume()
 }
 
+// denialHoldMs bounds how long a denial is answered from the cache: a
+// reset, a raised override or a key's new tier reaches a client this filter
+// refused within it. Past it the next request asks the service again, so a
+// client that keeps knocking costs one callout a second per bucket.
+const denialHoldMs = 1000
+
 // denied applies a denial of the control service: it is cached until its
-// Retry-After, and the request is answered 429 unless a concurrent callout
-// of this caller brought a lease (those tokens are paid for).
+// Retry-After, for denialHoldMs at most, and the request is answered 429
+// unless a concurrent callout of this caller brought a lease (those tokens
+// are paid for).
 func (h *httpContext) denied(v verdict, now time.Time) {
 	p := h.p
 	if p.cfg.Lease.Request > 0 {
 		// Caching the denial keeps a live lease in the slot.
 		e := v.entry(h.bucket)
-		e.DeniedUntilMs = now.UnixMilli() + max(v.limits.RetryAfter, 1)*1000
+		e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
 		_ = p.cache.Put(e, now.UnixMilli())
 		if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
 			h.allowLeased(&le)
