@@ -97,7 +97,7 @@ func TestDeniedLocal429(t *testing.T) {
 	e.noCallout(0)
 	e.clock.Advance(200 * time.Millisecond)
 	e.start(req{})
-	e.answer(0, "200", decision(true, 0, 5, 0)) // reset: admitted at once
+	e.answer(0, "200", decision(true, 0, 5, 0))       // reset: admitted at once
 	if e.host.Counter("tollgate_denied_total") != 4 { // two from the service, two from the cache
 		t.Fatalf("denied counter %d", e.host.Counter("tollgate_denied_total"))
 	}
