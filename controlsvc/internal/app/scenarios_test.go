@@ -329,3 +329,30 @@ func metricValue(t *testing.T, s *service, series string) float64 {
 	}
 	return 0
 }
+
+// The numbers are also exported under the names the seed's dashboards read:
+// requests by status, latency with millisecond buckets, the pool's size;
+// the breakdown by endpoint is by rule (bounded), never by raw path.
+func TestMetricsUnderTheSeedNames(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 60\n", nil)
+	for i := 0; i < 4; i++ {
+		s.check(map[string]any{"user_id": "metered", "endpoint": fmt.Sprintf("/x/%d", i%2)})
+		s.check(map[string]any{"user_id": "metered", "endpoint": "/x/0"})
+	}
+	for series, want := range map[string]float64{
+		`rate_limiter_requests_total{status="allowed"}`:                          5,
+		`rate_limiter_requests_total{status="blocked"}`:                          3,
+		`rate_limiter_latency_seconds_count`:                                     8,
+		`tollgate_decisions_total{result="denied",rule="tier_free",tier="free"}`: 3,
+	} {
+		if got := metricValue(t, s, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if metricValue(t, s, "redis_connection_pool_size") < 1 {
+		t.Error("redis_connection_pool_size is not exported")
+	}
+	if body := s.do("GET", "/metrics", nil).body; strings.Contains(string(body), `"/x/0"`) {
+		t.Error("a raw path is a metric label")
+	}
+}

@@ -238,7 +238,7 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 // Check decides one request. Errors are *apierr.Error.
 func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.CheckResponse, error) {
 	start := time.Now()
-	defer func() { s.m.CheckDuration.Observe(time.Since(start).Seconds()) }()
+	defer func() { s.m.CheckTook(time.Since(start).Seconds()) }()
 	p := s.live.Load()
 	c, aerr := p.validate(req, trust)
 	if aerr != nil {
@@ -282,7 +282,7 @@ func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *ap
 func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckResponse, error) {
 	if p.Exempt(c.id, c.name) {
 		if !c.refused {
-			s.m.Decisions.WithLabelValues(metrics.Exempt, c.tier, rules.IDExempt).Inc()
+			s.m.Decided(metrics.Exempt, c.tier, rules.IDExempt)
 			s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
 		}
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier,
@@ -346,7 +346,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered
 		// with the refusal: it is no allowed decision.
-		s.m.Decisions.WithLabelValues(result, c.tier, resp.RuleID).Inc()
+		s.m.Decided(result, c.tier, resp.RuleID)
 	}
 	s.m.LeaseGranted.Add(float64(resp.Lease.Granted))
 	for i := range rs {
@@ -506,7 +506,7 @@ func (s *Service) failure(p *view, c *caller, r *rules.Rule, err error) (wire.Ch
 		e.Details = map[string]any{"failure_mode": config.FailClosed}
 		return wire.CheckResponse{}, e
 	}
-	s.m.Decisions.WithLabelValues(metrics.Degraded, c.tier, "").Inc()
+	s.m.Decided(metrics.Degraded, c.tier, "")
 	// Nothing was counted: the answer names the rule but no numbers it
 	// cannot know (limit, remaining, reset), so no rate-limit headers follow.
 	resp := wire.CheckResponse{Allowed: true, Degraded: true, Identity: c.name, Tier: c.tier}

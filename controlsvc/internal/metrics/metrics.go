@@ -28,6 +28,12 @@ type Metrics struct {
 	Penalties     prometheus.Counter
 	// LeftOut is the runtime rules and tiers the live policy leaves out.
 	LeftOut prometheus.Gauge
+
+	// The same numbers under the names the seed's dashboards read:
+	// requests by status (allowed, blocked) and a latency histogram with
+	// millisecond buckets.
+	seedRequests *prometheus.CounterVec
+	seedLatency  prometheus.Histogram
 }
 
 // New registers the metrics. pool reports the Redis pool's statistics.
@@ -60,17 +66,44 @@ func New(pool func() *redis.PoolStats) *Metrics {
 			Name: "tollgate_penalty_denials_total",
 			Help: "Denials whose wait a progressive penalty lengthened.",
 		}),
+		seedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limiter_requests_total",
+			Help: "Requests decided, by status: allowed (exempt, log-only and degraded passes included) or blocked. tollgate_decisions_total breaks them down by tier and rule.",
+		}, []string{"status"}),
+		seedLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "rate_limiter_latency_seconds",
+			Help:    "Time to decide one check, Redis included (tollgate_check_duration_seconds with the seed's buckets).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
 		LeftOut: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_runtime_entries_left_out",
 			Help: "Runtime rules and tiers stored in Redis that the live policy leaves out because they no longer fit the config file (logged as 'runtime entry left out'); alert on > 0.",
 		}),
 	}
 	reg.MustRegister(m.Decisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut,
+		m.seedRequests, m.seedLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
 		reg.MustRegister(poolCollector{pool})
 	}
 	return m
+}
+
+// Decided counts one decision: by result, tier and deciding rule (a bounded
+// set: the configured rules, not the raw path), and by status.
+func (m *Metrics) Decided(result, tier, rule string) {
+	m.Decisions.WithLabelValues(result, tier, rule).Inc()
+	status := "allowed"
+	if result == Denied {
+		status = "blocked"
+	}
+	m.seedRequests.WithLabelValues(status).Inc()
+}
+
+// CheckTook records how long one check took to decide.
+func (m *Metrics) CheckTook(seconds float64) {
+	m.CheckDuration.Observe(seconds)
+	m.seedLatency.Observe(seconds)
 }
 
 // RegisterBreaker exports the state of the Redis circuit breaker.
@@ -92,13 +125,15 @@ var (
 	poolTimeouts = prometheus.NewDesc("tollgate_redis_pool_timeouts_total", "Times waiting for a connection timed out.", nil, nil)
 	poolTotal    = prometheus.NewDesc("tollgate_redis_pool_connections", "Connections in the pool.", nil, nil)
 	poolIdle     = prometheus.NewDesc("tollgate_redis_pool_idle_connections", "Idle connections in the pool.", nil, nil)
+	// seedPoolSize is tollgate_redis_pool_connections under the seed's name.
+	seedPoolSize = prometheus.NewDesc("redis_connection_pool_size", "Current Redis connections (tollgate_redis_pool_connections).", nil, nil)
 )
 
 // poolCollector reads the pool's statistics at scrape time.
 type poolCollector struct{ stats func() *redis.PoolStats }
 
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolHits, poolMisses, poolTimeouts, poolTotal, poolIdle} {
+	for _, d := range []*prometheus.Desc{poolHits, poolMisses, poolTimeouts, poolTotal, poolIdle, seedPoolSize} {
 		ch <- d
 	}
 }
@@ -113,4 +148,5 @@ func (p poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolTimeouts, prometheus.CounterValue, float64(s.Timeouts))
 	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns))
 	ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns))
+	ch <- prometheus.MustNewConstMetric(seedPoolSize, prometheus.GaugeValue, float64(s.TotalConns))
 }
