@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
@@ -480,4 +481,23 @@ window_seconds = 60
 			t.Fatalf("the replacing rule admitted %d of 30, want its 20", admitted)
 		}
 	})
+}
+
+// A denial's Reset is never before its Retry-After: a client that comes
+// back at Reset is not refused again.
+func TestResetIsNeverBeforeRetry(t *testing.T) {
+	f := newFixture(t, model, nil)
+	f.counters.retryExtra = 25 * time.Second
+	var resp wire.CheckResponse
+	for i := 0; i < 3; i++ {
+		resp, _ = f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "POST"})
+	}
+	before := time.Now()
+	resp, err := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "POST"})
+	if err != nil || resp.Allowed || resp.RetryAfter != 85 {
+		t.Fatalf("denial %+v %v", resp, err)
+	}
+	if resp.ResetAt < before.Unix()+resp.RetryAfter {
+		t.Fatalf("reset_at %d is before the retry (%d + %d)", resp.ResetAt, before.Unix(), resp.RetryAfter)
+	}
 }

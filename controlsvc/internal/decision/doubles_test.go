@@ -36,6 +36,9 @@ type memCounters struct {
 	calls  []limiter.Request
 	// fail makes every call fail as a Redis outage would.
 	fail error
+	// retryExtra lengthens a denial's wait past the window's end, as a
+	// sliding window's weighted count or a penalty does.
+	retryExtra time.Duration
 }
 
 func newMemCounters() *memCounters {
@@ -73,7 +76,7 @@ func (m *memCounters) Do(_ context.Context, r limiter.Request) (limiter.Result, 
 			left -= grant
 		}
 	default:
-		res.RetryAfter = window
+		res.RetryAfter = window + m.retryExtra
 	}
 	res.Remaining, res.ResetAfter = left, window
 	return res, nil

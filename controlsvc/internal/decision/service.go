@@ -470,6 +470,11 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 	case denied:
 		result = metrics.Denied
 		resp.RetryAfter = max(1, ceilSeconds(decider.res.RetryAfter))
+		// Reset never names a time before a retry would be admitted (a
+		// sliding window's end can come before the weighted wait ends): a
+		// client that comes back at Reset must not be refused, and counted
+		// as another violation.
+		resp.ResetAt = max(resp.ResetAt, ceilUnix(now.Add(decider.res.RetryAfter)))
 	case logOnly:
 		result = metrics.LogOnly
 	}
