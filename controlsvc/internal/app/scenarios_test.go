@@ -196,11 +196,17 @@ func TestPenaltiesLengthenTheWait(t *testing.T) {
 	if r.status != 429 {
 		t.Fatal(r.status)
 	}
-	// Without the penalty the wait would end with the window (reset_at).
+	// Without the penalty the wait would end with the (hour's) window; and
+	// reset_at names the penalised wait's end, not the window's.
 	m := r.json(t)
-	plain := num(t, m, "reset_at") - time.Now().Unix()
-	if retry := num(t, m, "retry_after"); retry < 3*plain || retry > 4*plain+4 {
+	now := time.Now().Unix()
+	plain := (now/3600+1)*3600 - now
+	retry := num(t, m, "retry_after")
+	if retry < 3*plain || retry > 4*plain+4 {
 		t.Fatalf("retry_after %d; want about 4 x %d", retry, plain)
+	}
+	if reset := num(t, m, "reset_at"); reset < now+retry-1 {
+		t.Fatalf("reset_at %d is before the penalised retry (%d + %d)", reset, now, retry)
 	}
 	if metricValue(t, s, `tollgate_penalty_denials_total`) != 1 {
 		t.Fatal("penalty not counted")
