@@ -37,7 +37,7 @@ func TestAllowedHeadersBothWays(t *testing.T) {
 	got := respond(t, s)
 	want := wasmhost.Headers{{":status", "200"}, {"content-type", "text/plain"},
 		{"x-ratelimit-limit", "100"}, {"x-ratelimit-remaining", "42"}, {"x-ratelimit-reset", strconv.FormatInt(epoch.Unix()+60, 10)},
-		{"x-ratelimit-window", "60"}, {"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=42;t=60`}}
+		{"x-ratelimit-window", "60"}, {"x-ratelimit-strategy", "token_bucket"}, {"ratelimit-policy", `"tier_free";q=100;w=60`}, {"ratelimit", `"tier_free";r=42;t=60`}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("response headers\n got %v\nwant %v", got, want)
 	}
@@ -64,7 +64,7 @@ func TestDeniedLocal429(t *testing.T) {
 	}
 	h := s.Local.Headers
 	for k, v := range map[string]string{"retry-after": "17", "x-ratelimit-limit": "100", "x-ratelimit-remaining": "0",
-		"x-ratelimit-reset": strconv.FormatInt(epoch.Unix()+60, 10), "content-type": "application/json",
+		"x-ratelimit-reset": strconv.FormatInt(epoch.Unix()+60, 10), "content-type": "application/json", "x-ratelimit-strategy": "token_bucket",
 		"ratelimit": `"tier_free";r=0;t=17`, "ratelimit-policy": `"tier_free";q=100;w=60`} {
 		if got := h.Values(k); len(got) != 1 || got[0] != v {
 			t.Errorf("429 header %s = %v, want exactly %q", k, got, v)
@@ -81,7 +81,8 @@ func TestDeniedLocal429(t *testing.T) {
 	// the service's wait counting down: no callout meanwhile.
 	e.clock.Advance(600 * time.Millisecond)
 	s, act := e.start(req{})
-	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "17" {
+	if act != wasmhost.Pause || s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("retry-after") != "17" ||
+		s.Local.Headers.Value("x-ratelimit-strategy") != "token_bucket" {
 		t.Fatalf("cached denial: %v %+v", act, s.Local)
 	}
 	e.noCallout(0)

@@ -310,3 +310,23 @@ func TestServiceAnswersAreReadByField(t *testing.T) {
 		t.Fatalf("a key's refusal mentioning FORBIDDEN: resumed %v local %+v", s.Resumed, s.Local)
 	}
 }
+
+// The filter's own answers quote the proxy's x-request-id in their bodies,
+// as the service's do: its 429, its fail_closed 503 and its 400s.
+func TestLocalAnswersQuoteTheRequestID(t *testing.T) {
+	id := wasmhost.Headers{{"x-request-id", "5f0c6a1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"}}
+	closed := newEnv(t, `{"control_cluster":"nowhere","failure_mode":"fail_closed","lease":{"request":0}}`, 1)
+	s, _ := closed.start(req{headers: id})
+	open := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
+	d, _ := open.start(req{headers: id})
+	open.answer(0, "429", decision(false, 0, 0, 5))
+	b, _ := open.start(req{method: "post", headers: id})
+	for name, st := range map[string]*wasmhost.Stream{"503": s, "429": d, "400": b} {
+		if st.Local == nil {
+			t.Fatalf("%s: no local answer", name)
+		}
+		if got := mustJSON(t, st.Local.Body)["error"].(map[string]any)["request_id"]; got != id[0][1] {
+			t.Errorf("%s body quotes request_id %v: %s", name, got, st.Local.Body)
+		}
+	}
+}

@@ -36,3 +36,6 @@ func (set *Set) Match(s string, minLen, maxLen int) bool {
 	}
 	return true
 }
+
+// Printable is every printable ASCII byte, space included (0x20-0x7e).
+var Printable = NewSet(" -~")

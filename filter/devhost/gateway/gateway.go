@@ -9,6 +9,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -174,6 +176,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "UPGRADE_NOT_ALLOWED", "protocol upgrades are not enabled on this gateway")
 		return
 	}
+	// Envoy gives every request an x-request-id at the edge, replacing a
+	// client's (preserve_external_request_id is off by default).
+	r.Header.Set("X-Request-Id", newRequestID())
 	source := g.resolveClient(r)
 	wk := g.vms[g.next.Add(1)%uint64(len(g.vms))]
 	ctx := r.Context()
@@ -428,6 +433,15 @@ func (g *Gateway) broken(w http.ResponseWriter, wk *worker, err error) {
 	}
 	wk.mu.Unlock()
 	writeError(w, http.StatusInternalServerError, "INTERNAL_ERROR", "the filter failed")
+}
+
+// newRequestID is a random UUID-shaped id, as Envoy writes them.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func requestHeaders(r *http.Request) wasmhost.Headers {

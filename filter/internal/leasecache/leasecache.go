@@ -77,7 +77,7 @@ type Entry struct {
 	DeniedUntilMs int64
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
-	RuleID, Identity, Tier                                      string
+	RuleID, Identity, Tier, Strategy                            string
 }
 
 // Outcome of Take.
@@ -263,7 +263,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 // client can cause at will. An entry whose strings do not fit is refused
 // with ErrTooLarge and nothing is cached.
 func (c *Cache) Put(e Entry, nowMs int64) error {
-	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField {
+	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField {
 		return ErrTooLarge
 	}
 	e.Tokens = max(e.Tokens, 0)
@@ -326,17 +326,18 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota (int64 each,
-// little endian); then RuleID, Identity and Tier, each as a uint16 length and its
-// bytes. Lengths above maxField never occur (Put refuses them), so decode
-// treats them as a damaged slot.
+// little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
+// length and its bytes. Lengths above maxField never occur (Put refuses
+// them), so decode treats them as a damaged slot.
 const (
-	offTokens = 16
-	fixedLen  = 16 + 9*8
-	minLen    = fixedLen + 3*2
+	offTokens  = 16
+	fixedLen   = 16 + 9*8
+	numStrings = 4
+	minLen     = fixedLen + numStrings*2
 )
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier))
+	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy))
 	copy(b, e.Owner[:])
 	le := binary.LittleEndian
 	le.PutUint64(b[16:], uint64(e.Tokens))
@@ -351,6 +352,7 @@ func encode(e Entry) []byte {
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
+	b = appendField(b, e.Strategy)
 	return b
 }
 
@@ -366,7 +368,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		return Entry{}, false
 	}
 	rest := b[fixedLen:]
-	for range 3 {
+	for range numStrings {
 		if len(rest) < 2 {
 			return Entry{}, false
 		}
@@ -404,7 +406,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 // be read where they lie. This runs on every lease hit.
 func viewStrings(b []byte, e *Entry) {
 	rest := b[fixedLen:]
-	var f [3]string
+	var f [numStrings]string
 	for i := range f {
 		n := int(rest[0]) | int(rest[1])<<8
 		if n > 0 {
@@ -412,17 +414,17 @@ func viewStrings(b []byte, e *Entry) {
 		}
 		rest = rest[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier = f[0], f[1], f[2]
+	e.RuleID, e.Identity, e.Tier, e.Strategy = f[0], f[1], f[2], f[3]
 }
 
 // decodeStrings fills e's strings from a slot decode has checked, with one
-// allocation for the three.
+// allocation for all.
 func decodeStrings(b []byte, e *Entry) {
 	s := string(b[fixedLen:])
-	var f [3]string
+	var f [numStrings]string
 	for i := range f {
 		n := int(s[0]) | int(s[1])<<8
 		f[i], s = s[2:2+n], s[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier = f[0], f[1], f[2]
+	e.RuleID, e.Identity, e.Tier, e.Strategy = f[0], f[1], f[2], f[3]
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/ascii"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -46,6 +47,11 @@ type httpContext struct {
 	id, tier, tenant, apiKey string
 	ip                       netip.Addr
 	bucket                   leasecache.Owner
+
+	// requestID is the proxy's x-request-id (Envoy sets one on every
+	// request), quoted in the filter's own error bodies so a client's
+	// report can be matched with the proxy's logs.
+	requestID string
 
 	verdict    verdict // for the response headers, when hasVerdict
 	hasVerdict bool
@@ -239,6 +245,10 @@ func (h *httpContext) readRequest() (request, error) {
 			rq.xff = v
 		case equalFold(k, "x-real-ip"):
 			rq.realIP = v
+		case equalFold(k, "x-request-id"):
+			if ascii.Printable.Match(v, 1, maxRequestID) {
+				h.requestID = v
+			}
 		case isOverrideHeader(k):
 			if rq.overrides > 0 && !strings.EqualFold(v, rq.override) {
 				rq.overrideConflict = true
@@ -687,8 +697,12 @@ func (h *httpContext) resume() types.Action {
 	return types.ActionContinue
 }
 
+// maxRequestID bounds the x-request-id quoted in an error body (Envoy's are
+// 36-character UUIDs).
+const maxRequestID = 128
+
 func (h *httpContext) sendError(status uint32, code, msg string, extra [][2]string) {
-	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.ErrorBody{Code: code, Message: msg}})
+	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.ErrorBody{Code: code, Message: msg, RequestID: h.requestID}})
 	h.localReply = true
 	_ = proxywasm.SendHttpResponse(status, append([][2]string{{"content-type", "application/json"}}, extra...), body, -1)
 }

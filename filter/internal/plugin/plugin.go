@@ -61,7 +61,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
-	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
+	// X-RateLimit-Strategy goes with the X-RateLimit fields, as the
+	// service sends it.
+	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), Strategy: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
 	p.headerBuf = make([]byte, 0, 256)
 	callout := [][2]string{
 		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", cfg.ControlAuthority},

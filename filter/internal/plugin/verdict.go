@@ -23,19 +23,17 @@ type verdict struct {
 
 // verdictOf is the verdict of the control service's answer for this
 // request; the answer's identity and tier default to the ones the filter
-// resolved. A lease cache slot holds no strategy, so a fresh verdict drops it
-// too: the client sees the same fields whether a request was answered from
-// the cache or not.
+// resolved. The lease cache keeps the strategy too, so the client sees the
+// same fields whether a request was answered from the cache or not.
 func (h *httpContext) verdictOf(d *wire.CheckResponse) verdict {
 	l := d.Limits()
-	l.Strategy = ""
 	return verdict{limits: l, identity: cmp.Or(d.Identity, h.ident()), tier: cmp.Or(d.Tier, h.tier)}
 }
 
 // cachedVerdict is the verdict a lease cache entry was stored with.
 func cachedVerdict(e *leasecache.Entry) verdict {
 	return verdict{
-		limits: wire.Limits{RuleID: e.RuleID, Limit: e.Limit, Quota: e.Quota, Remaining: e.Remaining, ResetAt: e.ResetAt,
+		limits: wire.Limits{RuleID: e.RuleID, Strategy: e.Strategy, Limit: e.Limit, Quota: e.Quota, Remaining: e.Remaining, ResetAt: e.ResetAt,
 			WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter},
 		identity: e.Identity, tier: e.Tier,
 	}
@@ -46,7 +44,7 @@ func cachedVerdict(e *leasecache.Entry) verdict {
 func (v *verdict) entry(owner leasecache.Owner) leasecache.Entry {
 	l := &v.limits
 	return leasecache.Entry{Owner: owner, Limit: l.Limit, Quota: l.Quota, Remaining: l.Remaining, ResetAt: l.ResetAt,
-		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Identity: v.identity, Tier: v.tier}
+		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Strategy: l.Strategy, Identity: v.identity, Tier: v.tier}
 }
 
 // allow lets the request through with the identity headers upstream; a
@@ -77,7 +75,9 @@ func (h *httpContext) allowLeased(e *leasecache.Entry) {
 // service sends (wire.Exceeded), Retry-After and the rate-limit header fields.
 func (h *httpContext) deny(v verdict) {
 	h.p.m.denied.Increment(1)
-	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.Exceeded(&v.limits)})
+	e := wire.Exceeded(&v.limits)
+	e.RequestID = h.requestID
+	body, _ := json.Marshal(wire.ErrorEnvelope{Error: e})
 	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(v.limits.RetryAfter, 10)}}
 	headers = h.limitHeaders(headers, &v, true)
 	h.localReply = true
