@@ -163,7 +163,7 @@ func methodListed(methods []string, m string) bool {
 // or "*" for global. keys.NewOwner(string(scope), subject) names the counter.
 func Subject(s Scope, identity, identityValue, tenant string) string {
 	switch s {
-	case ScopeGlobal:
+	case ScopeGlobal, ScopeEndpoint:
 		return "*"
 	case ScopeTenant:
 		return tenant

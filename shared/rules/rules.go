@@ -20,10 +20,16 @@ const (
 	ScopeTenant   Scope = "tenant"   // every caller of one tenant together
 	ScopeIdentity Scope = "identity" // every caller, whatever its identity kind
 	ScopeGlobal   Scope = "global"   // one counter for everybody
+	ScopeEndpoint Scope = "endpoint" // one counter per path for everybody
 )
 
 // Scopes lists every scope in the order decisions report them.
-var Scopes = []Scope{ScopeGlobal, ScopeTenant, ScopeIdentity, ScopeUser, ScopeAPIKey, ScopeIP}
+var Scopes = []Scope{ScopeGlobal, ScopeEndpoint, ScopeTenant, ScopeIdentity, ScopeUser, ScopeAPIKey, ScopeIP}
+
+// Shared reports whether a scope's counter is shared by callers (global,
+// endpoint, tenant): a caller's reset never deletes it, and a caller's
+// progressive penalty is not recorded on it.
+func (s Scope) Shared() bool { return s == ScopeGlobal || s == ScopeEndpoint || s == ScopeTenant }
 
 // Algorithm names a limiter script.
 type Algorithm string
@@ -93,6 +99,10 @@ type Rule struct {
 
 // IsEnabled reports whether the rule takes part in matching.
 func (r *Rule) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
+
+// CountsPerEndpoint reports whether the rule keeps a counter per path: the
+// endpoint scope always does.
+func (r *Rule) CountsPerEndpoint() bool { return r.PerEndpoint || r.Scope == ScopeEndpoint }
 
 // EffectiveCost is the cost of one request under this rule.
 func (r *Rule) EffectiveCost() int64 {

@@ -95,7 +95,7 @@ func (s *Service) Reset(ctx context.Context, req *wire.ResetRequest) (wire.Reset
 func resettable(rs []applied, t *target) []limiter.Request {
 	out := make([]limiter.Request, 0, len(rs)+len(rules.Algorithms))
 	for _, a := range rs {
-		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
+		if !a.req.Rule.Scope.Shared() {
 			out = append(out, a.req)
 		}
 	}

@@ -501,3 +501,45 @@ func TestResetIsNeverBeforeRetry(t *testing.T) {
 		t.Fatalf("reset_at %d is before the retry (%d + %d)", resp.ResetAt, before.Unix(), resp.RetryAfter)
 	}
 }
+
+// The endpoint scope is one counter per path for every caller together:
+// two callers share a path's counter, two paths do not share one, and a
+// caller's reset never deletes it.
+func TestEndpointScope(t *testing.T) {
+	f := newFixture(t, model+`
+[[rules]]
+id = "per_path"
+path = "/api/v1/hot/**"
+scope = "endpoint"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 60
+`, nil)
+	for i, tc := range []struct {
+		user, path string
+		allowed    bool
+	}{
+		{"a", "/api/v1/hot/1", true}, {"b", "/api/v1/hot/1", true}, {"c", "/api/v1/hot/1", false},
+		{"c", "/api/v1/hot/2", true},
+	} {
+		resp, err := f.check(t, wire.CheckRequest{UserID: tc.user, Endpoint: tc.path})
+		if err != nil || resp.Allowed != tc.allowed {
+			t.Fatalf("check %d (%s on %s): %+v %v", i, tc.user, tc.path, resp, err)
+		}
+	}
+	key := ""
+	for _, c := range f.counters.calls {
+		if c.Rule.ID == "per_path" {
+			key = c.Key()
+		}
+	}
+	if !strings.Contains(key, "{endpoint:*}") || !strings.Contains(key, ":/api/v1/hot/2:") {
+		t.Fatalf("endpoint counter key %q", key)
+	}
+	if _, err := f.svc.Reset(context.Background(), &wire.ResetRequest{UserID: "c", Endpoint: "/api/v1/hot/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := f.check(t, wire.CheckRequest{UserID: "d", Endpoint: "/api/v1/hot/1"}); resp.Allowed {
+		t.Fatal("a caller's reset deleted the path's shared counter")
+	}
+}

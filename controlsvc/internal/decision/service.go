@@ -313,7 +313,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		lr := a.req
 		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
 		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
-		if a.req.Rule.Scope != rules.ScopeGlobal && a.req.Rule.Scope != rules.ScopeTenant {
+		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty
 		}
 		res, err := s.limit(ctx, lr)

@@ -74,7 +74,7 @@ type Request struct {
 // window, and Reset must find the counter whatever window was picked.
 func (r *Request) Key() string {
 	ep := ""
-	if r.Rule.PerEndpoint {
+	if r.Rule.CountsPerEndpoint() {
 		ep = r.Endpoint
 	}
 	window := r.Rule.WindowSeconds
