@@ -46,6 +46,17 @@ func TestAllowedHeadersBothWays(t *testing.T) {
 	}
 }
 
+// headers.prefix names the X-RateLimit fields.
+func TestHeaderPrefix(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"headers":{"prefix":"X-Quota-"}}`, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "200", decision(true, 42, 0, 0))
+	got := respond(t, s)
+	if got.Value("x-quota-limit") != "100" || got.Value("x-quota-remaining") != "42" || got.Value("x-quota-strategy") != "token_bucket" || got.Value("x-ratelimit-limit") != "" {
+		t.Fatalf("headers %v", got)
+	}
+}
+
 func TestXRateLimitCanBeTurnedOff(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"headers":{"x_ratelimit":false}}`, 1)
 	s, _ := e.start(req{})

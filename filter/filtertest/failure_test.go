@@ -158,6 +158,8 @@ func TestBadConfigRefused(t *testing.T) {
 	for cfg, want := range map[string]string{
 		`{"failure_mode":"maybe"}`:                  "failure_mode",
 		`{"method_override":"ignore"}`:              "method_override",
+		`{"headers":{"prefix":"X-Tollgate-"}}`:      "headers.prefix",
+		`{"headers":{"prefix":"X Rate"}}`:           "headers.prefix",
 		`{"timeout_ms":0}`:                          "timeout_ms",
 		`{"lease":{"slots":0}}`:                     "lease.slots",
 		`{"surprise":1}`:                            "surprise",

@@ -96,9 +96,11 @@ type JWT struct {
 
 // Headers selects the response headers.
 type Headers struct {
-	// XRateLimit adds X-RateLimit-Limit, -Remaining, -Reset and -Window
-	// (default true).
+	// XRateLimit adds X-RateLimit-Limit, -Remaining, -Reset, -Window and
+	// -Strategy (default true).
 	XRateLimit *bool `json:"x_ratelimit,omitempty"`
+	// Prefix starts those fields' names (default "X-RateLimit-").
+	Prefix string `json:"prefix"`
 	// IETF adds the httpapi RateLimit-Policy and RateLimit fields.
 	IETF bool `json:"ietf"`
 }
@@ -189,6 +191,12 @@ func (c *Config) validate() *fielderr.Error {
 	}
 	if err := c.validateCallers(); err != nil {
 		return err
+	}
+	if c.Headers.Prefix == "" {
+		c.Headers.Prefix = wire.DefaultHeaderPrefix
+	}
+	if !wire.ValidHeaderPrefix(c.Headers.Prefix) {
+		return fielderr.New("headers.prefix", "%q must be 1..32 letters, digits and dashes, not starting with x-tollgate", c.Headers.Prefix)
 	}
 	if c.MethodOverride != MethodOverrideCount && c.MethodOverride != MethodOverrideStrip {
 		return fielderr.New("method_override", "%q must be %q or %q", c.MethodOverride, MethodOverrideCount, MethodOverrideStrip)

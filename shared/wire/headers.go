@@ -1,6 +1,11 @@
 package wire
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+
+	asciiset "github.com/tollgate-rl/tollgate/shared/ascii"
+)
 
 // Limits is where the rule that decided a request stands: what the 429 body
 // and the rate-limit header fields report, on the filter and the service alike.
@@ -39,7 +44,37 @@ type HeaderSet struct {
 	Strategy bool
 	// IETF: the httpapi draft's ratelimit-policy and ratelimit fields.
 	IETF bool
+	// names are the X-RateLimit fields' names (WithPrefix); nil is the
+	// x-ratelimit- prefix.
+	names *[5]string
 }
+
+// DefaultHeaderPrefix starts the X-RateLimit fields' names.
+const DefaultHeaderPrefix = "X-RateLimit-"
+
+var defaultNames = headerNames(DefaultHeaderPrefix)
+
+func headerNames(prefix string) *[5]string {
+	p := strings.ToLower(prefix)
+	return &[5]string{p + "limit", p + "remaining", p + "reset", p + "window", p + "strategy"}
+}
+
+// WithPrefix returns s with its X-RateLimit fields named prefix + "Limit",
+// "Remaining", "Reset", "Window" and "Strategy" (lower-case, as HTTP/2 and
+// Envoy spell them); the names are built once, not per answer.
+func (s HeaderSet) WithPrefix(prefix string) HeaderSet {
+	s.names = headerNames(prefix)
+	return s
+}
+
+// ValidHeaderPrefix reports whether p can start a header name: 1 to 32
+// letters, digits and dashes, and not the filter's own x-tollgate- (which
+// the filter strips from every client request).
+func ValidHeaderPrefix(p string) bool {
+	return headerPrefixChars.Match(p, 1, 32) && !strings.HasPrefix(strings.ToLower(p), "x-tollgate")
+}
+
+var headerPrefixChars = asciiset.NewSet("A-Za-z0-9-")
 
 // AppendHeaders appends the rate-limit header fields of l, lower-case, to dst.
 // now is the Unix second the IETF field's t= counts from; on a denial t= is
@@ -74,27 +109,31 @@ func (f HeaderField) Value(buf []byte) []byte { return buf[f.Start:f.End] }
 // buffer (the filter, on every admitted request) makes no string per value.
 func AppendHeaderFields(buf []byte, fields []HeaderField, l *Limits, set HeaderSet, now int64, denied bool) ([]byte, []HeaderField) {
 	remaining := max(l.Remaining, 0)
+	names := set.names
+	if names == nil {
+		names = defaultNames
+	}
 	field := func(name string, start int) {
 		fields = append(fields, HeaderField{Name: name, Start: start, End: len(buf)})
 	}
 	if set.XRateLimit {
 		start := len(buf)
 		buf = strconv.AppendInt(buf, l.Limit, 10)
-		field("x-ratelimit-limit", start)
+		field(names[0], start)
 		start = len(buf)
 		buf = strconv.AppendInt(buf, remaining, 10)
-		field("x-ratelimit-remaining", start)
+		field(names[1], start)
 		start = len(buf)
 		buf = strconv.AppendInt(buf, l.ResetAt, 10)
-		field("x-ratelimit-reset", start)
+		field(names[2], start)
 		start = len(buf)
 		buf = strconv.AppendInt(buf, l.WindowSeconds, 10)
-		field("x-ratelimit-window", start)
+		field(names[3], start)
 	}
 	if set.Strategy && l.Strategy != "" {
 		start := len(buf)
 		buf = append(buf, l.Strategy...)
-		field("x-ratelimit-strategy", start)
+		field(names[4], start)
 	}
 	if set.IETF {
 		t := max(l.ResetAt-now, 0)

@@ -2,7 +2,10 @@ package app_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 )
 
 // Answers that were wrong when tried from outside against the seeds, each
@@ -109,5 +112,21 @@ func TestRuleListingIsSnakeCase(t *testing.T) {
 	tier, _ := tiers[0].(map[string]any)
 	if _, ok := tier["window_seconds"]; !ok || tier["Name"] != nil || tier["name"] != "free" {
 		t.Fatalf("tier in the listing: %v", tier)
+	}
+}
+
+// header_prefix names the X-RateLimit fields of the decision API's
+// answers, as seed 001's configuration does; a prefix that is no header
+// name, or the filter's own x-tollgate-, is refused.
+func TestHeaderPrefix(t *testing.T) {
+	s := startService(t, "", map[string]string{"TOLLGATE_HEADER_PREFIX": "X-Quota-"})
+	r := s.check(map[string]any{"user_id": "u", "endpoint": "/x"})
+	if r.status != 200 || r.header.Get("X-Quota-Limit") == "" || r.header.Get("X-Quota-Strategy") != "token_bucket" || r.header.Get("X-Ratelimit-Limit") != "" {
+		t.Fatalf("headers %v", r.header)
+	}
+	for _, bad := range []string{"X-Tollgate-", "X Rate", "X-Ü-"} {
+		if _, err := config.Parse(nil, func(k string) (string, bool) { return bad, k == "TOLLGATE_HEADER_PREFIX" }); err == nil || !strings.Contains(err.Error(), "header_prefix") {
+			t.Errorf("prefix %q: %v", bad, err)
+		}
 	}
 }

@@ -59,6 +59,8 @@ type Config struct {
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// MaxBatch bounds the checks of one batch.
 	MaxBatch int `toml:"max_batch"`
+	// HeaderPrefix starts the X-RateLimit fields' names.
+	HeaderPrefix string `toml:"header_prefix"`
 
 	Lease     Lease     `toml:"lease"`
 	Penalties Penalties `toml:"penalties"`

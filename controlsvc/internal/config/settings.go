@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // ConfigEnv names the config file's path; the command reads it.
@@ -51,6 +52,7 @@ var Settings = []Setting{
 	oneOf("log_level", "info", []string{"debug", "info", "warn", "error"}, "least severe log level written", func(c *Config) *string { return &c.LogLevel }),
 	integer("max_body_bytes", 1<<20, 1024, 64<<20, "request bodies beyond this are refused (413)", func(c *Config) *int64 { return &c.MaxBodyBytes }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
+	text("header_prefix", wire.DefaultHeaderPrefix, "starts the names of the `X-RateLimit-Limit`, `-Remaining`, `-Reset`, `-Window` and `-Strategy` fields of the decision API's answers (the filter's `headers.prefix` names its own)", func(c *Config) *string { return &c.HeaderPrefix }, headerPrefix),
 	oneOf("path_case", policy.PathCaseSensitive, []string{policy.PathCaseSensitive, policy.PathCaseInsensitive}, "`insensitive` counts `/API/Items` and `/api/items` as one path (set it when the upstream routes paths case-insensitively; rule patterns must then be lower-case)", func(c *Config) *string { return &c.PathCase }),
 	oneOf("path_aliases", policy.PathAliasesKeep, []string{policy.PathAliasesKeep, policy.PathAliasesFold}, "`fold` counts `/login.json`, `/login.` and `/login%20` as `/login` (set it when the upstream routes a format suffix or trailing dots and spaces to one handler; rule patterns must then be written without them)", func(c *Config) *string { return &c.PathAliases }),
 	text("default_tier", "free", "tier of callers that name none (must be a configured tier)", func(c *Config) *string { return &c.DefaultTier }, nil),
@@ -159,6 +161,13 @@ func boolean(field string, def bool, doc string, dst func(*Config) *bool) Settin
 			return nil
 		},
 		get: func(c *Config) string { return strconv.FormatBool(*dst(c)) }}
+}
+
+func headerPrefix(field, v string) error {
+	if !wire.ValidHeaderPrefix(v) {
+		return fielderr.New(field, "%q must be 1..32 letters, digits and dashes, not starting with x-tollgate", v)
+	}
+	return nil
 }
 
 func hostPort(field, v string) error {

@@ -172,7 +172,7 @@ func (s *Server) check(c echo.Context) error {
 	bp := answerBufs.Get().(*[]byte)
 	defer answerBufs.Put(bp)
 	var hbuf [6][2]string
-	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, requestID(c))
+	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, requestID(c), s.set.Load().headers)
 	*bp = body
 	h := c.Response().Header()
 	for _, kv := range headers {
@@ -214,7 +214,7 @@ func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp
 	bp := answerBufs.Get().(*[]byte)
 	defer answerBufs.Put(bp)
 	var hbuf [6][2]string
-	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, id)
+	status, headers, body := checkAnswer((*bp)[:0], hbuf[:0], &resp, id, s.set.Load().headers)
 	*bp = body
 	for _, kv := range headers {
 		w.Header(kv[0], kv[1])
@@ -226,8 +226,8 @@ func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp
 // checkAnswer renders a decision: its status, its header fields (appended
 // to hs) and its body (appended to b, newline-terminated as echo's JSON).
 // An allowed check's answer is written without reflection.
-func checkAnswer(b []byte, hs [][2]string, resp *wire.CheckResponse, requestID string) (int, [][2]string, []byte) {
-	hs = limitHeaders(hs, resp)
+func checkAnswer(b []byte, hs [][2]string, resp *wire.CheckResponse, requestID string, set wire.HeaderSet) (int, [][2]string, []byte) {
+	hs = limitHeaders(hs, resp, set)
 	if resp.Allowed {
 		return http.StatusOK, hs, append(wire.AppendCheckResponse(b, resp), '\n')
 	}
@@ -246,12 +246,12 @@ var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &
 
 // limitHeaders appends the X-RateLimit-* fields of a decision made by a
 // rule (none for exempt or degraded answers, which no quota backs).
-func limitHeaders(hs [][2]string, d *wire.CheckResponse) [][2]string {
+func limitHeaders(hs [][2]string, d *wire.CheckResponse, set wire.HeaderSet) [][2]string {
 	if d.Limit <= 0 || d.Degraded {
 		return hs
 	}
 	l := d.Limits()
-	return wire.AppendHeaders(hs, &l, wire.HeaderSet{XRateLimit: true, Strategy: true}, 0, !d.Allowed)
+	return wire.AppendHeaders(hs, &l, set, 0, !d.Allowed)
 }
 
 func (s *Server) status(c echo.Context) error {

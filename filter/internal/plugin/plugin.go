@@ -63,7 +63,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.cfg = cfg
 	// X-RateLimit-Strategy goes with the X-RateLimit fields, as the
 	// service sends it.
-	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), Strategy: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}
+	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), Strategy: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}.WithPrefix(cfg.Headers.Prefix)
 	p.headerBuf = make([]byte, 0, 256)
 	callout := [][2]string{
 		{":method", "POST"}, {":path", wire.PathCheck}, {":authority", cfg.ControlAuthority},
