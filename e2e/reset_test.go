@@ -37,3 +37,22 @@ func TestResetReachesARefusedClient(t *testing.T) {
 		}
 	}
 }
+
+// With enabled = false nothing is refused through the gateway, and the
+// answers still say what would have happened (remaining 0, decision
+// log_only upstream).
+func TestDisabledThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\n", "TOLLGATE_ENABLED=false")
+	up := newUpstream(t)
+	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":2000,"lease":{"request":0}}`)
+	for i := 0; i < 4; i++ {
+		res := get(t, gw, "/api/v1/items", "X-Forwarded-For", "203.0.113.91")
+		if res.status != 200 {
+			t.Fatalf("request %d: %d %s", i+1, res.status, res.body)
+		}
+		if i >= 2 && up.last(t).Get("X-Tollgate-Decision") != "log_only" {
+			t.Fatalf("request %d reached the upstream as %q", i+1, up.last(t).Get("X-Tollgate-Decision"))
+		}
+	}
+}

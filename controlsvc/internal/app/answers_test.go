@@ -130,3 +130,20 @@ func TestHeaderPrefix(t *testing.T) {
 		}
 	}
 }
+
+// enabled = false turns refusing off without removing the filter: checks
+// are decided and counted as usual, and a denial is answered as a log-only
+// pass whose numbers say what would have happened.
+func TestDisabledRefusesNothing(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_ENABLED": "false"})
+	for i := 0; i < 3; i++ {
+		r := s.check(map[string]any{"user_id": "u", "endpoint": "/x"})
+		m := r.json(t)
+		if r.status != 200 || m["allowed"] != true || (i > 0) != (m["log_only"] == true) || (i > 0 && num(t, m, "remaining") != 0) {
+			t.Fatalf("check %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if got := metricValue(t, s, `tollgate_decisions_total{result="log_only",rule="tier_free",tier="free"}`); got != 2 {
+		t.Fatalf("%v log-only decisions, want the 2 that would have been denied", got)
+	}
+}

@@ -61,6 +61,9 @@ type Config struct {
 	MaxBatch int `toml:"max_batch"`
 	// HeaderPrefix starts the X-RateLimit fields' names.
 	HeaderPrefix string `toml:"header_prefix"`
+	// Enabled false turns refusing off: every check is decided and counted
+	// as usual, and a denial is answered as a log-only pass.
+	Enabled bool `toml:"enabled"`
 
 	Lease     Lease     `toml:"lease"`
 	Penalties Penalties `toml:"penalties"`

@@ -342,6 +342,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		}
 	}
 	resp, result := s.verdict(p, &c.target, rs)
+	if p.Disabled && !resp.Allowed {
+		// Rate limiting is off: the request passes as a log-only rule's
+		// would, its numbers saying what would have happened.
+		resp.Allowed, resp.LogOnly, resp.RetryAfter, result = true, true, 0, metrics.LogOnly
+	}
 	s.record(c, &resp, credited)
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered

@@ -17,11 +17,13 @@ type Settings struct {
 	MaxAdhocLimit int64
 	FailureMode   string
 	MaxBatch      int
+	// Disabled answers every denial as a log-only pass (enabled = false).
+	Disabled bool
 }
 
 // SettingsOf takes the decision's settings from a loaded configuration.
 func SettingsOf(cfg *config.Config) Settings {
-	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch}
+	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled}
 	if pc := cfg.Penalties; pc.Enabled {
 		s.Penalty = &limiter.Penalty{
 			Window:      time.Duration(pc.DetectionWindowSeconds) * time.Second,

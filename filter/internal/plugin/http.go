@@ -33,6 +33,9 @@ const (
 	decisionAllowed  = "allowed"
 	decisionDegraded = "degraded"
 	decisionExempt   = "exempt"
+	// decisionLogOnly: a rule would have refused the request but only logs
+	// (a log_only rule, or the service's enabled = false).
+	decisionLogOnly = "log_only"
 )
 
 // maxCalloutBody bounds what is read of the control service's answer.
@@ -602,6 +605,8 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 		p.m.degraded.Increment(1)
 	case d.RuleID == rules.IDExempt:
 		decision = decisionExempt
+	case d.LogOnly:
+		decision = decisionLogOnly
 	}
 	p.m.allowed.Increment(1)
 	h.allow(v, decision)
