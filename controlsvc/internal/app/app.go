@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,16 @@ func (a *App) Listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 	}
+	t, err := a.cfg.TLS()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("tls: %w", err)
+	}
+	if t != nil {
+		// The lean route and net/http both read the connection after its
+		// handshake; a client without the CA's certificate gets no further.
+		ln = tls.NewListener(ln, t)
+	}
 	a.ln = ln
 	return nil
 }
@@ -190,8 +201,9 @@ func (a *App) Reload() (err error) {
 	cfg, err := config.Load(a.cfgPath, a.lookup)
 	if err == nil {
 		if err = a.applyLocked(cfg, a.runtime); err == nil {
-			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMs != a.cfg.RedisTimeoutMs {
-				a.log.Warn("listen and redis settings changed; they take effect on restart")
+			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMs != a.cfg.RedisTimeoutMs ||
+				cfg.TLSCertFile != a.cfg.TLSCertFile || cfg.TLSKeyFile != a.cfg.TLSKeyFile || cfg.TLSClientCAFile != a.cfg.TLSClientCAFile {
+				a.log.Warn("listen, tls and redis settings changed; they take effect on restart")
 			}
 			a.metrics.ConfigReloads.WithLabelValues("success").Inc()
 			a.log.Info("config reloaded", "version", a.svc.Policy().Version(), "tiers", len(cfg.Tiers), "rules", len(cfg.Rules))

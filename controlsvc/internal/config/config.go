@@ -5,6 +5,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
@@ -61,6 +63,12 @@ type Config struct {
 	MaxBatch int `toml:"max_batch"`
 	// HeaderPrefix starts the X-RateLimit fields' names.
 	HeaderPrefix string `toml:"header_prefix"`
+	// TLS on the listener: a certificate and its key (PEM files), and a CA
+	// bundle whose certificates the clients (the filter's Envoy cluster)
+	// must present one of (mutual TLS). All empty: plain HTTP.
+	TLSCertFile     string `toml:"tls_cert_file"`
+	TLSKeyFile      string `toml:"tls_key_file"`
+	TLSClientCAFile string `toml:"tls_client_ca_file"`
 	// Enabled false turns refusing off: every check is decided and counted
 	// as usual, and a denial is answered as a log-only pass.
 	Enabled bool `toml:"enabled"`
@@ -179,7 +187,7 @@ func decode(data []byte, cfg *Config) error {
 // bad one: the declared settings' bounds, then each section, then the rule
 // model.
 func (c *Config) Validate() error {
-	for _, validate := range []func() error{c.validateSettings, c.validateTokens, c.Penalties.validate, c.Spec.Validate} {
+	for _, validate := range []func() error{c.validateSettings, c.validateTokens, c.validateTLS, c.Penalties.validate, c.Spec.Validate} {
 		if err := validate(); err != nil {
 			return err
 		}
@@ -257,6 +265,47 @@ func (c *Config) validateTokens() error {
 			"anyone who reaches the decision API could otherwise spend other callers' quota", c.Listen)
 	}
 	return nil
+}
+
+// validateTLS checks that the TLS files come as a usable set and load.
+func (c *Config) validateTLS() error {
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fielderr.New("tls_key_file", "tls_cert_file and tls_key_file go together")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		return fielderr.New("tls_client_ca_file", "needs tls_cert_file and tls_key_file: client certificates are verified over TLS")
+	}
+	if c.TLSCertFile == "" {
+		return nil
+	}
+	_, err := c.TLS()
+	return err
+}
+
+// TLS is the listener's TLS configuration, or nil for plain HTTP: TLS 1.2
+// at least, and with a client CA every client must present a certificate
+// it signed.
+func (c *Config) TLS() (*tls.Config, error) {
+	if c.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fielderr.New("tls_cert_file", "%v", err)
+	}
+	t := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.TLSClientCAFile != "" {
+		pem, err := os.ReadFile(c.TLSClientCAFile)
+		if err != nil {
+			return nil, fielderr.New("tls_client_ca_file", "%v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fielderr.New("tls_client_ca_file", "holds no PEM certificate")
+		}
+		t.ClientCAs, t.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return t, nil
 }
 
 // checkToken never quotes the token: errors reach logs.

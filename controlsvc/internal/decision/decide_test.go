@@ -145,20 +145,20 @@ func TestRuleSelection(t *testing.T) {
 		{"no rule: the caller's tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium"}, []string{"tier_premium.total", "tier_premium"}},
 		{"unknown tier: the default tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "gold"}, []string{"tier_free.total", "tier_free"}},
 		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free.total", "tier_free_ep0"}},
-		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"ceiling", "uploads_big", "tier_free.total", "tier_free"}},
-		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"ceiling", "uploads", "tier_free.total", "tier_free"}},
-		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"ceiling", "uploads_delete", "tier_free.total", "tier_free"}},
-		{"HEAD counts under a GET rule, which replaces the tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "HEAD"}, []string{"exports"}},
+		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"uploads_big", "tier_free.total", "tier_free", "ceiling"}},
+		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"uploads", "tier_free.total", "tier_free", "ceiling"}},
+		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"uploads_delete", "tier_free.total", "tier_free", "ceiling"}},
+		{"HEAD counts under a GET rule, which replaces the tier (its total still counts)", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "HEAD"}, []string{"exports", "tier_free.total"}},
 		{"POST is not under a GET rule", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "POST"}, []string{"tier_free.total", "tier_free"}},
-		{"user scope skips an address caller", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/api/v1/uploads/small"}, []string{"ceiling", "tier_free.total", "tier_free"}},
-		{"tenant scope with a tenant", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports", Tenant: "acme"}, []string{"tenant_reports", "tier_free.total", "tier_free"}},
+		{"user scope skips an address caller", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/api/v1/uploads/small"}, []string{"tier_free.total", "tier_free", "ceiling"}},
+		{"tenant scope with a tenant", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports", Tenant: "acme"}, []string{"tier_free.total", "tier_free", "tenant_reports"}},
 		{"tenant scope without one", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/reports"}, []string{"tier_free.total", "tier_free"}},
 		{"a disabled rule matches nothing", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items"}, []string{"tier_free.total", "tier_free"}},
-		{"paths are normalised before matching", wire.CheckRequest{UserID: "alice", Endpoint: "/api//v1/./uploads/%62ig;x?y", Method: "POST"}, []string{"ceiling", "uploads_big", "tier_free.total", "tier_free"}},
+		{"paths are normalised before matching", wire.CheckRequest{UserID: "alice", Endpoint: "/api//v1/./uploads/%62ig;x?y", Method: "POST"}, []string{"uploads_big", "tier_free.total", "tier_free", "ceiling"}},
 		{"exempt address", wire.CheckRequest{UserID: "ip:10.9.3.4", Endpoint: "/auth/login", Method: "POST"}, nil},
 		{"exempt user", wire.CheckRequest{UserID: "ops", Endpoint: "/api/v1/uploads/big"}, nil},
 		{"the check's own limit", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Limit: &limit}, []string{"request"}},
-		{"a key caller: its user and its address", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/uploads/big", APIKey: rawKey, Method: "POST"}, []string{"ceiling", "uploads_big", "tier_premium.total", "tier_premium"}},
+		{"a key caller: its user and its address", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/uploads/big", APIKey: rawKey, Method: "POST"}, []string{"uploads_big", "tier_premium.total", "tier_premium", "ceiling"}},
 		{"a key caller's address counts for ip rules", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/auth/login", APIKey: rawKey, Method: "POST"}, []string{"login", "tier_premium.total", "tier_premium"}},
 		{"a key caller gets its key's tier", wire.CheckRequest{UserID: "ip:192.0.2.9", Endpoint: "/api/v1/items", APIKey: rawKey}, []string{"tier_premium.total", "tier_premium"}},
 		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login", "tier_free.total", "tier_free"}},
@@ -541,5 +541,61 @@ window_seconds = 60
 	}
 	if resp, _ := f.check(t, wire.CheckRequest{UserID: "d", Endpoint: "/api/v1/hot/1"}); resp.Allowed {
 		t.Fatal("a caller's reset deleted the path's shared counter")
+	}
+}
+
+// Found by an outsider's attack on a running stack: a request its own
+// limits refuse spent a counter every caller shares (a global rule was
+// asked first), so one client past its limit emptied the global limit for
+// everyone; and a per-path identity rule lifted the tier's total, so
+// walking paths under it was unbounded (admissions and Redis keys).
+func TestOwnLimitsComeBeforeSharedOnes(t *testing.T) {
+	f := newFixture(t, model+`
+[[rules]]
+id = "shared_cap"
+path = "/api/v1/shared"
+scope = "global"
+algorithm = "fixed_window"
+limit = 20
+window_seconds = 60
+
+[[rules]]
+id = "export_per_path"
+path = "/api/v1/export/**"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 60
+per_endpoint = true
+`, nil)
+	for i := 0; i < 30; i++ {
+		f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.66", Endpoint: "/api/v1/shared"})
+	}
+	victims := 0
+	for i := 0; i < 20; i++ {
+		if resp, _ := f.check(t, wire.CheckRequest{UserID: fmt.Sprintf("ip:198.51.100.%d", i), Endpoint: "/api/v1/shared"}); resp.Allowed {
+			victims++
+		}
+	}
+	if victims != 15 {
+		t.Fatalf("after one client's 30 requests (5 admitted by its tier), %d of 20 others got through the shared 20; want 15", victims)
+	}
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		if resp, _ := f.check(t, wire.CheckRequest{UserID: "walker", Endpoint: fmt.Sprintf("/api/v1/export/%d", i)}); resp.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 50 {
+		t.Fatalf("walking 100 paths under a per-path identity rule admitted %d; the tier's total is 50", admitted)
+	}
+	keys := 0
+	for k := range f.counters.used {
+		if strings.Contains(k, "export_per_path") {
+			keys++
+		}
+	}
+	if keys != 50 {
+		t.Fatalf("%d per-path counters for 50 admitted requests", keys)
 	}
 }

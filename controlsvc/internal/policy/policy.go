@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -195,27 +196,50 @@ func (p *Policy) Exempt(id identity.ID, name string) bool {
 // Match appends to dst the rules that apply to req: the configured rules'
 // winners, one per scope, and the caller's tier. The tier always applies
 // unless a rejecting rule of its own scope (identity) matched: such a rule
-// replaces it for that request, explicitly. Rules of other scopes (a
-// per-address login limit, a per-user ceiling) count beside the tier and
-// never lift it, and a log-only rule replaces nothing. The tier's total,
-// for a per-endpoint tier, counts beside its per-path limit, so walking
-// distinct paths never escapes the tier.
+// replaces the tier's limit for that request, explicitly. Rules of other
+// scopes (a per-address login limit, a per-user ceiling) count beside the
+// tier and never lift it, and a log-only rule replaces nothing. The tier's
+// total, for a per-endpoint tier, always counts, even where a rule
+// replaced the tier's limit, so walking distinct paths never escapes it.
+//
+// The rules come in the order they are asked (decide stops at the first
+// refusal): the caller's own counters before counters everyone shares, so
+// a request the caller's own limits refuse never spends a global, endpoint
+// or tenant counter (one client past its limit could otherwise empty a
+// limit every caller shares); and among each, a counter across paths
+// before a counter per path, so a refused request creates no per-path key
+// (what one caller makes Redis hold stays bounded by its total).
 func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 	n := len(dst)
 	dst = p.rules.Match(dst, req)
+	replaced := false
 	for _, r := range dst[n:] {
 		if r.Scope == rules.ScopeIdentity && r.Action != rules.ActionLogOnly {
-			return dst
+			replaced = true
 		}
 	}
-	// The total comes first: a caller past it is refused before a path's
-	// counter is created (decide stops at the first refusal), so what one
-	// caller can make Redis hold is bounded by its total.
 	t := p.tiers[req.Tier]
 	if t.total != nil {
 		dst = append(dst, t.total)
 	}
-	return t.set.Match(dst, req)
+	if !replaced {
+		dst = t.set.Match(dst, req)
+	}
+	slices.SortStableFunc(dst[n:], func(a, b *rules.Rule) int { return cmp.Compare(askOrder(a), askOrder(b)) })
+	return dst
+}
+
+// askOrder ranks a rule for asking: the caller's own counters first, across
+// paths before per path, then shared ones.
+func askOrder(r *rules.Rule) int {
+	o := 0
+	if r.Scope.Shared() {
+		o += 2
+	}
+	if r.CountsPerEndpoint() {
+		o++
+	}
+	return o
 }
 
 // Endpoint normalises a request's path (shared/paths, as the filter does),
