@@ -116,7 +116,11 @@ func TestHostileRequestsThroughTheGateway(t *testing.T) {
 	// Paths the normaliser refuses, sent raw (a Go client would not). An
 	// escaped control character would be a fresh counter for a spelling that
 	// an upstream may cut short ("%00") or strip ("%0A").
-	for _, path := range []string{"/api/v1/%zzitems", "/api/v1/items%00", "/api/v1/items%0A", "/api/v1/items%0d%0aX-Evil:%201"} {
+	// A raw fragment ('#') is refused as Envoy refuses it: counted with the
+	// '#' escaped, it got a counter of its own while the upstream served the
+	// path without it (an outsider's attack got 50 logins a minute, not 5).
+	for _, path := range []string{"/api/v1/%zzitems", "/api/v1/items%00", "/api/v1/items%0A", "/api/v1/items%0d%0aX-Evil:%201",
+		"/api/v1/items#x", "/api/v1/items#"} {
 		t.Run("refused path "+path, func(t *testing.T) {
 			before := countersExcept(t, r.Addr, attacker)
 			seen := up.count()

@@ -169,6 +169,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestHeaderFieldsTooLarge, "INVALID_INPUT", "too many request headers")
 		return
 	}
+	if strings.ContainsRune(r.RequestURI, '#') {
+		// Envoy refuses a request target with a fragment (400). Passed on,
+		// the filter would count the path with its '#' escaped while an
+		// upstream that drops the fragment serves the path without it.
+		writeError(w, http.StatusBadRequest, "INVALID_INPUT", "a request target carries no fragment ('#')")
+		return
+	}
 	if len(r.Header.Values("Upgrade")) > 0 {
 		// Envoy refuses an upgrade (WebSocket, h2c...) its connection
 		// manager has no upgrade_configs for; proxied, the upgraded
