@@ -25,6 +25,8 @@ type TierBody struct {
 	TotalLimit    int64            `json:"total_limit"`
 	Endpoints     map[string]int64 `json:"endpoints"`
 	Description   string           `json:"description"`
+	// RequireAPIKey refuses callers of the tier without an API key.
+	RequireAPIKey bool `json:"require_api_key"`
 }
 
 // TierView is a tier as the admin API shows it; a tier of the config file is
@@ -71,7 +73,7 @@ func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (Ti
 	}
 	t := ruleset.Tier{Tier: policy.Tier{ID: id, Name: body.Name, Limit: body.Limit, WindowSeconds: body.WindowSeconds,
 		Algorithm: rules.Algorithm(body.Algorithm), Burst: body.Burst, PerEndpoint: body.PerEndpoint, TotalLimit: body.TotalLimit, Endpoints: body.Endpoints,
-		Description: body.Description}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
+		Description: body.Description, RequireAPIKey: body.RequireAPIKey}, UpdatedAt: s.now().UTC().Truncate(time.Second)}
 	var before any
 	err = s.storeChange(ctx, func(snap ruleset.Snapshot) error {
 		before = nil

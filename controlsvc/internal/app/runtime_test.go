@@ -513,3 +513,15 @@ func TestRuntimeEntryThatNoLongerFitsIsLeftOutAlone(t *testing.T) {
 		t.Fatalf("tollgate_runtime_entries_left_out = %v after the fix; want 0", n)
 	}
 }
+
+// A runtime tier can require an API key, as a file tier can (the admin API
+// refused require_api_key as an unknown field).
+func TestRuntimeTierRequiresAKey(t *testing.T) {
+	s := startService(t, "", nil)
+	if r := s.admin("PUT", "/admin/v1/tiers/3", map[string]any{"name": "partner", "limit": 5, "window_seconds": 60, "require_api_key": true}); r.status != 200 || r.json(t)["require_api_key"] != true {
+		t.Fatalf("put tier: %d %s", r.status, r.body)
+	}
+	if r := s.check(map[string]any{"user_id": "user:p", "endpoint": "/x", "tier": "partner"}); r.status != 401 || r.errorCode(t) != "MISSING_API_KEY" {
+		t.Fatalf("a keyless caller of the tier: %d %s", r.status, r.body)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,8 +117,11 @@ func (s *Server) adminRoutes() {
 		return s.admin.CreateKey(ctx(c), req)
 	})))
 	e.GET("/admin/v1/api-keys", operator(readRoute(func(c echo.Context) (admin.KeyList, error) {
-		q := c.QueryParams()
-		return s.admin.Keys(ctx(c), q.Get("user_id"), q.Get("status"), q.Get("cursor"), q.Get("limit"))
+		q, err := strictQuery(c, "user_id", "status", "cursor", "limit")
+		if err != nil {
+			return admin.KeyList{}, err
+		}
+		return s.admin.Keys(ctx(c), q["user_id"], q["status"], q["cursor"], q["limit"])
 	})))
 	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
 	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
@@ -128,7 +132,11 @@ func (s *Server) adminRoutes() {
 		return s.admin.CreateRule(ctx(c), req)
 	})))
 	e.GET(rulesPath, operator(readRoute(func(c echo.Context) (admin.RuleList, error) {
-		return s.admin.Rules(ctx(c), c.QueryParam("tier_id"))
+		q, err := strictQuery(c, "tier_id")
+		if err != nil {
+			return admin.RuleList{}, err
+		}
+		return s.admin.Rules(ctx(c), q["tier_id"])
 	})))
 	e.GET(rulesPath+"/:id", operator(idRoute(s.admin.Rule)))
 	e.PUT(rulesPath+"/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
@@ -149,11 +157,18 @@ func (s *Server) adminRoutes() {
 		if err != nil {
 			return admin.UsageView{}, apierr.Invalid("identity", "is not a valid path segment")
 		}
-		return s.admin.Usage(ctx(c), who, c.QueryParam("window"))
+		q, err := strictQuery(c, "window")
+		if err != nil {
+			return admin.UsageView{}, err
+		}
+		return s.admin.Usage(ctx(c), who, q["window"])
 	})))
 	e.GET("/admin/v1/audit", operator(readRoute(func(c echo.Context) (admin.AuditPage, error) {
-		q := c.QueryParams()
-		return s.admin.Audit(ctx(c), q.Get("type"), q.Get("since"), q.Get("limit"))
+		q, err := strictQuery(c, "type", "since", "limit")
+		if err != nil {
+			return admin.AuditPage{}, err
+		}
+		return s.admin.Audit(ctx(c), q["type"], q["since"], q["limit"])
 	})))
 }
 
@@ -277,6 +292,23 @@ func (s *Server) status(c echo.Context) error {
 // statusQuery reads the status route's query into req. A parameter it does
 // not know, or one given twice, is refused rather than ignored: a status
 // that silently answered for another counter would mislead.
+// strictQuery reads an admin route's query as strictly as its bodies are
+// read: a parameter given twice ("?type=admin&type=violation" was read as
+// the first) or one the route does not take is refused, naming it.
+func strictQuery(c echo.Context, names ...string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	for name, vs := range c.QueryParams() {
+		switch {
+		case !slices.Contains(names, name):
+			return nil, apierr.Invalid(fmt.Sprintf("%.64s", name), "is not a query parameter of this route")
+		case len(vs) > 1:
+			return nil, apierr.Invalid(name, "is given more than once")
+		}
+		out[name] = vs[0]
+	}
+	return out, nil
+}
+
 func statusQuery(q url.Values, req *wire.StatusRequest) error {
 	for name, vs := range q {
 		if len(vs) > 1 {
