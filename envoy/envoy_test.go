@@ -22,6 +22,7 @@ import (
 	// Typed configs the bootstraps use, registered for Any resolution.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 )
@@ -76,6 +77,7 @@ func TestBootstraps(t *testing.T) {
 	}{
 		{"envoy.yaml", []string{"envoy.filters.http.wasm", "envoy.filters.http.router"}, false},
 		{"envoy-jwt.yaml", []string{"envoy.filters.http.jwt_authn", "envoy.filters.http.wasm", "envoy.filters.http.router"}, true},
+		{"envoy-mtls.yaml", []string{"envoy.filters.http.wasm", "envoy.filters.http.router"}, false},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
 			b := load(t, tt.file)
@@ -246,4 +248,37 @@ func TestValidationCatchesMistakes(t *testing.T) {
 	if b.ValidateAll() == nil {
 		t.Error("a cluster without a name validated")
 	}
+}
+
+// envoy-mtls.yaml reaches the control service over mutual TLS: the
+// controlsvc cluster presents a client certificate and verifies the
+// service's against a CA and a name, at TLS 1.2 or later.
+func TestControlServiceOverMutualTLS(t *testing.T) {
+	b := load(t, "envoy-mtls.yaml")
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() != "controlsvc" {
+			continue
+		}
+		ts := c.GetTransportSocket()
+		if ts == nil {
+			t.Fatal("the controlsvc cluster has no transport socket")
+		}
+		tc, ok := validateAny(t, ts.GetName(), ts.GetTypedConfig()).(*tlsv3.UpstreamTlsContext)
+		if !ok {
+			t.Fatalf("transport socket %s is not an UpstreamTlsContext", ts.GetName())
+		}
+		ctx := tc.GetCommonTlsContext()
+		if len(ctx.GetTlsCertificates()) != 1 || ctx.GetTlsCertificates()[0].GetCertificateChain().GetFilename() == "" {
+			t.Fatal("no client certificate")
+		}
+		vc := ctx.GetValidationContext()
+		if vc.GetTrustedCa().GetFilename() == "" || len(vc.GetMatchTypedSubjectAltNames()) == 0 {
+			t.Fatal("the service's certificate is not verified against a CA and a name")
+		}
+		if ctx.GetTlsParams().GetTlsMinimumProtocolVersion() < tlsv3.TlsParameters_TLSv1_2 {
+			t.Fatal("TLS below 1.2 is allowed")
+		}
+		return
+	}
+	t.Fatal("no controlsvc cluster")
 }

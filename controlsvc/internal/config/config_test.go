@@ -120,6 +120,9 @@ func TestInvalidNamesTheField(t *testing.T) {
 		want       string
 	}{
 		{"bad failure mode", `failure_mode = "maybe"`, nil, "failure_mode:"},
+		{"tls certificate without its key", `tls_cert_file = "/nonexistent/cert.pem"`, nil, "tls_key_file:"},
+		{"client CA without a certificate", `tls_client_ca_file = "/nonexistent/ca.pem"`, nil, "tls_client_ca_file:"},
+		{"tls files that do not load", "tls_cert_file = \"/nonexistent/cert.pem\"\ntls_key_file = \"/nonexistent/key.pem\"", nil, "tls_cert_file:"},
 		{"unknown key", `lisen = "x"`, nil, "unknown setting lisen"},
 		{"unknown nested key", "[lease]\nfractoin = 1", nil, "unknown setting lease.fractoin"},
 		{"wrong type", `listen = 5`, nil, "listen"},
