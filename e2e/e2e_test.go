@@ -81,6 +81,9 @@ type control struct {
 	done chan struct{}
 	log  *bytes.Buffer
 	mu   sync.Mutex
+	// health is how readiness is read: plain HTTP unless the service
+	// speaks TLS (set before start).
+	health func(addr string) (*http.Response, error)
 }
 
 func freeAddr(t *testing.T) string {
@@ -101,6 +104,13 @@ func startControl(t *testing.T, redisAddr, config string) *control {
 // startControlEnv is startControl with more TOLLGATE_* variables ("K=V").
 func startControlEnv(t *testing.T, redisAddr, config string, env ...string) *control {
 	t.Helper()
+	return startControlWith(t, redisAddr, config, nil, env...)
+}
+
+// startControlWith is startControlEnv reading readiness with health (nil:
+// plain HTTP).
+func startControlWith(t *testing.T, redisAddr, config string, health func(addr string) (*http.Response, error), env ...string) *control {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "tollgate.toml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -108,7 +118,7 @@ func startControlEnv(t *testing.T, redisAddr, config string, env ...string) *con
 	c := &control{t: t, addr: freeAddr(t), env: []string{
 		"TOLLGATE_REDIS_URL=redis://" + redisAddr + "/0", "TOLLGATE_ADMIN_TOKEN=" + adminToken, "TOLLGATE_CONFIG=" + path,
 		"TOLLGATE_DECISION_TOKEN=" + decisionToken,
-	}}
+	}, health: health}
 	c.env = append(c.env, env...)
 	c.start()
 	t.Cleanup(c.kill)
@@ -135,7 +145,11 @@ func (c *control) start() {
 			c.t.Fatalf("controlsvc exited: %s", c.log)
 		default:
 		}
-		if resp, err := http.Get("http://" + c.addr + "/health"); err == nil {
+		get := c.health
+		if get == nil {
+			get = func(addr string) (*http.Response, error) { return http.Get("http://" + addr + "/health") }
+		}
+		if resp, err := get(c.addr); err == nil {
 			resp.Body.Close()
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,7 +51,11 @@ type Config struct {
 	// that many from the right (before the gateway appends its peer), or the
 	// peer itself when 0. Whatever it is, the peer is appended.
 	XFFTrustedHops int
-	Log            *slog.Logger
+	// ClusterTLS, when set, is how callouts to https clusters verify the
+	// service and present a client certificate (Envoy: the cluster's
+	// transport_socket).
+	ClusterTLS *tls.Config
+	Log        *slog.Logger
 	// CompilationCache, when set, is shared by gateways of one process
 	// (tests): the module compiles once.
 	CompilationCache wazero.CompilationCache
@@ -84,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.VMs < 1 {
 		cfg.VMs = 1
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Log, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	g := &Gateway{cfg: cfg, log: cfg.Log, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, TLSClientConfig: cfg.ClusterTLS}}}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)

@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,6 +61,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	hops := fs.Int("xff-trusted-hops", 0, "trusted proxies in front of the gateway, each appending to X-Forwarded-For\n"+
 		"(as Envoy's xff_num_trusted_hops with use_remote_address: true); 0 trusts only the peer address")
+	clusterCA := fs.String("cluster-ca", "", "PEM CA that https clusters' certificates must chain to")
+	clusterCert := fs.String("cluster-cert", "", "PEM client certificate callouts present (with -cluster-key)")
+	clusterKey := fs.String("cluster-key", "", "PEM private key of -cluster-cert")
 	cl := clusters{}
 	fs.Var(cl, "cluster", "NAME=URL of a cluster the filter may call (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +82,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("-xff-trusted-hops %d: must be in 0..%d", *hops, identity.MaxTrustedHops)
 	}
 	cfg := gateway.Config{Upstream: up, Clusters: cl, VMs: *vms, NoFilter: *noFilter, Log: log, XFFTrustedHops: *hops}
+	if cfg.ClusterTLS, err = clusterTLS(*clusterCA, *clusterCert, *clusterKey); err != nil {
+		return err
+	}
 	if !*noFilter {
 		if cfg.Wasm, err = os.ReadFile(*wasmPath); err != nil {
 			return fmt.Errorf("read -wasm: %w", err)
@@ -115,4 +123,35 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// clusterTLS is the TLS of callouts to https clusters: a CA to verify the
+// service with, and a client certificate for a service that asks for one
+// (mutual TLS). nil with no flag set: the system's roots, no certificate.
+func clusterTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("-cluster-cert and -cluster-key go together")
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-cluster-ca: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-cluster-ca: no PEM certificate in %s", caFile)
+		}
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("-cluster-cert: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
 }
