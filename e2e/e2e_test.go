@@ -435,18 +435,19 @@ func TestControlServiceDownFailClosed(t *testing.T) {
 	}
 }
 
-// Usage counts the requests admitted through the filter with leases on: a
-// lease counts when granted, so when the leased tokens are spent, usage is
-// exactly the requests made (here five callouts: the first brings no lease,
-// since a lease over the path's counter and the tier's total starts on the
-// path's second call; the other four each bring a lease of four that the
-// next four requests spend locally).
+// Usage counts the requests admitted through the filter with leases on,
+// never tokens leased: each callout counts itself and reports the lease
+// tokens its bucket spent since the last one (here six callouts: the first
+// brings no lease, since a lease over the path's counter and the tier's
+// total starts on the path's second call; the others each bring a lease of
+// four that the next four requests spend locally, reported by the next
+// callout; the last lease is unspent and counts nothing).
 func TestUsageMatchesRequestsThroughLeases(t *testing.T) {
 	r := redistest.Start(t)
 	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 1000\nwindow_seconds = 60\n", "TOLLGATE_LEASE_TTL_MS=60000")
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":500,"lease":{"request":4}}`)
-	const n = 21
+	const n = 22
 	for i := 0; i < n; i++ {
 		if res := get(t, gw, "/api/v1/items", "X-Forwarded-For", "203.0.113.77"); res.status != 200 {
 			t.Fatalf("request %d: %d %s", i, res.status, res.body)
@@ -455,14 +456,14 @@ func TestUsageMatchesRequestsThroughLeases(t *testing.T) {
 	if up.count() != n {
 		t.Fatalf("upstream saw %d requests", up.count())
 	}
-	// Leases were in play: four callouts brought four tokens each.
+	// Leases were in play: five callouts brought four tokens each.
 	resp, err := http.Get("http://" + ctl.addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), "tollgate_lease_tokens_granted_total 16\n") {
+	if !strings.Contains(string(metrics), "tollgate_lease_tokens_granted_total 20\n") {
 		t.Fatalf("leases granted: %s", grepLine(string(metrics), "tollgate_lease_tokens_granted_total"))
 	}
 	// The service writes usage every second: read until the last write is

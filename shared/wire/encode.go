@@ -128,7 +128,7 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	for _, f := range [...]struct {
 		key string
 		n   int64
-	}{{`,"cost":`, r.Cost}, {`,"lease":`, r.Lease}, {`,"returned":`, r.Returned}} {
+	}{{`,"cost":`, r.Cost}, {`,"lease":`, r.Lease}, {`,"returned":`, r.Returned}, {`,"spent":`, r.Spent}} {
 		if f.n != 0 {
 			b = appendInt(b, f.key, f.n)
 		}

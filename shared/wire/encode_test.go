@@ -53,7 +53,7 @@ func FuzzAppendCheckRequest(f *testing.F) {
 	f.Add("", "", "", "gcra", int64(-5), true, "", "", "", int64(7), int64(0), int64(0), "\xff\x00\u2028")
 	f.Fuzz(func(t *testing.T, user, endpoint, method, strategy string, limit int64, hasLimit bool, tier, tenant, key string, cost, lease, returned int64, address string) {
 		r := CheckRequest{UserID: user, Endpoint: endpoint, Method: method, Strategy: strategy, Tier: tier, Tenant: tenant, APIKey: key,
-			Cost: cost, Lease: lease, Returned: returned, ClientAddress: address, MethodOverride: strategy + method}
+			Cost: cost, Lease: lease, Returned: returned, Spent: returned ^ lease, ClientAddress: address, MethodOverride: strategy + method}
 		if hasLimit {
 			r.Limit, r.WindowSeconds = &limit, &cost
 		}

@@ -40,6 +40,9 @@ type CheckRequest struct {
 	Lease int64 `json:"lease,omitempty"`
 	// Returned hands back unused tokens of an earlier lease for the same bucket.
 	Returned int64 `json:"returned,omitempty"`
+	// Spent reports the lease tokens of this bucket the caller spent locally
+	// since its last check: usage counts requests made, not tokens leased.
+	Spent int64 `json:"spent,omitempty"`
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`

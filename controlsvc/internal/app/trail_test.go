@@ -19,12 +19,13 @@ func TestUsageAndAudit(t *testing.T) {
 		map[string]string{"TOLLGATE_ADMIN_TOKEN": "ops:" + adminToken, "TOLLGATE_LEASE_FRACTION": "0.5", "TOLLGATE_LEASE_MAX": "10"})
 	created := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "u1", "tier": "free"})
 	raw, keyID := created.json(t)["api_key"].(string), created.json(t)["key_id"].(string)
-	// Plain checks, a check taking a lease (the filter spends the granted
-	// tokens: they count), checks giving a token back (it does not, up to
-	// what is still leased: a claim beyond that gives nothing back and takes
-	// nothing off), and denials (violations).
+	// Plain checks, checks taking a lease, checks giving tokens back (up to
+	// what is still leased: a claim beyond that gives nothing back), checks
+	// reporting lease tokens the filter spent (requests made, counted
+	// whether the check itself passes), and denials (violations). Usage
+	// counts requests made, never tokens leased.
 	var want, denied, leased, gaveBack, overclaimed int64
-	for _, extra := range []map[string]any{{"lease": 10}, {"lease": 10}, {"returned": 1}, {}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1}} {
+	for _, extra := range []map[string]any{{"lease": 10}, {"lease": 10}, {"returned": 1}, {"spent": 3}, {"returned": 1}, {"returned": 1}, {"returned": 1}, {"returned": 1, "spent": 2}} {
 		body := map[string]any{"user_id": "ip:192.0.2.1", "endpoint": "/x", "api_key": raw}
 		for k, v := range extra {
 			body[k] = v
@@ -36,13 +37,13 @@ func TestUsageAndAudit(t *testing.T) {
 		leased -= credited
 		gaveBack += credited
 		overclaimed += int64(returned) - credited
+		spent, _ := extra["spent"].(int)
+		want += int64(spent) // reported spent lease tokens are requests made, admitted or not
 		switch r.status {
 		case 200:
-			granted := int64(m["lease"].(map[string]any)["granted"].(float64))
-			leased += granted
-			want += 1 + granted - credited
+			leased += int64(m["lease"].(map[string]any)["granted"].(float64))
+			want++ // a lease granted is no request until its tokens are reported spent
 		case 429:
-			want -= credited
 			denied++
 		default:
 			t.Fatalf("check: %d %s", r.status, r.body)

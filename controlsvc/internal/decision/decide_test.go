@@ -405,6 +405,7 @@ func TestUntrustedFieldsTouchNothing(t *testing.T) {
 		{UserID: "alice", Endpoint: "/x", Cost: 2},
 		{UserID: "alice", Endpoint: "/x", Lease: 1},
 		{UserID: "alice", Endpoint: "/x", Returned: 1},
+		{UserID: "alice", Endpoint: "/x", Spent: 5},
 		{UserID: "alice", Endpoint: "/x", ClientAddress: "192.0.2.1"},
 		{UserID: "key:k_1", Endpoint: "/x"},
 	} {
@@ -597,5 +598,26 @@ per_endpoint = true
 	}
 	if keys != 50 {
 		t.Fatalf("%d per-path counters for 50 admitted requests", keys)
+	}
+}
+
+// Usage counts requests made: a check's cost when admitted, and the lease
+// tokens the filter reports spending, admitted or not; a lease granted is
+// not counted until its tokens are reported spent.
+func TestUsageCountsRequestsNotLeases(t *testing.T) {
+	f := newFixture(t, model, func(c *config.Config) { c.Lease.Fraction, c.Lease.Max = 0.5, 10 })
+	req := wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium", Lease: 10}
+	f.check(t, req) // a path's first call leases nothing (two counters)
+	resp, _ := f.check(t, req)
+	if resp.Lease.Granted == 0 {
+		t.Fatal("no lease to test with")
+	}
+	if got := f.usage.requests["user:alice"]; got != 2 {
+		t.Fatalf("usage %d after two checks and a lease of %d, want 2", got, resp.Lease.Granted)
+	}
+	req.Spent = 4 // the filter spent four of the lease's tokens
+	f.check(t, req)
+	if got := f.usage.requests["user:alice"]; got != 7 {
+		t.Fatalf("usage %d after a third check reporting 4 spent, want 7", got)
 	}
 }

@@ -30,7 +30,7 @@ const (
 type subject struct {
 	userID, endpoint, method, tier, tenant string
 	methodOverride                         string
-	cost, lease, returned                  int64
+	cost, lease, returned, spent           int64
 	address                                string // client_address
 }
 
@@ -81,6 +81,7 @@ type caller struct {
 	cost     int64
 	lease    int64
 	returned int64
+	spent    int64       // lease tokens the filter reports spending since its last check
 	adhoc    *rules.Rule // the check's own limit, if it gave one
 	// refused: the request is answered with its key's refusal whatever the
 	// rules say, so it is counted but never recorded as admitted usage.
@@ -164,6 +165,8 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("lease")
 	case in.returned != 0:
 		return apierr.Forbidden("returned")
+	case in.spent != 0:
+		return apierr.Forbidden("spent")
 	case in.address != "":
 		// Would spend another address's per-address quota.
 		return apierr.Forbidden("client_address")
@@ -176,7 +179,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, tier: req.Tier, tenant: req.Tenant,
-		cost: req.Cost, lease: req.Lease, returned: req.Returned, address: req.ClientAddress}, trust)
+		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -188,13 +191,15 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		return nil, apierr.Invalid("lease", "must be >= 0")
 	case req.Returned < 0 || req.Returned > MaxReturned:
 		return nil, apierr.Invalid("returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
+	case req.Spent < 0 || req.Spent > MaxReturned:
+		return nil, apierr.Invalid("spent", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	}
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
 	if p.Lease.Fraction == 0 {
 		c.lease = 0
 	}
-	c.returned = req.Returned
+	c.returned, c.spent = req.Returned, req.Spent
 	r, aerr := p.ownLimit(req.Strategy, req.Limit, req.WindowSeconds)
 	if aerr != nil {
 		return nil, aerr

@@ -270,8 +270,9 @@ func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *ap
 	if c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value {
 		return wire.CheckResponse{}, refusal
 	}
-	// The lease and its refund belong to the key's bucket, not this one.
-	c.lease, c.returned, c.refused = 0, 0, true
+	// The lease, its refund and its report belong to the key's bucket, not
+	// this one.
+	c.lease, c.returned, c.spent, c.refused = 0, 0, 0, true
 	if resp, err := s.decide(ctx, p, c); err == nil && !resp.Allowed {
 		return resp, nil
 	}
@@ -283,7 +284,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	if p.Exempt(c.id, c.name) {
 		if !c.refused {
 			s.m.Decided(metrics.Exempt, c.tier, rules.IDExempt)
-			s.usage.Record(c.name, s.now(), c.cost+c.lease-c.returned, nil)
+			s.usage.Record(c.name, s.now(), c.cost+c.spent, nil)
 		}
 		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier,
 			Lease: wire.Lease{Granted: c.lease, TTLMs: p.Lease.TTLMs}}, nil
@@ -332,10 +333,8 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			}
 		}
 	}
-	credited := rs[0].res.Credited
 	for i := range rs {
 		a := &rs[i]
-		credited = min(credited, a.res.Credited)
 		if excess := a.res.Granted - want; excess > 0 {
 			s.giveBack(ctx, a.req, excess)
 			a.res.Granted = want
@@ -347,7 +346,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// would, its numbers saying what would have happened.
 		resp.Allowed, resp.LogOnly, resp.RetryAfter, result = true, true, 0, metrics.LogOnly
 	}
-	s.record(c, &resp, credited)
+	s.record(c, &resp)
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered
 		// with the refusal: it is no allowed decision.
@@ -373,20 +372,20 @@ func (s *Service) giveBack(ctx context.Context, r limiter.Request, n int64) {
 	}
 }
 
-// record counts what the decision admitted for usage: the cost, and the
-// lease the filter will spend, less the tokens of an earlier lease that the
-// counter really took back (credited: a claim beyond what was leased gives
-// nothing back, so it takes nothing off usage); and a denial as a violation.
+// record counts the requests made for usage: this one (its cost) when it
+// is admitted, and the lease tokens the filter reports it spent since its
+// last check (spent), admitted or not; a denial is a violation. Tokens
+// leased but not yet spent are not requests: they count once reported.
 // It only adds to memory.
-func (s *Service) record(c *caller, resp *wire.CheckResponse, credited int64) {
+func (s *Service) record(c *caller, resp *wire.CheckResponse) {
 	now := s.now()
 	if !resp.Allowed {
-		s.usage.Record(c.name, now, -credited, &audit.Event{At: now, Type: audit.TypeViolation,
+		s.usage.Record(c.name, now, c.spent, &audit.Event{At: now, Type: audit.TypeViolation,
 			Identity: c.name, Endpoint: c.endpoint, RuleID: resp.RuleID})
 		return
 	}
 	if !c.refused {
-		s.usage.Record(c.name, now, c.cost+resp.Lease.Granted-credited, nil)
+		s.usage.Record(c.name, now, c.cost+c.spent, nil)
 	}
 }
 

@@ -75,6 +75,10 @@ type Entry struct {
 	ExpiresMs int64
 	// DeniedUntilMs caches a denial until the wait is over.
 	DeniedUntilMs int64
+	// Spent counts the lease tokens spent locally since the control service
+	// was last told (TakeSpent): usage counts requests made, not tokens
+	// leased.
+	Spent int64
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
 	RuleID, Identity, Tier, Strategy                            string
@@ -227,6 +231,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			// concurrent callout may have been denied after this lease was
 			// granted.
 			e.Tokens--
+			e.Spent = satAdd(e.Spent, 1)
 		case e.DeniedUntilMs > nowMs:
 			viewStrings(data, &e)
 			return e, Denied, 0
@@ -235,9 +240,10 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		default:
 			return Entry{}, Miss, 0
 		}
-		// Only the token count changes: write it into the bytes just read
+		// Only the counts change: write them into the bytes just read
 		// instead of encoding the entry again.
 		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
+		binary.LittleEndian.PutUint64(data[offSpent:], uint64(e.Spent))
 		if err := c.store.Set(k, data, cas); err != nil {
 			if errors.Is(err, ErrCasMismatch) {
 				returned = 0
@@ -285,6 +291,11 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 		old, ok := decode(data, false)
 		next := e
+		if ok && old.Owner == e.Owner {
+			// Tokens spent since the last report stay to be reported,
+			// whatever this decision brings.
+			next.Spent = old.Spent
+		}
 		live := ok && old.Tokens > 0 && nowMs < old.ExpiresMs
 		switch {
 		case live && old.Owner == e.Owner:
@@ -306,6 +317,32 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
+// TakeSpent returns the lease tokens of owner spent locally since it was
+// last asked, and starts the count again: the filter reports them with its
+// next callout. A slot another bucket took over reports nothing (its
+// count is lost, which only under-reports).
+func (c *Cache) TakeSpent(owner Owner) int64 {
+	k := c.key(owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		if err != nil {
+			return 0
+		}
+		e, ok := decode(data, false)
+		if !ok || e.Owner != owner || e.Spent == 0 {
+			return 0
+		}
+		binary.LittleEndian.PutUint64(data[offSpent:], 0)
+		switch err := c.store.Set(k, data, cas); {
+		case err == nil:
+			return e.Spent
+		case !errors.Is(err, ErrCasMismatch):
+			return 0
+		}
+	}
+	return 0
+}
+
 func satAdd(a, b int64) int64 {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
@@ -325,13 +362,14 @@ func (c *Cache) keyReplaced() bool {
 }
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
-// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota (int64 each,
-// little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
+// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent (int64
+// each, little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
 // length and its bytes. Lengths above maxField never occur (Put refuses
 // them), so decode treats them as a damaged slot.
 const (
 	offTokens  = 16
-	fixedLen   = 16 + 9*8
+	offSpent   = 88
+	fixedLen   = 16 + 10*8
 	numStrings = 4
 	minLen     = fixedLen + numStrings*2
 )
@@ -349,6 +387,7 @@ func encode(e Entry) []byte {
 	le.PutUint64(b[64:], uint64(e.WindowSeconds))
 	le.PutUint64(b[72:], uint64(e.RetryAfter))
 	le.PutUint64(b[80:], uint64(e.Quota))
+	le.PutUint64(b[offSpent:], uint64(e.Spent))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -392,6 +431,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		WindowSeconds: int64(le.Uint64(b[64:])),
 		RetryAfter:    int64(le.Uint64(b[72:])),
 		Quota:         int64(le.Uint64(b[80:])),
+		Spent:         int64(le.Uint64(b[offSpent:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

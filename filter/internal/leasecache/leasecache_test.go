@@ -603,6 +603,7 @@ func FuzzPutTake(f *testing.F) {
 			return
 		}
 		e.Tokens--
+		e.Spent++ // a token taken is one more to report
 		if out != Hit || got != e {
 			t.Fatalf("put %+v, took %v %+v", e, out, got)
 		}
@@ -655,5 +656,44 @@ func TestBucketHasherAgreesWithBucket(t *testing.T) {
 		_ = b.Owner()
 	}); n != 0 {
 		t.Fatalf("%v allocations", n)
+	}
+}
+
+// The tokens spent locally are reported once each: TakeSpent hands back
+// what was spent since it last asked, across VMs and a new lease alike,
+// and another bucket's slot reports nothing.
+func TestTakeSpent(t *testing.T) {
+	store := newMemStore()
+	c := newCache(t, store, 4)
+	a := c.Bucket("user:a")
+	if err := c.Put(Entry{Owner: a, Tokens: 5, ExpiresMs: 10_000, Identity: "user:a"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	other := newCache(t, store, 4) // another VM: the same shared data
+	for i := 0; i < 3; i++ {
+		cc := c
+		if i == 1 {
+			cc = other
+		}
+		if _, out, _ := cc.Take(a, 100); out != Hit {
+			t.Fatalf("take %d: %v", i, out)
+		}
+	}
+	if n := c.TakeSpent(a); n != 3 {
+		t.Fatalf("spent %d, want 3", n)
+	}
+	if n := other.TakeSpent(a); n != 0 {
+		t.Fatalf("spent again %d", n)
+	}
+	c.Take(a, 100)
+	// A new lease (or a denial) for the bucket keeps what is still to report.
+	if err := c.Put(Entry{Owner: a, Tokens: 4, ExpiresMs: 20_000, Identity: "user:a"}, 200); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.TakeSpent(a); n != 1 {
+		t.Fatalf("spent after a new lease %d, want 1", n)
+	}
+	if n := c.TakeSpent(c.Bucket("user:b")); n != 0 {
+		t.Fatalf("another bucket reported %d", n)
 	}
 }

@@ -311,9 +311,15 @@ func (h *httpContext) callOut(method, override, path string, returned int64, now
 	if h.id != "" && h.ip.IsValid() {
 		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
 	}
+	var spent int64
+	if p.cfg.Lease.Request > 0 {
+		// Usage counts requests made: the lease tokens this bucket spent
+		// since the last callout are reported with this one.
+		spent = p.cache.TakeSpent(h.bucket)
+	}
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
-		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, ClientAddress: address, MethodOverride: override,
+		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, Spent: spent, ClientAddress: address, MethodOverride: override,
 	})
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
