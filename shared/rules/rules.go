@@ -54,6 +54,10 @@ type Action string
 const (
 	ActionReject  Action = "reject"
 	ActionLogOnly Action = "log_only" // count and report, but let the request pass
+	// ActionThrottle delays a refused request until the rule admits it,
+	// when that is within the service's throttle_max_wait_ms; past it the
+	// request is refused as with reject.
+	ActionThrottle Action = "throttle"
 )
 
 // Window bounds, in seconds: a second to an hour.
@@ -238,9 +242,9 @@ func (r *Rule) ValidateAs(n Names) error {
 		return bad("cost", "%d must be in 0..%d (the rule's capacity)", r.Cost, r.Capacity())
 	}
 	switch r.Action {
-	case "", ActionReject, ActionLogOnly:
+	case "", ActionReject, ActionLogOnly, ActionThrottle:
 	default:
-		return bad("action", "%q must be %q or %q", r.Action, ActionReject, ActionLogOnly)
+		return bad("action", "%q must be %q, %q or %q", r.Action, ActionReject, ActionLogOnly, ActionThrottle)
 	}
 	return nil
 }

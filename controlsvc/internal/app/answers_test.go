@@ -147,3 +147,16 @@ func TestDisabledRefusesNothing(t *testing.T) {
 		t.Fatalf("%v log-only decisions, want the 2 that would have been denied", got)
 	}
 }
+
+// A throttle rule delays a refused request until its window admits it, when
+// that is within throttle_max_wait_ms, instead of refusing it (real Redis
+// time: the second request of a one-per-second rule waits under a second).
+func TestThrottleWaitsInsteadOfRefusing(t *testing.T) {
+	s := startService(t, "[[rules]]\nid = \"slow\"\npath = \"/slow\"\nscope = \"identity\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1\naction = \"throttle\"\n",
+		map[string]string{"TOLLGATE_THROTTLE_MAX_WAIT_MS": "1500"})
+	for i := 0; i < 3; i++ {
+		if r := s.check(map[string]any{"user_id": "patient", "endpoint": "/slow"}); r.status != 200 {
+			t.Fatalf("request %d: %d %s; want it delayed, then admitted", i+1, r.status, r.body)
+		}
+	}
+}

@@ -69,6 +69,8 @@ type Config struct {
 	TLSCertFile     string `toml:"tls_cert_file"`
 	TLSKeyFile      string `toml:"tls_key_file"`
 	TLSClientCAFile string `toml:"tls_client_ca_file"`
+	// ThrottleMaxWaitMs bounds the delay of a throttle rule.
+	ThrottleMaxWaitMs int `toml:"throttle_max_wait_ms"`
 	// Enabled false turns refusing off: every check is decided and counted
 	// as usual, and a denial is answered as a log-only pass.
 	Enabled bool `toml:"enabled"`

@@ -55,6 +55,7 @@ var Settings = []Setting{
 	text("tls_cert_file", "", "PEM certificate of the listener: with `tls_key_file`, the service speaks HTTPS", func(c *Config) *string { return &c.TLSCertFile }, nil),
 	text("tls_key_file", "", "PEM private key of `tls_cert_file`", func(c *Config) *string { return &c.TLSKeyFile }, nil),
 	text("tls_client_ca_file", "", "PEM CA bundle: every client (the filter's Envoy cluster) must present a certificate it signed (mutual TLS)", func(c *Config) *string { return &c.TLSClientCAFile }, nil),
+	integer("throttle_max_wait_ms", 100, 0, 10_000, "the longest a `throttle` rule delays a refused request until it would be admitted (past it: refused); keep it under the filter's `timeout_ms`", func(c *Config) *int { return &c.ThrottleMaxWaitMs }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
 	text("header_prefix", wire.DefaultHeaderPrefix, "starts the names of the `X-RateLimit-Limit`, `-Remaining`, `-Reset`, `-Window` and `-Strategy` fields of the decision API's answers (the filter's `headers.prefix` names its own)", func(c *Config) *string { return &c.HeaderPrefix }, headerPrefix),
 	oneOf("path_case", policy.PathCaseSensitive, []string{policy.PathCaseSensitive, policy.PathCaseInsensitive}, "`insensitive` counts `/API/Items` and `/api/items` as one path (set it when the upstream routes paths case-insensitively; rule patterns must then be lower-case)", func(c *Config) *string { return &c.PathCase }),

@@ -621,3 +621,46 @@ func TestUsageCountsRequestsNotLeases(t *testing.T) {
 		t.Fatalf("usage %d after a third check reporting 4 spent, want 7", got)
 	}
 }
+
+// A throttle rule delays a refused request until the rule would admit it,
+// once, when that is within throttle_max_wait_ms; past the bound it
+// refuses, as reject does. The rules asked before it are not asked twice.
+func TestThrottle(t *testing.T) {
+	const rule = `
+[[rules]]
+id = "slow_down"
+path = "/api/v1/slow"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 1
+action = "throttle"
+`
+	for _, tc := range []struct {
+		name    string
+		maxWait time.Duration
+		allowed bool
+	}{{"within the bound", 2 * time.Second, true}, {"past the bound", 500 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, model+rule, func(c *config.Config) { c.ThrottleMaxWaitMs = int(tc.maxWait.Milliseconds()) })
+			for i := 0; i < 2; i++ {
+				f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/slow"})
+			}
+			f.counters.calls = nil
+			resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/slow"})
+			if err != nil || resp.Allowed != tc.allowed {
+				t.Fatalf("third request: %+v %v; want allowed %v", resp, err, tc.allowed)
+			}
+			if tc.allowed {
+				if len(f.slept) != 1 || f.slept[0] != time.Second {
+					t.Fatalf("waited %v, want one wait of the rule's second", f.slept)
+				}
+				if got := f.counters.ruleIDs(); !slices.Equal(got, []string{"slow_down", "slow_down", "tier_free.total"}) {
+					t.Fatalf("asked %v; the rule again after the wait, then the rest", got)
+				}
+			} else if len(f.slept) != 0 || resp.RetryAfter != 1 {
+				t.Fatalf("past the bound: waited %v, answered %+v", f.slept, resp)
+			}
+		})
+	}
+}

@@ -202,6 +202,9 @@ type fixture struct {
 	keys     memKeys
 	ovs      *memOverrides
 	usage    *memUsage
+	// slept records the throttle waits; each one empties the counters, as
+	// the wait it stands for would have refilled them.
+	slept []time.Duration
 }
 
 // newFixture compiles cfgTOML (a config file; "" for the defaults) with
@@ -225,7 +228,14 @@ func newFixture(t *testing.T, cfgTOML string, edit func(*config.Config)) *fixtur
 	f := &fixture{counters: newMemCounters(), keys: memKeys{}, ovs: &memOverrides{}, usage: &memUsage{}}
 	f.svc = New(Deps{Counters: f.counters, Keys: f.keys, Overrides: f.ovs, Replays: memReplays{}, Usage: f.usage, Trail: memTrail{},
 		Metrics: metrics.New(func() *redis.PoolStats { return &redis.PoolStats{} }), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now,
-		BreakerThreshold: 3, BreakerCooldown: time.Hour}, p, SettingsOf(cfg))
+		BreakerThreshold: 3, BreakerCooldown: time.Hour,
+		Sleep: func(_ context.Context, d time.Duration) bool {
+			f.slept = append(f.slept, d)
+			f.counters.mu.Lock()
+			clear(f.counters.used)
+			f.counters.mu.Unlock()
+			return true
+		}}, p, SettingsOf(cfg))
 	return f
 }
 

@@ -79,6 +79,7 @@ type Service struct {
 	m         *metrics.Metrics
 	log       *slog.Logger
 	now       func() time.Time
+	sleep     func(ctx context.Context, d time.Duration) bool
 	live      atomic.Pointer[view]
 	breaker   *breaker.Breaker
 }
@@ -100,6 +101,9 @@ type Deps struct {
 	Metrics   *metrics.Metrics
 	Log       *slog.Logger
 	Now       func() time.Time
+	// Sleep waits d or until ctx ends, reporting whether it waited it all
+	// (a throttled request); nil is the real clock.
+	Sleep func(ctx context.Context, d time.Duration) bool
 	// BreakerThreshold consecutive Redis failures open the circuit breaker
 	// for BreakerCooldown.
 	BreakerThreshold int
@@ -109,7 +113,10 @@ type Deps struct {
 // New returns a service deciding with policy p and settings set.
 func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
+		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep}
+	if s.sleep == nil {
+		s.sleep = sleepCtx
+	}
 	s.SetPolicy(p, set)
 	return s
 }
@@ -309,6 +316,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	// least (every grant, when the request is refused) is given back at
 	// once. So the filter never spends a token some counter did not take.
 	want := c.lease
+	throttled := false
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
@@ -320,6 +328,16 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		res, err := s.limit(ctx, lr)
 		if err != nil {
 			return s.failure(p, c, a.req.Rule, err)
+		}
+		if !res.Allowed && a.req.Rule.Action == rules.ActionThrottle && !throttled &&
+			res.RetryAfter <= p.ThrottleMaxWait && s.sleep(ctx, res.RetryAfter) {
+			// Throttled, once per request: wait until the rule would admit
+			// it, then ask this rule again (the rules before it were
+			// spent already; asked again they would count it twice).
+			throttled = true
+			if res, err = s.limit(ctx, lr); err != nil {
+				return s.failure(p, c, a.req.Rule, err)
+			}
 		}
 		a.res = res
 		want = min(want, res.Granted)
@@ -360,6 +378,18 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		}
 	}
 	return resp, nil
+}
+
+// sleepCtx waits d unless ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // giveBack returns tokens a counter granted beyond the lease the filter

@@ -19,11 +19,14 @@ type Settings struct {
 	MaxBatch      int
 	// Disabled answers every denial as a log-only pass (enabled = false).
 	Disabled bool
+	// ThrottleMaxWait bounds how long a throttle rule delays a request.
+	ThrottleMaxWait time.Duration
 }
 
 // SettingsOf takes the decision's settings from a loaded configuration.
 func SettingsOf(cfg *config.Config) Settings {
-	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled}
+	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled,
+		ThrottleMaxWait: time.Duration(cfg.ThrottleMaxWaitMs) * time.Millisecond}
 	if pc := cfg.Penalties; pc.Enabled {
 		s.Penalty = &limiter.Penalty{
 			Window:      time.Duration(pc.DetectionWindowSeconds) * time.Second,
