@@ -86,8 +86,10 @@ func compileTier(t *Tier, defaultAlgo rules.Algorithm, version string) (tierRule
 	}
 	tr := tierRules{set: set}
 	if total := t.Total(); total > 0 {
+		// The total's bucket is the total itself: a tier's burst must not
+		// lift it (a burst of 1,000 made a total of 100 admit 1,000).
 		tr.total = &rules.Rule{ID: "tier_" + t.Name + ".total", Scope: rules.ScopeIdentity, Algorithm: algo,
-			Limit: total, WindowSeconds: t.WindowSeconds, Burst: max(t.Burst, total)}
+			Limit: total, WindowSeconds: t.WindowSeconds}
 		if err := tr.total.Validate(); err != nil {
 			return tierRules{}, err
 		}

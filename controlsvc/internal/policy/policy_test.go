@@ -140,3 +140,26 @@ func TestCompiledPolicy(t *testing.T) {
 
 func ipID(a string) identity.ID   { return identity.ID{Kind: identity.KindIP, Value: a} }
 func userID(u string) identity.ID { return identity.ID{Kind: identity.KindUser, Value: u} }
+
+// A tier's burst never lifts its total: the total's bucket is the total,
+// a total below the burst is refused, and the default covers the burst.
+func TestTotalIsNotLiftedByBurst(t *testing.T) {
+	s := base()
+	s.Tiers[0].Burst, s.Tiers[0].TotalLimit = 1000, 100
+	if fe, ok := fielderr.As(s.Validate()); !ok || fe.Field != "tiers[0].total_limit" {
+		t.Fatalf("total below the burst: %v", s.Validate())
+	}
+	s.Tiers[0].TotalLimit = 1000
+	p, err := Compile(&s, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := p.tiers["free"].total
+	if total.Capacity() != 1000 || total.Limit != 1000 {
+		t.Fatalf("total rule %+v", total)
+	}
+	s.Tiers[0].TotalLimit, s.Tiers[0].Burst = 0, 500 // limit 10: default 100, below the burst
+	if got := s.Tiers[0].Total(); got != 500 {
+		t.Fatalf("default total %d, want the burst's 500", got)
+	}
+}

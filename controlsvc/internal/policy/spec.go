@@ -290,7 +290,8 @@ const DefaultTotalFactor = 10
 func (t *Tier) IsPerEndpoint() bool { return t.PerEndpoint == nil || *t.PerEndpoint }
 
 // Total is the tier's bound per caller across all paths: 0 for a tier that
-// counts every path on one counter.
+// counts every path on one counter; by default ten times the limit, or the
+// burst when that is larger (one path may burst that far).
 func (t *Tier) Total() int64 {
 	switch {
 	case !t.IsPerEndpoint():
@@ -298,7 +299,7 @@ func (t *Tier) Total() int64 {
 	case t.TotalLimit != 0:
 		return t.TotalLimit
 	}
-	return min(t.Limit*DefaultTotalFactor, rules.MaxQuantity)
+	return min(max(t.Limit*DefaultTotalFactor, t.Burst), rules.MaxQuantity)
 }
 
 var endpointRE = regexp.MustCompile(`^/[\x21-\x7e]*$`)
@@ -322,8 +323,8 @@ func (t *Tier) Validate() error {
 	if t.Burst < 0 || t.Burst > rules.MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", t.Burst, rules.MaxQuantity)
 	}
-	if t.TotalLimit != 0 && (t.TotalLimit < t.Limit || t.TotalLimit > rules.MaxQuantity) {
-		return bad("total_limit", "%d must be in %d..%d (at least the tier's limit; 0 for %d times it)", t.TotalLimit, t.Limit, rules.MaxQuantity, DefaultTotalFactor)
+	if low := max(t.Limit, t.Burst); t.TotalLimit != 0 && (t.TotalLimit < low || t.TotalLimit > rules.MaxQuantity) {
+		return bad("total_limit", "%d must be in %d..%d (at least the tier's limit and burst; 0 for %d times the limit)", t.TotalLimit, low, rules.MaxQuantity, DefaultTotalFactor)
 	}
 	if t.TotalLimit != 0 && !t.IsPerEndpoint() {
 		return bad("total_limit", "applies to a per-endpoint tier only; this tier counts every path on one counter already")
