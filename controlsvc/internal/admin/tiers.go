@@ -68,6 +68,10 @@ func (s *Service) Tiers(ctx context.Context) (TierList, error) {
 // and changes nothing.
 func (s *Service) PutTier(ctx context.Context, rawID string, body *TierBody) (TierView, error) {
 	id, err := strconv.Atoi(rawID)
+	if err == nil && strconv.Itoa(id) != rawID {
+		// "03" or "+3" is no tier id: one tier, one spelling.
+		err = strconv.ErrSyntax
+	}
 	if err != nil || id < 1 || id > 1_000_000 {
 		return TierView{}, apierr.Invalid("tier_id", "must be a number in 1..1000000")
 	}

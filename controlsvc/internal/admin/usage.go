@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
@@ -48,8 +49,9 @@ func (s *Service) Usage(ctx context.Context, who, window string) (UsageView, err
 	p := s.live()
 	v := UsageView{Tier: p.DefaultTier()}
 	switch {
-	case apikeys.ValidFormat(who) || (len(who) > 2 && who[:2] == "k_"):
-		rec, err := s.findKey(ctx, who)
+	case apikeys.ValidFormat(who) || strings.HasPrefix(who, "k_") || strings.HasPrefix(who, "key:k_"):
+		// A key by its raw value, its id or its identity: its own tier.
+		rec, err := s.findKey(ctx, strings.TrimPrefix(who, "key:"))
 		if err != nil {
 			return UsageView{}, err
 		}

@@ -215,3 +215,15 @@ func idBefore(a, b string) bool {
 	fmt.Sscanf(b, "%d-%d", &bms, &bseq)
 	return ams < bms || ams == bms && aseq < bseq
 }
+
+// Usage of a key named by its identity (key:k_…) reads the key's tier, as
+// by its id or its raw value (it read the default tier).
+func TestUsageOfAKeyIdentityUsesItsTier(t *testing.T) {
+	s := startService(t, "", nil)
+	id := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "u9", "tier": "premium"}).json(t)["key_id"].(string)
+	for _, who := range []string{id, "key:" + id} {
+		if u := s.admin("GET", "/admin/v1/usage/"+url.PathEscape(who)+"?window=current", nil); u.status != 200 || u.json(t)["tier"] != "premium" {
+			t.Errorf("usage of %s: %d %s", who, u.status, u.body)
+		}
+	}
+}

@@ -101,7 +101,10 @@ func (s *Server) adminRoutes() {
 	e.PUT(wire.PathConfig, operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ConfigRequest) (wire.ConfigResponse, error) {
 		return s.svc.SetOverride(ctx(c), req)
 	})))
-	e.GET("/admin/v1/overrides", operator(readRoute(func(echo.Context) (map[string]any, error) {
+	e.GET("/admin/v1/overrides", operator(readRoute(func(c echo.Context) (map[string]any, error) {
+		if _, err := strictQuery(c); err != nil {
+			return nil, err
+		}
 		all := s.svc.Overrides()
 		return map[string]any{"overrides": all, "total": len(all)}, nil
 	})))
@@ -126,7 +129,12 @@ func (s *Server) adminRoutes() {
 	e.GET("/admin/v1/api-keys/:id", operator(idRoute(s.admin.Key)))
 	e.POST("/admin/v1/api-keys/:id/revoke", operator(idRoute(s.admin.RevokeKey)))
 
-	e.GET("/admin/v1/rules", operator(readRoute(func(echo.Context) (admin.RulesResponse, error) { return s.admin.RuleSet(), nil })))
+	e.GET("/admin/v1/rules", operator(readRoute(func(c echo.Context) (admin.RulesResponse, error) {
+		if _, err := strictQuery(c); err != nil {
+			return admin.RulesResponse{}, err
+		}
+		return s.admin.RuleSet(), nil
+	})))
 	const rulesPath = "/admin/v1/rate-limit-rules"
 	e.POST(rulesPath, operator(jsonRoute(s, true, http.StatusCreated, func(c echo.Context, req *admin.RuleBody) (admin.RuleView, error) {
 		return s.admin.CreateRule(ctx(c), req)
@@ -146,6 +154,9 @@ func (s *Server) adminRoutes() {
 		return s.admin.DeleteRule(ctx(c), c.Param("id"))
 	})))
 	e.GET("/admin/v1/tiers", operator(readRoute(func(c echo.Context) (admin.TierList, error) {
+		if _, err := strictQuery(c); err != nil {
+			return admin.TierList{}, err
+		}
 		return s.admin.Tiers(ctx(c))
 	})))
 	e.PUT("/admin/v1/tiers/:id", operator(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *admin.TierBody) (admin.TierView, error) {
@@ -296,8 +307,14 @@ func (s *Server) status(c echo.Context) error {
 // read: a parameter given twice ("?type=admin&type=violation" was read as
 // the first) or one the route does not take is refused, naming it.
 func strictQuery(c echo.Context, names ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(c.Request().URL.RawQuery)
+	if err != nil {
+		// A ';' or a bad escape: echo would drop the whole query, and the
+		// route would answer as if no filter had been asked for.
+		return nil, apierr.Invalid("query", "is malformed (a ';' or a bad escape)")
+	}
 	out := make(map[string]string, len(names))
-	for name, vs := range c.QueryParams() {
+	for name, vs := range q {
 		switch {
 		case !slices.Contains(names, name):
 			return nil, apierr.Invalid(fmt.Sprintf("%.64s", name), "is not a query parameter of this route")
