@@ -239,11 +239,17 @@ func startGatewayHops(t *testing.T, ctl *control, up *upstream, pluginConfig str
 	t.Helper()
 	upURL, _ := url.Parse(up.URL)
 	ctlURL, _ := url.Parse("http://" + ctl.addr)
-	g, err := gateway.New(context.Background(), gateway.Config{
+	return serveGateway(t, gateway.Config{
 		Wasm: wasmBytes, PluginConfig: []byte(pluginConfig), Upstream: upURL,
 		Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2, CompilationCache: compCache,
 		XFFTrustedHops: hops,
 	})
+}
+
+// serveGateway runs a gateway of cfg on a loopback port until the test ends.
+func serveGateway(t *testing.T, cfg gateway.Config) string {
+	t.Helper()
+	g, err := gateway.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

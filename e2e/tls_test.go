@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"testing"
@@ -50,16 +48,8 @@ func TestFilterOverMutualTLS(t *testing.T) {
 	gw := func(cfg *tls.Config) string {
 		upURL, _ := url.Parse(up.URL)
 		ctlURL, _ := url.Parse("https://" + ctl.addr)
-		g, err := gateway.New(context.Background(), gateway.Config{Wasm: wasmBytes, PluginConfig: []byte(plugin), Upstream: upURL,
+		return serveGateway(t, gateway.Config{Wasm: wasmBytes, PluginConfig: []byte(plugin), Upstream: upURL,
 			Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 1, CompilationCache: compCache, ClusterTLS: cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(g)
-		srv.Config = g.HTTPServer()
-		srv.Start()
-		t.Cleanup(func() { srv.Close(); g.Close(context.Background()) })
-		return srv.URL
 	}
 	if res := get(t, gw(withCert(c.ClientCert, c.ClientKey)), "/api/v1/items"); res.status != 200 || res.header.Get("X-Ratelimit-Limit") == "" {
 		t.Fatalf("through a cluster with the CA's certificate: %d %s", res.status, res.body)
