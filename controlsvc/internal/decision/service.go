@@ -335,6 +335,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			// it, then ask this rule again (the rules before it were
 			// spent already; asked again they would count it twice).
 			throttled = true
+			lr.Returned = 0 // the first call took the refund already
 			if res, err = s.limit(ctx, lr); err != nil {
 				return s.failure(p, c, a.req.Rule, err)
 			}
