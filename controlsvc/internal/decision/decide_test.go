@@ -647,7 +647,7 @@ action = "throttle"
 				f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/slow"})
 			}
 			f.counters.calls = nil
-			resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/slow"})
+			resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/slow", Returned: 3})
 			if err != nil || resp.Allowed != tc.allowed {
 				t.Fatalf("third request: %+v %v; want allowed %v", resp, err, tc.allowed)
 			}
@@ -657,6 +657,9 @@ action = "throttle"
 				}
 				if got := f.counters.ruleIDs(); !slices.Equal(got, []string{"slow_down", "slow_down", "tier_free.total"}) {
 					t.Fatalf("asked %v; the rule again after the wait, then the rest", got)
+				}
+				if a, b := f.counters.calls[0].Returned, f.counters.calls[1].Returned; a != 3 || b != 0 {
+					t.Fatalf("refunds sent %d then %d; the second ask must not credit them again", a, b)
 				}
 			} else if len(f.slept) != 0 || resp.RetryAfter != 1 {
 				t.Fatalf("past the bound: waited %v, answered %+v", f.slept, resp)
