@@ -212,10 +212,13 @@ func (c *Cache) key(owner Owner) string {
 
 // Take spends one token of owner's lease. On a Miss, returned is the count of
 // expired lease tokens taken out of the slot, to be handed back to the
-// control service with the next check (its returned field); the Entry is only meaningful on a Hit
-// or Denied.
+// control service with the next check (its returned field), and the Entry
+// holds only Spent: the lease tokens spent locally since the last Miss, for
+// the same check to report (each is handed out once). The whole Entry is
+// meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	k := c.key(owner)
+	var spent int64
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
 		if err != nil {
@@ -235,8 +238,12 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		case e.DeniedUntilMs > nowMs:
 			viewStrings(data, &e)
 			return e, Denied, 0
-		case e.Tokens > 0:
-			returned, e.Tokens = e.Tokens, 0 // expired: hand back once
+		case e.Tokens > 0 || e.Spent > 0:
+			// Expired or used up: the check this Miss leads to hands back
+			// the tokens left and reports those spent, once.
+			returned, e.Tokens = e.Tokens, 0
+			spent = e.Spent
+			e.Spent = 0
 		default:
 			return Entry{}, Miss, 0
 		}
@@ -246,13 +253,13 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		binary.LittleEndian.PutUint64(data[offSpent:], uint64(e.Spent))
 		if err := c.store.Set(k, data, cas); err != nil {
 			if errors.Is(err, ErrCasMismatch) {
-				returned = 0
+				returned, spent = 0, 0
 				continue
 			}
 			return Entry{}, Miss, 0
 		}
-		if returned > 0 {
-			return Entry{}, Miss, returned
+		if returned > 0 || spent > 0 {
+			return Entry{Spent: spent}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -315,32 +322,6 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 	}
 	return ErrCasMismatch
-}
-
-// TakeSpent returns the lease tokens of owner spent locally since it was
-// last asked, and starts the count again: the filter reports them with its
-// next callout. A slot another bucket took over reports nothing (its
-// count is lost, which only under-reports).
-func (c *Cache) TakeSpent(owner Owner) int64 {
-	k := c.key(owner)
-	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		if err != nil {
-			return 0
-		}
-		e, ok := decode(data, false)
-		if !ok || e.Owner != owner || e.Spent == 0 {
-			return 0
-		}
-		binary.LittleEndian.PutUint64(data[offSpent:], 0)
-		switch err := c.store.Set(k, data, cas); {
-		case err == nil:
-			return e.Spent
-		case !errors.Is(err, ErrCasMismatch):
-			return 0
-		}
-	}
-	return 0
 }
 
 func satAdd(a, b int64) int64 {

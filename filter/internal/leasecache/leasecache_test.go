@@ -659,41 +659,41 @@ func TestBucketHasherAgreesWithBucket(t *testing.T) {
 	}
 }
 
-// The tokens spent locally are reported once each: TakeSpent hands back
-// what was spent since it last asked, across VMs and a new lease alike,
-// and another bucket's slot reports nothing.
-func TestTakeSpent(t *testing.T) {
+// The tokens spent locally are reported once each: the Miss that leads to
+// the next callout hands back what was spent since the last one (in its
+// Entry's Spent), across VMs and a new lease alike, and another bucket's
+// slot reports nothing.
+func TestMissReportsSpentOnce(t *testing.T) {
 	store := newMemStore()
 	c := newCache(t, store, 4)
+	other := newCache(t, store, 4) // another VM: the same shared data
 	a := c.Bucket("user:a")
-	if err := c.Put(Entry{Owner: a, Tokens: 5, ExpiresMs: 10_000, Identity: "user:a"}, 0); err != nil {
+	if err := c.Put(Entry{Owner: a, Tokens: 3, ExpiresMs: 10_000, Identity: "user:a"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	other := newCache(t, store, 4) // another VM: the same shared data
-	for i := 0; i < 3; i++ {
-		cc := c
-		if i == 1 {
-			cc = other
-		}
+	for i, cc := range []*Cache{c, other, c} {
 		if _, out, _ := cc.Take(a, 100); out != Hit {
 			t.Fatalf("take %d: %v", i, out)
 		}
 	}
-	if n := c.TakeSpent(a); n != 3 {
-		t.Fatalf("spent %d, want 3", n)
+	if e, out, left := other.Take(a, 100); out != Miss || left != 0 || e.Spent != 3 {
+		t.Fatalf("the lease used up: %v, %d left, %d spent; want a Miss reporting 3", out, left, e.Spent)
 	}
-	if n := other.TakeSpent(a); n != 0 {
-		t.Fatalf("spent again %d", n)
+	if e, out, _ := c.Take(a, 100); out != Miss || e.Spent != 0 {
+		t.Fatalf("reported again: %v %d", out, e.Spent)
 	}
-	c.Take(a, 100)
-	// A new lease (or a denial) for the bucket keeps what is still to report.
 	if err := c.Put(Entry{Owner: a, Tokens: 4, ExpiresMs: 20_000, Identity: "user:a"}, 200); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.TakeSpent(a); n != 1 {
-		t.Fatalf("spent after a new lease %d, want 1", n)
+	c.Take(a, 300)
+	// A new lease (or a denial) for the bucket keeps what is still to report.
+	if err := c.Put(Entry{Owner: a, Tokens: 2, ExpiresMs: 20_000, Identity: "user:a"}, 400); err != nil {
+		t.Fatal(err)
 	}
-	if n := c.TakeSpent(c.Bucket("user:b")); n != 0 {
-		t.Fatalf("another bucket reported %d", n)
+	if e, out, left := c.Take(a, 30_000); out != Miss || left != 5 || e.Spent != 1 {
+		t.Fatalf("expired: %v, %d left, %d spent; want 5 handed back and 1 reported", out, left, e.Spent)
+	}
+	if e, out, _ := c.Take(c.Bucket("user:b"), 100); out != Miss || e.Spent != 0 {
+		t.Fatalf("another bucket reported %d", e.Spent)
 	}
 }

@@ -135,15 +135,15 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	h.bucket = b.Owner()
 
 	now := h.now()
-	var returned int64
+	var returned, spent int64
 	if p.cfg.Lease.Request > 0 {
 		var act types.Action
 		var settled bool
-		if returned, act, settled = h.spendLease(now); settled {
+		if returned, spent, act, settled = h.spendLease(now); settled {
 			return act
 		}
 	}
-	return h.callOut(rq.method, override, path, returned, now)
+	return h.callOut(rq.method, override, path, returned, spent, now)
 }
 
 // overrideHeaders are the method override headers upstream frameworks
@@ -279,13 +279,15 @@ func isOverrideHeader(k string) bool {
 // spendLease answers the request from the lease cache when it can: a token
 // of a live lease lets it through, a cached denial refuses it (settled).
 // Otherwise returned counts the expired lease tokens the cache handed back,
-// for the callout to return to the control service.
-func (h *httpContext) spendLease(now time.Time) (returned int64, act types.Action, settled bool) {
+// for the callout to return to the control service, and spent the lease
+// tokens spent locally since the last callout, for it to report (usage
+// counts requests made).
+func (h *httpContext) spendLease(now time.Time) (returned, spent int64, act types.Action, settled bool) {
 	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
 	switch out {
 	case leasecache.Hit:
 		h.allowLeased(&e)
-		return 0, types.ActionContinue, true
+		return 0, 0, types.ActionContinue, true
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -295,14 +297,14 @@ func (h *httpContext) spendLease(now time.Time) (returned int64, act types.Actio
 		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
 		v.limits.Remaining = 0
 		h.deny(v)
-		return 0, types.ActionPause, true
+		return 0, 0, types.ActionPause, true
 	}
-	return returned, 0, false
+	return returned, e.Spent, 0, false
 }
 
 // callOut asks the control service and pauses the request until
 // onCheckResponse (or applies the failure mode when it cannot ask).
-func (h *httpContext) callOut(method, override, path string, returned int64, now time.Time) types.Action {
+func (h *httpContext) callOut(method, override, path string, returned, spent int64, now time.Time) types.Action {
 	p := h.p
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
@@ -310,12 +312,6 @@ func (h *httpContext) callOut(method, override, path string, returned int64, now
 	var address string
 	if h.id != "" && h.ip.IsValid() {
 		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
-	}
-	var spent int64
-	if p.cfg.Lease.Request > 0 {
-		// Usage counts requests made: the lease tokens this bucket spent
-		// since the last callout are reported with this one.
-		spent = p.cache.TakeSpent(h.bucket)
 	}
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
