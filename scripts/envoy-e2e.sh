@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# End-to-end scenarios against a real Envoy (>= 1.39) running envoy/envoy.yaml
+# End-to-end scenarios against a real Envoy (>= 1.33) running envoy/envoy.yaml
 # with build/tollgate.wasm, the control service and the demo upstream.
 # Envoy cannot be installed on the project's build machines; run this where it
 # is. Loopback only; every loop is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v envoy >/dev/null; then
-  echo "scripts/envoy-e2e.sh needs Envoy >= 1.39 on PATH (not installed here)." >&2
+  echo "scripts/envoy-e2e.sh needs Envoy >= 1.33 on PATH (not installed here)." >&2
   echo "The same scenarios run against the wazero gateway in 'make test' (e2e/)." >&2
   exit 2
 fi

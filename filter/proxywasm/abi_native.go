@@ -3,6 +3,7 @@
 package proxywasm
 
 import (
+	"crypto/rand"
 	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -243,3 +244,11 @@ func (nativeEntry) HttpCallResponse(rootID, token, nh, bs, nt uint32) {
 func (nativeEntry) Tick(rootID uint32)  { onTick(rootID) }
 func (nativeEntry) Done(id uint32) bool { return onDone(id) }
 func (nativeEntry) Delete(id uint32)    { onDelete(id) }
+
+// randomGet fills buf from the operating system, as WASI random_get does.
+func randomGet(buf *byte, size uint32) uint32 {
+	if _, err := rand.Read(raw(buf, size)); err != nil {
+		return 29 // EIO
+	}
+	return 0
+}

@@ -64,3 +64,11 @@ func proxyIncrementMetric(id uint32, offset int64) abi.Status
 
 //go:wasmimport env proxy_record_metric
 func proxyRecordMetric(id uint32, value uint64) abi.Status
+
+// random_get is WASI's, not proxy-wasm's: Envoy answers it in every phase.
+// The filter takes its random bytes here rather than from crypto/rand, whose
+// first read arms a one-minute warning timer; a timer starts Go's poller, and
+// Envoy 1.33-1.38 fail the poller's poll_oneoff, which Go treats as fatal.
+//
+//go:wasmimport wasi_snapshot_preview1 random_get
+func randomGet(buf *byte, size uint32) uint32

@@ -1,6 +1,8 @@
 package proxywasm
 
 import (
+	"errors"
+	"strconv"
 	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -302,6 +304,20 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 // SetSharedData writes a shared-data entry if its CAS still is cas (0: always).
 func SetSharedData(key string, data []byte, cas uint32) error {
 	return statusErr(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))
+}
+
+// --- randomness
+
+// RandomBytes fills b with random bytes from the host (WASI random_get).
+// Use it instead of crypto/rand inside the module: see randomGet.
+func RandomBytes(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if errno := randomGet(&b[0], uint32(len(b))); errno != 0 {
+		return errors.New("random_get failed: errno " + strconv.Itoa(int(errno)))
+	}
+	return nil
 }
 
 // --- timers and metrics

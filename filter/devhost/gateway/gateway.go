@@ -123,8 +123,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	for n := range cfg.Clusters {
 		names = append(names, n)
 	}
+	// The module gets the WASI of the oldest Envoy it supports (1.33-1.38:
+	// poll_oneoff fails, allow-lists while it starts and allocates), so
+	// `make run` and the end-to-end tests run it as that Envoy would.
 	host, err := wasmhost.New(ctx, cfg.Wasm, wasmhost.Options{
 		PluginConfig: cfg.PluginConfig, Clusters: names, CompilationCache: cfg.CompilationCache,
+		WASI: wasmhost.WASIEnvoy,
 		Log: func(level wasmhost.LogLevel, msg string) {
 			g.log.Log(context.Background(), slogLevel(level), msg, "source", "filter")
 		},

@@ -283,6 +283,17 @@ func (vm *VM) GuestAllocs(ctx context.Context) (n uint64, ok bool) {
 	return n, err == nil
 }
 
+// GCCycles is the number of garbage collections the module has run, read
+// through its tollgate_debug_gc_cycles export; 0 for a module without it.
+func (vm *VM) GCCycles() uint64 {
+	f := vm.mod.ExportedFunction("tollgate_debug_gc_cycles")
+	if f == nil {
+		return 0
+	}
+	n, _ := vm.call(context.Background(), f)
+	return n
+}
+
 // Tick runs the plugin's tick once (if the plugin asked for ticks).
 func (vm *VM) Tick(ctx context.Context) error {
 	if vm.TickPeriod() == 0 {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -30,6 +31,18 @@ const (
 	// succeeds (with no events) and is allowed during memory allocation.
 	WASIEnvoyNewer
 )
+
+func (w WASI) String() string {
+	switch w {
+	case WASIFull:
+		return "full WASI"
+	case WASIEnvoy:
+		return "Envoy 1.33-1.38 WASI"
+	case WASIEnvoyNewer:
+		return "Envoy 1.39+ WASI"
+	}
+	return "WASI(" + strconv.Itoa(int(w)) + ")"
+}
 
 // WASI errnos.
 const (
@@ -165,15 +178,15 @@ func fdWrite(vm *VM, m api.Module, s []uint64) uint32 {
 	return errnoSuccess
 }
 
-// fdFdstatGet(fd, stat) describes stdout and stderr as writable character
-// devices.
+// fdFdstatGet(fd, stat) answers for stdout and stderr only, as cpp-host
+// does: file type unknown, no flags (so Go's os package keeps them blocking
+// and never starts its poller for them), the right to write.
 func fdFdstatGet(_ *VM, m api.Module, s []uint64) uint32 {
 	fd := uint32(s[0])
 	if fd != 1 && fd != 2 {
 		return errnoBadf
 	}
 	var st [24]byte
-	st[0] = 2                                   // character device
 	binary.LittleEndian.PutUint64(st[8:], 1<<6) // fd_write
 	if !m.Memory().Write(uint32(s[1]), st[:]) {
 		return errnoBadf

@@ -17,7 +17,6 @@
 package leasecache
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -96,6 +95,7 @@ const (
 // Cache is a view of the slots; it keeps no state of its own but the hash key.
 type Cache struct {
 	store  Store
+	random func([]byte) error
 	keys   []string
 	keyKey string // the shared-data key holding the hash key
 	k0, k1 uint64
@@ -111,7 +111,9 @@ type Owner [16]byte
 
 // New returns a cache over n slots named prefix.<i>, with the hash key shared
 // by every VM under prefix.key (created by the first VM that finds none).
-func New(store Store, prefix string, n uint32) (*Cache, error) {
+// random fills a buffer with random bytes (proxywasm.RandomBytes in the
+// module: crypto/rand would arm a timer there, see that function).
+func New(store Store, random func([]byte) error, prefix string, n uint32) (*Cache, error) {
 	if n == 0 {
 		return nil, errors.New("leasecache: no slots")
 	}
@@ -119,9 +121,9 @@ func New(store Store, prefix string, n uint32) (*Cache, error) {
 	for i := range keys {
 		keys[i] = prefix + "." + strconv.Itoa(i)
 	}
-	c := &Cache{store: store, keys: keys, keyKey: prefix + ".key"}
+	c := &Cache{store: store, random: random, keys: keys, keyKey: prefix + ".key"}
 	var r [4]byte
-	if _, err := rand.Read(r[:]); err != nil {
+	if err := random(r[:]); err != nil {
 		return nil, errors.New("leasecache: no randomness: " + err.Error())
 	}
 	c.insertCAS = max(binary.LittleEndian.Uint32(r[:]), 1)
@@ -150,7 +152,7 @@ func (c *Cache) loadKey() error {
 			return errors.New("leasecache: read the hash key: " + err.Error())
 		}
 		var k [keyLen]byte
-		if _, err := rand.Read(k[:]); err != nil {
+		if err := c.random(k[:]); err != nil {
 			return errors.New("leasecache: no randomness for the hash key: " + err.Error())
 		}
 		switch err := c.store.Set(c.keyKey, k[:], cas); {

@@ -2,6 +2,7 @@ package leasecache
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -73,7 +74,7 @@ func (h *hookStore) Get(k string) ([]byte, uint32, error) {
 // newCache is a cache over s, named as the tests' slots are.
 func newCache(t testing.TB, s Store, slots uint32) *Cache {
 	t.Helper()
-	c, err := New(s, "tg", slots)
+	c, err := New(s, randomBytes, "tg", slots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestConcurrentTakesNeverOverspend(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := New(s, "tg", 4)
+			c, err := New(s, randomBytes, "tg", 4)
 			if err != nil {
 				t.Error(err)
 				return
@@ -696,4 +697,9 @@ func TestMissReportsSpentOnce(t *testing.T) {
 	if e, out, _ := c.Take(c.Bucket("user:b"), 100); out != Miss || e.Spent != 0 {
 		t.Fatalf("another bucket reported %d", e.Spent)
 	}
+}
+
+func randomBytes(b []byte) error {
+	_, err := rand.Read(b)
+	return err
 }

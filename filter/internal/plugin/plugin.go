@@ -83,7 +83,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
 			Leeway: time.Duration(j.LeewaySeconds) * time.Second, CacheSize: j.CacheSize})
 	}
-	cache, err := leasecache.New(sharedData{}, "tollgate.lease", cfg.Lease.Slots)
+	cache, err := leasecache.New(sharedData{}, proxywasm.RandomBytes, "tollgate.lease", cfg.Lease.Slots)
 	if err != nil {
 		proxywasm.LogCritical("tollgate: lease cache: " + err.Error())
 		return types.OnPluginStartStatusFailed

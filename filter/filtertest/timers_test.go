@@ -1,0 +1,191 @@
+package filtertest
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Why the module must never arm a timer or start Go's poller: the poller,
+// once started, polls (poll_oneoff) at every garbage collection
+// (runtime.startTheWorldWithSema), and Envoy 1.33 to 1.38 answer poll_oneoff
+// with ENOSYS, which Go's runtime treats as fatal. Adding the first timer
+// starts the poller (runtime.(*timers).addHeap), even one stopped at once.
+//
+// forbidden are the ways code outside the runtime gets there, each with why.
+var forbidden = map[string]string{
+	"time.newTimer":                        "a timer (time.NewTimer, AfterFunc, After, Tick, context deadlines)",
+	"time.Sleep":                           "a sleep, which waits on a timer",
+	"crypto/internal/sysrand.Read":         "crypto/rand's first read arms a one-minute warning timer; use proxywasm.RandomBytes",
+	"internal/poll.runtime_pollServerInit": "starts the poller",
+	"internal/poll.runtime_pollOpen":       "registers a descriptor with the poller",
+	"runtime.newproc":                      "a goroutine: it runs only when the callback's goroutine blocks, and needs the poller to sleep",
+}
+
+// deadEdges are calls the linker keeps but that never happen in the module,
+// each with the reason, proven at run time by the soak's zero poll_oneoff.
+var deadEdges = map[[2]string]string{
+	// os makes Stdin, Stdout and Stderr pollable only if fd_fdstat_get
+	// reports them non-blocking; Envoy's host reports no flags (and EBADF
+	// for stdin), so they stay blocking and the poller is never started.
+	{"os.init", "os.newFileFromNewFile"}: "os's standard files stay blocking under Envoy",
+	// crypto/rand.Reader is kept because crypto/rsa and crypto/ecdsa
+	// reference it for signing and key generation; the module only
+	// verifies signatures, which reads no randomness.
+	{"crypto/rand.init", "crypto/internal/rand.Reader"}: "signature verification reads no randomness",
+}
+
+// TestNothingArmsATimer reads the linker's reachability graph of the module
+// (-ldflags=-dumpdep) and fails, naming the chain of calls, when anything
+// the module can reach arms a timer, sleeps, starts a goroutine or starts
+// the poller.
+func TestNothingArmsATimer(t *testing.T) {
+	g := moduleDeps(t)
+	for edge := range deadEdges {
+		if !g.has(edge[0], edge[1]) {
+			t.Errorf("dead edge %s -> %s is gone: drop it from deadEdges", edge[0], edge[1])
+		}
+	}
+	for target, why := range forbidden {
+		if path := g.pathTo(target, deadEdges); path != nil {
+			t.Errorf("the module reaches %s (%s):\n  %s", target, why, strings.Join(path, "\n  -> "))
+		}
+	}
+}
+
+var (
+	depsOnce  sync.Once
+	deps      depGraph
+	depsError string
+)
+
+// moduleDeps builds the module once per test binary with -ldflags=-dumpdep
+// (the suite runs once per WASI mode) and returns the graph.
+func moduleDeps(t *testing.T) depGraph {
+	depsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tollgate-deps")
+		if err != nil {
+			depsError = err.Error()
+			return
+		}
+		defer os.RemoveAll(dir)
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags=-dumpdep", "-o", filepath.Join(dir, "m.wasm"), "..")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			depsError = "go build -ldflags=-dumpdep: " + err.Error() + "\n" + stderr.String()
+			return
+		}
+		deps = parseDeps(&stderr)
+		if len(deps) < 1000 {
+			depsError = "the linker's dependency dump has " + strconv.Itoa(len(deps)) + " nodes: its format changed"
+		}
+	})
+	if depsError != "" {
+		t.Fatal(depsError)
+	}
+	return deps
+}
+
+// depGraph is the linker's reachability graph: symbol to the symbols it
+// keeps alive.
+type depGraph map[string][]string
+
+// parseDeps reads -dumpdep output: "from -> to" lines, where a symbol may
+// carry a " <UsedInIface>" style suffix.
+func parseDeps(r *bytes.Buffer) depGraph {
+	g := depGraph{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		from, to, ok := strings.Cut(sc.Text(), " -> ")
+		if !ok {
+			continue
+		}
+		from, _, _ = strings.Cut(from, " <")
+		to, _, _ = strings.Cut(to, " <")
+		g[from] = append(g[from], to)
+	}
+	return g
+}
+
+func (g depGraph) has(from, to string) bool {
+	for _, n := range g[from] {
+		if n == to {
+			return true
+		}
+	}
+	return false
+}
+
+// pathTo is the shortest chain from the module's roots ("_") to target that
+// uses none of the dead edges and does not go through the runtime's own
+// code (the runtime's own timers and goroutines, such as the scavenger's,
+// are what the soak watches), or nil.
+func (g depGraph) pathTo(target string, dead map[[2]string]string) []string {
+	prev := map[string]string{"_": ""}
+	queue := []string{"_"}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		if n == target {
+			var path []string
+			for ; n != "_"; n = prev[n] {
+				path = append([]string{n}, path...)
+			}
+			return path
+		}
+		if strings.HasPrefix(n, "runtime.") && n != target {
+			continue
+		}
+		for _, m := range g[n] {
+			if _, seen := prev[m]; seen {
+				continue
+			}
+			if _, isDead := dead[[2]string{n, m}]; isDead {
+				continue
+			}
+			prev[m] = n
+			queue = append(queue, m)
+		}
+	}
+	return nil
+}
+
+// The path finder itself, on small graphs: it must find what brings a timer
+// in, name the chain, and honour dead edges and the runtime's own calls.
+func TestPathTo(t *testing.T) {
+	g := depGraph{
+		"_":                            {"main.init", "runtime.main"},
+		"main.init":                    {"leasecache.New", "os.init"},
+		"leasecache.New":               {"crypto/rand.Read"},
+		"crypto/rand.Read":             {"crypto/internal/sysrand.Read"},
+		"crypto/internal/sysrand.Read": {"time.AfterFunc"},
+		"time.AfterFunc":               {"time.newTimer"},
+		"os.init":                      {"os.newFileFromNewFile"},
+		"os.newFileFromNewFile":        {"internal/poll.runtime_pollServerInit"},
+		"runtime.main":                 {"runtime.gcenable"},
+		"runtime.gcenable":             {"runtime.newproc"},
+	}
+	dead := map[[2]string]string{{"os.init", "os.newFileFromNewFile"}: "test"}
+	for _, c := range []struct {
+		target string
+		want   string
+	}{
+		{"time.newTimer", "main.init leasecache.New crypto/rand.Read crypto/internal/sysrand.Read time.AfterFunc time.newTimer"},
+		{"internal/poll.runtime_pollServerInit", ""}, // only through a dead edge
+		{"runtime.newproc", ""},                      // only from the runtime itself
+		{"time.Sleep", ""},                           // not linked
+	} {
+		if got := strings.Join(g.pathTo(c.target, dead), " "); got != c.want {
+			t.Errorf("pathTo(%s) = %q, want %q", c.target, got, c.want)
+		}
+	}
+}
