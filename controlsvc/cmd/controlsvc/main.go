@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 )
 
 func main() {
@@ -43,6 +45,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "config OK: %d tiers, %d rules, default tier %q, failure mode %s\n",
 			len(cfg.Tiers), len(cfg.Rules), cfg.DefaultTier, cfg.FailureMode)
+		if cfg.RLSConfig != "" {
+			rc, err := rls.Load(cfg.RLSConfig)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "rate limit service config OK: domains %s\n", strings.Join(rc.Domains(), ", "))
+		}
 		for _, st := range config.Settings {
 			fmt.Fprintf(stdout, "  %s = %s\n", st.Field, st.Value(cfg))
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
@@ -29,6 +30,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
@@ -57,6 +59,9 @@ type App struct {
 	http      *http.Server
 	lean      *leanhttp.Server // serves the decision route, hands the rest to http
 	ln        net.Listener
+	rls       *rls.Service // Envoy's rate limit service protocol
+	grpc      *grpc.Server // nil unless grpc_listen is set
+	grpcLn    net.Listener
 
 	// reloadMu guards file and runtime: the policy is always compiled from
 	// the two together.
@@ -100,6 +105,11 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, pol, decision.SettingsOf(cfg))
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
+	rc, err := loadRLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.rls = rls.New(rls.Deps{Counters: lim, Checker: a.svc, Usage: a.usage, Observe: a.metrics, Log: log, Now: time.Now}, rc, rlsSettings(cfg))
 	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})
@@ -167,6 +177,7 @@ func (a *App) Serve(ctx context.Context) error {
 	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
 	errc := make(chan error, 1)
 	go func() { errc <- a.lean.Serve(a.ln) }()
+	a.serveGRPC(errc)
 	a.log.Info("listening", "addr", a.Addr())
 	select {
 	case err := <-errc:
@@ -175,6 +186,7 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	a.stopGRPC(shutdownCtx)
 	err := a.lean.Shutdown(shutdownCtx)
 	stop()
 	<-usageDone // the last counts are written before Redis closes
@@ -199,10 +211,16 @@ func (a *App) Reload() (err error) {
 		defer func() { a.onReload(err) }()
 	}
 	cfg, err := config.Load(a.cfgPath, a.lookup)
+	var rc *rls.Config
+	if err == nil {
+		rc, err = loadRLS(cfg)
+	}
 	if err == nil {
 		if err = a.applyLocked(cfg, a.runtime); err == nil {
+			a.rls.SetConfig(rc)
 			if cfg.Listen != a.cfg.Listen || cfg.RedisURL != a.cfg.RedisURL || cfg.RedisPoolSize != a.cfg.RedisPoolSize || cfg.RedisTimeoutMs != a.cfg.RedisTimeoutMs ||
-				cfg.TLSCertFile != a.cfg.TLSCertFile || cfg.TLSKeyFile != a.cfg.TLSKeyFile || cfg.TLSClientCAFile != a.cfg.TLSClientCAFile {
+				cfg.TLSCertFile != a.cfg.TLSCertFile || cfg.TLSKeyFile != a.cfg.TLSKeyFile || cfg.TLSClientCAFile != a.cfg.TLSClientCAFile ||
+				cfg.GRPCListen != a.cfg.GRPCListen {
 				a.log.Warn("listen, tls and redis settings changed; they take effect on restart")
 			}
 			a.metrics.ConfigReloads.WithLabelValues("success").Inc()
@@ -218,24 +236,66 @@ func (a *App) Reload() (err error) {
 // reloadQuiet is how long the config file must be unchanged before a reload.
 const reloadQuiet = 100 * time.Millisecond
 
+// watchTargets are the directories whose changes reload the configuration,
+// each with which of its files count: the config file, and the rate limit
+// service's file or directory of YAML files.
+func (a *App) watchTargets() (map[string]func(string) bool, error) {
+	targets := map[string]func(string) bool{}
+	file := func(p string) error {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("watch config: %w", err)
+		}
+		dir, prev := filepath.Dir(abs), targets[filepath.Dir(abs)]
+		targets[dir] = func(name string) bool { return name == abs || prev != nil && prev(name) }
+		return nil
+	}
+	if a.cfgPath != "" {
+		if err := file(a.cfgPath); err != nil {
+			return nil, err
+		}
+	}
+	if p := a.cfg.RLSConfig; p != "" {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("watch rls_config: %w", err)
+		}
+		if !st.IsDir() {
+			return targets, file(p)
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("watch rls_config: %w", err)
+		}
+		prev := targets[abs]
+		targets[abs] = func(name string) bool {
+			ext := filepath.Ext(name)
+			return ext == ".yaml" || ext == ".yml" || prev != nil && prev(name)
+		}
+	}
+	return targets, nil
+}
+
 // WatchConfig reloads when the config file changes, until ctx ends. It
 // watches the directory, so editors that replace the file are seen too.
 func (a *App) WatchConfig(ctx context.Context) error {
-	if a.cfgPath == "" {
-		return nil
+	targets, err := a.watchTargets()
+	if err != nil || len(targets) == 0 {
+		return err
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
-	abs, err := filepath.Abs(a.cfgPath)
-	if err != nil {
-		w.Close()
-		return fmt.Errorf("watch config: %w", err)
+	for dir := range targets {
+		if err := w.Add(dir); err != nil {
+			w.Close()
+			return fmt.Errorf("watch config: %w", err)
+		}
 	}
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		w.Close()
-		return fmt.Errorf("watch config: %w", err)
+	abs := a.cfgPath
+	if abs != "" {
+		abs, _ = filepath.Abs(abs)
 	}
 	go func() {
 		defer w.Close()
@@ -251,12 +311,13 @@ func (a *App) WatchConfig(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				if filepath.Clean(ev.Name) == abs && ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename) {
+				if match := targets[filepath.Dir(filepath.Clean(ev.Name))]; match != nil && match(filepath.Clean(ev.Name)) &&
+					ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) {
 					quiet = time.After(reloadQuiet)
 				}
 			case <-quiet:
 				quiet = nil
-				if st, err := os.Stat(abs); err == nil && st.Size() == 0 {
+				if st, err := os.Stat(abs); abs != "" && err == nil && st.Size() == 0 {
 					a.log.Warn("config file is empty; waiting for the write to finish", "path", abs)
 					continue
 				}

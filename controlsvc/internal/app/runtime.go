@@ -54,6 +54,7 @@ func (a *App) applyLocked(file *config.Config, snap ruleset.Snapshot) error {
 	a.file, a.runtime = file, snap
 	a.svc.SetPolicy(p, decision.SettingsOf(file))
 	a.srv.SetConfig(file)
+	a.rls.SetSettings(rlsSettings(file))
 	a.metrics.LeftOut.Set(float64(len(skips)))
 	return nil
 }

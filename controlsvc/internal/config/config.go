@@ -69,6 +69,11 @@ type Config struct {
 	TLSCertFile     string `toml:"tls_cert_file"`
 	TLSKeyFile      string `toml:"tls_key_file"`
 	TLSClientCAFile string `toml:"tls_client_ca_file"`
+	// GRPCListen is the address of Envoy's rate limit service protocol
+	// (gRPC); empty turns it off. RLSConfig is its configuration, a YAML
+	// file or directory in envoyproxy/ratelimit's format.
+	GRPCListen string `toml:"grpc_listen"`
+	RLSConfig  string `toml:"rls_config"`
 	// ThrottleMaxWaitMs bounds the delay of a throttle rule.
 	ThrottleMaxWaitMs int `toml:"throttle_max_wait_ms"`
 	// Enabled false turns refusing off: every check is decided and counted
@@ -265,6 +270,10 @@ func (c *Config) validateTokens() error {
 	if len(toks) == 0 && !loopback(c.Listen) {
 		return bad("decision_token", "is required when listen (%s) is not a loopback address: "+
 			"anyone who reaches the decision API could otherwise spend other callers' quota", c.Listen)
+	}
+	if len(toks) == 0 && c.GRPCListen != "" && !loopback(c.GRPCListen) {
+		return bad("decision_token", "is required when grpc_listen (%s) is not a loopback address: "+
+			"anyone who reaches the rate limit service could otherwise spend other callers' quota", c.GRPCListen)
 	}
 	return nil
 }

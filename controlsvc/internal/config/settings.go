@@ -55,6 +55,10 @@ var Settings = []Setting{
 	text("tls_cert_file", "", "PEM certificate of the listener: with `tls_key_file`, the service speaks HTTPS", func(c *Config) *string { return &c.TLSCertFile }, nil),
 	text("tls_key_file", "", "PEM private key of `tls_cert_file`", func(c *Config) *string { return &c.TLSKeyFile }, nil),
 	text("tls_client_ca_file", "", "PEM CA bundle: every client (the filter's Envoy cluster) must present a certificate it signed (mutual TLS)", func(c *Config) *string { return &c.TLSClientCAFile }, nil),
+	text("grpc_listen", "", "address of Envoy's rate limit service protocol (gRPC `envoy.service.ratelimit.v3.RateLimitService`, e.g. `127.0.0.1:8082`); empty turns it off. Needs `decision_token` beyond loopback; uses the listener's TLS files too",
+		func(c *Config) *string { return &c.GRPCListen }, optionalHostPort),
+	text("rls_config", "", "the rate limit service's descriptors: a YAML file, or a directory of them, in envoyproxy/ratelimit's format (reloaded when it changes); the `tollgate` domain needs none",
+		func(c *Config) *string { return &c.RLSConfig }, nil),
 	integer("throttle_max_wait_ms", 100, 0, 10_000, "the longest a `throttle` rule delays a refused request until it would be admitted (past it: refused); keep it under the filter's `timeout_ms`", func(c *Config) *int { return &c.ThrottleMaxWaitMs }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
 	text("header_prefix", wire.DefaultHeaderPrefix, "starts the names of the `X-RateLimit-Limit`, `-Remaining`, `-Reset`, `-Window` and `-Strategy` fields of the decision API's answers (the filter's `headers.prefix` names its own)", func(c *Config) *string { return &c.HeaderPrefix }, headerPrefix),
@@ -173,6 +177,14 @@ func headerPrefix(field, v string) error {
 		return fielderr.New(field, "%q must be 1..32 letters, digits and dashes, not starting with x-tollgate", v)
 	}
 	return nil
+}
+
+// optionalHostPort is hostPort or empty (off).
+func optionalHostPort(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	return hostPort(field, v)
 }
 
 func hostPort(field, v string) error {

@@ -116,7 +116,9 @@ type Result struct {
 type Limiter struct {
 	rdb     Client
 	scripts map[rules.Algorithm]*redis.Script
-	batch   *batcher
+	// hitCount is the rate limit service's fixed window (Count).
+	hitCount *redis.Script
+	batch    *batcher
 }
 
 // New loads the embedded scripts. It does not talk to Redis; scripts are sent
@@ -138,6 +140,9 @@ func New(rdb Client) (*Limiter, error) {
 		}
 		l.scripts[a] = redis.NewScript(string(prelude) + "\n" + string(body) + "\n" + string(epilogue))
 	}
+	if l.hitCount, err = newHitCountScript(); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -157,6 +162,9 @@ func (l *Limiter) Load(ctx context.Context) error {
 		if err := s.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("load script %s: %w", a, err)
 		}
+	}
+	if err := l.hitCount.Load(ctx, l.rdb).Err(); err != nil {
+		return fmt.Errorf("load hit count script: %w", err)
 	}
 	return nil
 }

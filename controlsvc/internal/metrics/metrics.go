@@ -19,6 +19,9 @@ const (
 
 // Metrics holds every collector.
 type Metrics struct {
+	// RLSDecisions counts the rate limit service's descriptors by domain
+	// (configured ones only: a caller chooses the domain) and outcome.
+	RLSDecisions *prometheus.CounterVec
 	Registry      *prometheus.Registry
 	Decisions     *prometheus.CounterVec
 	CheckDuration prometheus.Histogram
@@ -54,6 +57,10 @@ func New(pool func() *redis.PoolStats) *Metrics {
 			Name: "tollgate_redis_errors_total",
 			Help: "Redis calls that failed, by operation.",
 		}, []string{"op"}),
+		RLSDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_rls_decisions_total",
+			Help: "Descriptors answered by the rate limit service (gRPC), by domain (\"other\" for domains not configured) and code (ok, over_limit, shadow_over_limit, unlimited, no_limit, degraded).",
+		}, []string{"domain", "code"}),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_config_reloads_total",
 			Help: "Configuration reloads by result (success, failure); a failed reload keeps the old config live.",
@@ -80,7 +87,7 @@ func New(pool func() *redis.PoolStats) *Metrics {
 			Help: "Runtime rules and tiers stored in Redis that the live policy leaves out because they no longer fit the config file (logged as 'runtime entry left out'); alert on > 0.",
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut,
+	reg.MustRegister(m.Decisions, m.RLSDecisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut,
 		m.seedRequests, m.seedLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {
@@ -98,6 +105,11 @@ func (m *Metrics) Decided(result, tier, rule string) {
 		status = "blocked"
 	}
 	m.seedRequests.WithLabelValues(status).Inc()
+}
+
+// RLSDecision counts one descriptor the rate limit service answered.
+func (m *Metrics) RLSDecision(domain, code string) {
+	m.RLSDecisions.WithLabelValues(domain, code).Inc()
 }
 
 // CheckTook records how long one check took to decide.

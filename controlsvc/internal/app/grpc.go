@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// The gRPC listener's bounds: a call holds at most the descriptors rls
+// accepts (64 of 16 entries of 1,280 bytes is 1.3 MB); larger messages are
+// refused before they are parsed.
+const (
+	grpcMaxMessage = 2 << 20
+	grpcMaxStreams = 1024
+)
+
+// rlsSettings are the rate limit service's settings in cfg.
+func rlsSettings(cfg *config.Config) rls.Settings {
+	set := rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen,
+		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true}.WithPrefix(cfg.HeaderPrefix)}
+	for _, t := range cfg.DecisionTokens() {
+		set.Digests = append(set.Digests, sha256.Sum256([]byte(t)))
+	}
+	return set
+}
+
+// loadRLS reads the rate limit service's configuration, if cfg names one.
+func loadRLS(cfg *config.Config) (*rls.Config, error) {
+	if cfg.RLSConfig == "" {
+		return nil, nil
+	}
+	return rls.Load(cfg.RLSConfig)
+}
+
+// listenGRPC opens the rate limit service's listener (grpc_listen), with
+// the HTTP listener's TLS (and client certificates) when it has them.
+func (a *App) listenGRPC() error {
+	if a.cfg.GRPCListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (grpc_listen): %w", a.cfg.GRPCListen, err)
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(grpcMaxMessage),
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.ConnectionTimeout(5 * time.Second),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+	}
+	t, err := a.cfg.TLS()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("tls: %w", err)
+	}
+	if t != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t)))
+	}
+	a.grpc = grpc.NewServer(opts...)
+	rlspb.RegisterRateLimitServiceServer(a.grpc, a.rls)
+	a.grpcLn = ln
+	return nil
+}
+
+// GRPCAddr is the rate limit service's address ("" when off).
+func (a *App) GRPCAddr() string {
+	if a.grpcLn == nil {
+		return ""
+	}
+	return a.grpcLn.Addr().String()
+}
+
+// RLS is the rate limit service.
+func (a *App) RLS() *rls.Service { return a.rls }
+
+// serveGRPC serves until stopGRPC; errors go to errc.
+func (a *App) serveGRPC(errc chan<- error) {
+	if a.grpc == nil {
+		return
+	}
+	a.log.Info("rate limit service listening", "addr", a.GRPCAddr(), "domains", a.rls.Config().Domains())
+	go func() {
+		if err := a.grpc.Serve(a.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+}
+
+// stopGRPC drains the calls in flight until ctx ends, then stops.
+func (a *App) stopGRPC(ctx context.Context) {
+	if a.grpc == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { a.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		a.grpc.Stop()
+	}
+}

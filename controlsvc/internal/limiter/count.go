@@ -1,0 +1,52 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// HitCount is a fixed-window counter's answer (see Count).
+type HitCount struct {
+	// Count is the window's hits after this call's.
+	Count int64
+	// ResetSeconds is the time left in the window.
+	ResetSeconds int64
+}
+
+// Count adds hits to key's counter for the current window of windowSeconds
+// (aligned to the Unix epoch, clocked by Redis) and returns the window's
+// count: envoyproxy/ratelimit's fixed window, where every hit counts,
+// refused or not. hits 0 reads. The call goes through the same pipeline as
+// Do.
+func (l *Limiter) Count(ctx context.Context, key string, hits, windowSeconds int64) (HitCount, error) {
+	if hits < 0 || windowSeconds <= 0 {
+		return HitCount{}, fmt.Errorf("%w: hits %d, window %d s", ErrBadRequest, hits, windowSeconds)
+	}
+	v, err := l.batch.run(ctx, l.hitCount, []string{key}, []any{hits, windowSeconds})
+	if err != nil && scriptError(err) {
+		return HitCount{}, fmt.Errorf("%w: hit count: %w", ErrScript, err)
+	}
+	if err != nil {
+		return HitCount{}, fmt.Errorf("run hit count script: %w", err)
+	}
+	vals, ok := v.([]any)
+	if !ok || len(vals) != 2 {
+		return HitCount{}, fmt.Errorf("hit count script returned %T %v, want 2 integers", v, v)
+	}
+	c, ok1 := vals[0].(int64)
+	r, ok2 := vals[1].(int64)
+	if !ok1 || !ok2 {
+		return HitCount{}, fmt.Errorf("hit count script returned %v, want 2 integers", vals)
+	}
+	return HitCount{Count: c, ResetSeconds: r}, nil
+}
+
+func newHitCountScript() (*redis.Script, error) {
+	body, err := luaFiles.ReadFile("lua/hit_count.lua")
+	if err != nil {
+		return nil, fmt.Errorf("read hit count script: %w", err)
+	}
+	return redis.NewScript(string(body)), nil
+}

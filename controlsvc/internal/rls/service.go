@@ -1,0 +1,595 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Bounds on one call: what a caller holding the token may make the service
+// do. A larger call is refused whole (InvalidArgument naming the field),
+// never cut.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 16
+	MaxKeyLen      = 256
+	MaxValueLen    = 1024
+	// MaxHitsAddend bounds hits_addend (request and descriptor): a billion
+	// hits in one call is no request a proxy makes.
+	MaxHitsAddend = 1 << 30
+)
+
+// TollgateDomain is the domain whose descriptors Tollgate's own rules,
+// tiers, API keys and overrides decide (see tollgateCheck).
+const TollgateDomain = "tollgate"
+
+// Entry keys of the tollgate domain.
+const (
+	KeyRemoteAddress = "remote_address" // Envoy's remote_address action
+	KeyUser          = "tollgate.user"
+	KeyAPIKey        = "tollgate.api_key"
+	KeyPath          = "tollgate.path"
+	KeyMethod        = "tollgate.method"
+	KeyTier          = "tollgate.tier"
+	KeyTenant        = "tollgate.tenant"
+)
+
+var tollgateKeys = []string{KeyRemoteAddress, KeyUser, KeyAPIKey, KeyPath, KeyMethod, KeyTier, KeyTenant}
+
+// Counters counts: Count for envoyproxy/ratelimit's fixed window, Do for the
+// other algorithms (the limiter).
+type Counters interface {
+	Count(ctx context.Context, key string, hits, windowSeconds int64) (limiter.HitCount, error)
+	Do(ctx context.Context, r limiter.Request) (limiter.Result, error)
+}
+
+// Checker decides a check with Tollgate's model (decision.Service).
+type Checker interface {
+	Check(ctx context.Context, req *wire.CheckRequest, trust decision.Trust) (wire.CheckResponse, error)
+}
+
+// Observer sees every descriptor's outcome (metrics).
+type Observer interface {
+	RLSDecision(domain, code string)
+}
+
+// Deps are the service's collaborators.
+type Deps struct {
+	Counters Counters
+	Checker  Checker
+	Usage    decision.UsageRecorder
+	Observe  Observer
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// Settings are what the service reads of the configuration in force.
+type Settings struct {
+	// Digests are the SHA-256 of the decision tokens; none: every caller is
+	// untrusted (the listener is then on loopback, which config enforces).
+	Digests [][sha256.Size]byte
+	// FailOpen answers OK when Redis fails; otherwise Unavailable.
+	FailOpen bool
+	Headers  wire.HeaderSet
+	// Shadow is the service's shadow mode: nothing is ever OVER_LIMIT.
+	Shadow bool
+}
+
+// Service serves envoy.service.ratelimit.v3.RateLimitService.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	d   Deps
+	cfg atomic.Pointer[Config]
+	set atomic.Pointer[Settings]
+}
+
+// New returns a service answering from cfg (nil: only the tollgate domain
+// has limits).
+func New(d Deps, cfg *Config, set Settings) *Service {
+	s := &Service{d: d}
+	s.SetConfig(cfg)
+	s.SetSettings(set)
+	return s
+}
+
+// SetConfig swaps in a configuration (reload).
+func (s *Service) SetConfig(c *Config) {
+	if c == nil {
+		c = &Config{domains: map[string]*node{}}
+	}
+	s.cfg.Store(c)
+}
+
+// SetSettings swaps in the settings (reload).
+func (s *Service) SetSettings(set Settings) { s.set.Store(&set) }
+
+// Config is the configuration in force.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// ShouldRateLimit implements the protocol.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	set := s.set.Load()
+	trust, err := authorize(ctx, set.Digests)
+	if err != nil {
+		return nil, err
+	}
+	hits, entries, err := validate(req)
+	if err != nil {
+		return nil, err
+	}
+	var resp *rlspb.RateLimitResponse
+	if req.Domain == TollgateDomain {
+		resp, err = s.tollgate(ctx, req, entries, hits, trust, set)
+	} else {
+		resp, err = s.configured(ctx, req, entries, hits, set)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if set.Shadow && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+	}
+	return resp, nil
+}
+
+// authorize checks the decision token in the call's metadata
+// (authorization: Bearer <token>), in constant time over every digest.
+func authorize(ctx context.Context, digests [][sha256.Size]byte) (decision.Trust, error) {
+	if len(digests) == 0 {
+		return decision.Untrusted, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		msg := "metadata authorization: the rate limit service needs the decision token (authorization: Bearer <token>)"
+		if len(vals) > 1 {
+			msg = "metadata authorization: given more than once"
+		}
+		return decision.Untrusted, status.Error(codes.Unauthenticated, msg)
+	}
+	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	got := sha256.Sum256([]byte(tok))
+	match := 0
+	for i := range digests {
+		match |= subtle.ConstantTimeCompare(got[:], digests[i][:])
+	}
+	if !ok || tok == "" || match != 1 {
+		return decision.Untrusted, status.Error(codes.Unauthenticated, "metadata authorization: not a decision token of this service")
+	}
+	return decision.Trusted, nil
+}
+
+// validate bounds the request and returns each descriptor's hits and
+// entries.
+func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
+	bad := func(field, msg string) error {
+		return status.Error(codes.InvalidArgument, field+": "+msg)
+	}
+	switch {
+	case req.Domain == "":
+		return nil, nil, bad("domain", "empty")
+	case len(req.Domain) > MaxValueLen:
+		return nil, nil, bad("domain", fmt.Sprintf("longer than %d bytes", MaxValueLen))
+	case len(req.Descriptors) == 0:
+		return nil, nil, bad("descriptors", "empty")
+	case len(req.Descriptors) > MaxDescriptors:
+		return nil, nil, bad("descriptors", fmt.Sprintf("%d descriptors, more than %d", len(req.Descriptors), MaxDescriptors))
+	case req.HitsAddend > MaxHitsAddend:
+		return nil, nil, bad("hits_addend", fmt.Sprintf("%d is more than %d", req.HitsAddend, MaxHitsAddend))
+	}
+	hits := make([]int64, len(req.Descriptors))
+	entries := make([][]Entry, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		f := fmt.Sprintf("descriptors[%d]", i)
+		if d == nil || len(d.Entries) == 0 {
+			return nil, nil, bad(f+".entries", "empty")
+		}
+		if len(d.Entries) > MaxEntries {
+			return nil, nil, bad(f+".entries", fmt.Sprintf("%d entries, more than %d", len(d.Entries), MaxEntries))
+		}
+		es := make([]Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			switch {
+			case e == nil || e.Key == "":
+				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].key", f, j), "empty")
+			case len(e.Key) > MaxKeyLen:
+				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].key", f, j), fmt.Sprintf("longer than %d bytes", MaxKeyLen))
+			case len(e.Value) > MaxValueLen:
+				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].value", f, j), fmt.Sprintf("longer than %d bytes", MaxValueLen))
+			}
+			es[j] = Entry{Key: e.Key, Value: e.Value}
+		}
+		entries[i] = es
+		// As envoyproxy/ratelimit: the descriptor's own hits_addend (0 is a
+		// read) over the request's, and 0 there means 1.
+		switch {
+		case d.HitsAddend != nil:
+			if d.HitsAddend.Value > MaxHitsAddend {
+				return nil, nil, bad(f+".hits_addend", fmt.Sprintf("%d is more than %d", d.HitsAddend.Value, MaxHitsAddend))
+			}
+			hits[i] = int64(d.HitsAddend.Value)
+		default:
+			hits[i] = max(1, int64(req.HitsAddend))
+		}
+		if l := d.Limit; l != nil {
+			if _, ok := unitSeconds[Unit(l.Unit)]; !ok {
+				return nil, nil, bad(f+".limit.unit", "not a unit")
+			}
+		}
+	}
+	return hits, entries, nil
+}
+
+// outcome is one descriptor's answer before it becomes a status.
+type outcome struct {
+	limit     *Limit // nil: no limit applies
+	unlimited bool
+	count     int64 // hits in the window after this call's (fixed window)
+	remaining int64
+	reset     int64 // seconds
+	over      bool
+	degraded  bool
+}
+
+// configured answers a domain of the YAML configuration.
+func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, entries [][]Entry, hits []int64, set *Settings) (*rlspb.RateLimitResponse, error) {
+	cfg := s.cfg.Load()
+	n := len(req.Descriptors)
+	out := make([]outcome, n)
+	replaced := map[string]bool{}
+	for i, d := range req.Descriptors {
+		var l *Limit
+		if o := d.Limit; o != nil {
+			// A limit the proxy sends itself (route metadata) replaces the
+			// configured one, as envoyproxy/ratelimit does.
+			l = &Limit{Path: req.Domain + "." + entryPath(entries[i]), Unit: Unit(o.Unit), RequestsPerUnit: o.RequestsPerUnit}
+		} else {
+			l = cfg.Find(req.Domain, entries[i])
+		}
+		if l == nil {
+			continue
+		}
+		for _, r := range l.Replaces {
+			replaced[r] = true
+		}
+		if l.Unlimited {
+			out[i].unlimited = true
+			continue
+		}
+		out[i].limit = l
+	}
+	for i := range out {
+		if l := out[i].limit; l != nil && l.Name != "" && replaced[l.Name] {
+			out[i].limit = nil
+		}
+	}
+	if err := s.count(ctx, req.Domain, entries, hits, out); err != nil {
+		if !set.FailOpen {
+			return nil, status.Error(codes.Unavailable, "redis: "+err.Error())
+		}
+		s.d.Log.Warn("rate limit service: redis failed; failing open", "domain", req.Domain, "err", err)
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
+	var headerFrom *outcome
+	degraded := false
+	for i := range out {
+		o := &out[i]
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		code := "no_limit"
+		switch {
+		case o.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			code = "unlimited"
+		case o.degraded:
+			degraded = true
+			code = "degraded"
+		case o.limit != nil:
+			l := o.limit
+			st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			st.DurationUntilReset = durationpb.New(time.Duration(o.reset) * time.Second)
+			st.LimitRemaining = uint32(min(max(o.remaining, 0), math.MaxUint32))
+			code = "ok"
+			if o.over {
+				st.Code, st.LimitRemaining, code = rlspb.RateLimitResponse_OVER_LIMIT, 0, "over_limit"
+				if l.Shadow {
+					st.Code, code = rlspb.RateLimitResponse_OK, "shadow_over_limit"
+				} else {
+					resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+				}
+			}
+			if headerFrom == nil || headerFrom.limit == nil || st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !headerFrom.over ||
+				(st.Code == rlspb.RateLimitResponse_OVER_LIMIT) == headerFrom.over && o.remaining < headerFrom.remaining {
+				headerFrom = o
+			}
+			s.record(req.Domain, entries[i], l, hits[i], st.Code == rlspb.RateLimitResponse_OVER_LIMIT)
+		}
+		s.d.Observe.RLSDecision(cfg.metricDomain(req.Domain), code)
+	}
+	if headerFrom != nil {
+		resp.ResponseHeadersToAdd = s.headers(headerFrom, set, resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT)
+	}
+	if degraded {
+		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
+	}
+	return resp, nil
+}
+
+// count runs the counters of the limited descriptors, concurrently so that
+// the limiter's pipeline carries them in one round trip. A failed counter
+// marks its descriptor degraded; the first error is returned.
+func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, hits []int64, out []outcome) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(out))
+	one := func(i int) {
+		o := &out[i]
+		l := o.limit
+		key := counterKey(domain, entries[i], l)
+		if l.Algorithm == "" {
+			c, err := s.d.Counters.Count(ctx, key, hits[i], l.Window())
+			if err != nil {
+				errs[i], o.degraded = err, true
+				return
+			}
+			o.count, o.reset = c.Count, c.ResetSeconds
+			o.over = c.Count > int64(l.RequestsPerUnit)
+			o.remaining = int64(l.RequestsPerUnit) - c.Count
+			return
+		}
+		rule := &rules.Rule{ID: "rls", Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), WindowSeconds: l.Window(), Burst: l.Burst, Scope: rules.ScopeGlobal}
+		r, err := s.d.Counters.Do(ctx, limiter.Request{Owner: keys.NewOwner("rls", key), Rule: rule, Cost: hits[i]})
+		if err != nil {
+			errs[i], o.degraded = err, true
+			return
+		}
+		o.over, o.remaining = !r.Allowed, r.Remaining
+		o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
+	}
+	limited := 0
+	for i := range out {
+		if out[i].limit != nil {
+			limited++
+		}
+	}
+	for i := range out {
+		if out[i].limit == nil {
+			continue
+		}
+		if limited == 1 {
+			one(i)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); one(i) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// counterKey names a descriptor's counter: its domain, entries and limit,
+// hashed, so that no choice of keys and values (which may hold any byte,
+// "_" and ":" included) makes two descriptors share a counter, and a key
+// has a fixed length whatever the descriptor's.
+func counterKey(domain string, entries []Entry, l *Limit) string {
+	h := sha256.New()
+	var n [4]byte
+	put := func(s string) {
+		n[0], n[1], n[2], n[3] = byte(len(s)>>24), byte(len(s)>>16), byte(len(s)>>8), byte(len(s))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	put(domain)
+	for _, e := range entries {
+		put(e.Key)
+		put(e.Value)
+	}
+	put(l.Unit.String())
+	put(string(l.Algorithm))
+	sum := h.Sum(nil)
+	return fmt.Sprintf("tg:rls:%x", sum[:16])
+}
+
+func entryPath(es []Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// record counts a descriptor's hits for usage (as the requests of the
+// identity "rls:<domain>.<entries>", cut to 255 bytes) and a refusal as a
+// violation.
+func (s *Service) record(domain string, es []Entry, l *Limit, hits int64, over bool) {
+	if s.d.Usage == nil {
+		return
+	}
+	id := "rls:" + domain + "." + entryPath(es)
+	if len(id) > 255 {
+		id = id[:255]
+	}
+	now := s.d.Now()
+	if over {
+		rule := l.Name
+		if rule == "" {
+			rule = l.Path
+		}
+		s.d.Usage.Record(id, now, 0, &audit.Event{At: now, Type: audit.TypeViolation, Identity: id, RuleID: rule})
+		return
+	}
+	s.d.Usage.Record(id, now, hits, nil)
+}
+
+// headers are the X-RateLimit fields of the descriptor that decided (the
+// one over its limit, else the one with the least left).
+func (s *Service) headers(o *outcome, set *Settings, denied bool) []*corev3.HeaderValue {
+	now := s.d.Now().Unix()
+	l := wire.Limits{RuleID: o.limit.Name, Strategy: string(o.limit.Algorithm), Limit: int64(o.limit.RequestsPerUnit), Remaining: max(o.remaining, 0),
+		ResetAt: now + o.reset, WindowSeconds: o.limit.Window()}
+	if l.Strategy == "" {
+		l.Strategy = string(rules.FixedWindow)
+	}
+	if l.RuleID == "" {
+		l.RuleID = o.limit.Path
+	}
+	if denied {
+		l.RetryAfter = o.reset
+	}
+	var out []*corev3.HeaderValue
+	for _, h := range wire.AppendHeaders(nil, &l, set.Headers, now, denied) {
+		out = append(out, &corev3.HeaderValue{Key: h[0], Value: h[1]})
+	}
+	return out
+}
+
+// tollgate answers the tollgate domain: each descriptor is one check of
+// Tollgate's model (tiers, rules, API keys, overrides, exemptions), built
+// from its entries.
+func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, entries [][]Entry, hits []int64, trust decision.Trust, set *Settings) (*rlspb.RateLimitResponse, error) {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(entries))}
+	var decided *wire.CheckResponse
+	degraded := false
+	for i, es := range entries {
+		check, err := checkOf(i, es, hits[i])
+		if err != nil {
+			return nil, err
+		}
+		ans, err := s.d.Checker.Check(ctx, check, trust)
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK,
+			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: ans.RuleID, RequestsPerUnit: uint32(min(max(ans.Limit, 0), math.MaxUint32)), Unit: unitOf(ans.WindowSeconds)},
+			LimitRemaining:     uint32(min(max(ans.Remaining, 0), math.MaxUint32)),
+			DurationUntilReset: durationpb.New(time.Duration(max(ans.ResetAt-s.d.Now().Unix(), 0)) * time.Second)}
+		code := "ok"
+		switch {
+		case ans.Degraded:
+			degraded, code = true, "degraded"
+		case !ans.Allowed && !ans.LogOnly:
+			st.Code, code = rlspb.RateLimitResponse_OVER_LIMIT, "over_limit"
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		if ans.RuleID == "" {
+			st.CurrentLimit = nil
+		}
+		resp.Statuses[i] = st
+		s.d.Observe.RLSDecision(TollgateDomain, code)
+		if decided == nil || !ans.Allowed && decided.Allowed || ans.Allowed == decided.Allowed && ans.Remaining < decided.Remaining {
+			a := ans
+			decided = &a
+		}
+	}
+	if decided != nil && decided.RuleID != "" {
+		now := s.d.Now().Unix()
+		l := decided.Limits()
+		for _, h := range wire.AppendHeaders(nil, &l, set.Headers, now, !decided.Allowed && !decided.LogOnly) {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h[0], Value: h[1]})
+		}
+	}
+	if degraded {
+		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
+	}
+	return resp, nil
+}
+
+// checkOf builds a check from a tollgate descriptor's entries.
+func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
+	var user, addr string
+	// A check spends at least one: hits_addend 0 counts 1 here.
+	c := &wire.CheckRequest{Cost: hits, Endpoint: "/"}
+	for j, e := range es {
+		field := fmt.Sprintf("descriptors[%d].entries[%d]", i, j)
+		switch e.Key {
+		case KeyRemoteAddress:
+			addr = e.Value
+		case KeyUser:
+			user = e.Value
+		case KeyAPIKey:
+			c.APIKey = e.Value
+		case KeyPath:
+			p, _, _ := strings.Cut(e.Value, "?")
+			c.Endpoint = p
+		case KeyMethod:
+			c.Method = e.Value
+		case KeyTier:
+			c.Tier = e.Value
+		case KeyTenant:
+			c.Tenant = e.Value
+		default:
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%s.key: %q is not a key of the tollgate domain (%s)", field, e.Key, strings.Join(tollgateKeys, ", ")))
+		}
+	}
+	switch {
+	case user != "":
+		c.UserID = "user:" + user
+		c.ClientAddress = addr
+	case addr != "":
+		c.UserID = "ip:" + addr
+	default:
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: names no caller (%s or %s)", i, KeyUser, KeyRemoteAddress))
+	}
+	return c, nil
+}
+
+// unitOf is the protocol's unit of a window, UNKNOWN when none is exact.
+func unitOf(windowSeconds int64) Unit {
+	for u, s := range unitSeconds {
+		if s == windowSeconds {
+			return u
+		}
+	}
+	return rlspb.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// grpcError maps a decision error to a status naming its field.
+func grpcError(err error) error {
+	var ae *apierr.Error
+	if !errors.As(err, &ae) {
+		return status.Error(codes.Internal, "the check failed")
+	}
+	msg := ae.Message
+	switch ae.Kind {
+	case apierr.KindInvalid, apierr.KindTooLarge:
+		return status.Error(codes.InvalidArgument, msg)
+	case apierr.KindUnauthorized:
+		return status.Error(codes.Unauthenticated, msg)
+	case apierr.KindForbidden:
+		return status.Error(codes.PermissionDenied, msg)
+	case apierr.KindNotFound:
+		return status.Error(codes.NotFound, msg)
+	case apierr.KindUnavailable:
+		return status.Error(codes.Unavailable, msg)
+	}
+	return status.Error(codes.Internal, msg)
+}
