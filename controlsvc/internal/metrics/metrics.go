@@ -21,7 +21,7 @@ const (
 type Metrics struct {
 	// RLSDecisions counts the rate limit service's descriptors by domain
 	// (configured ones only: a caller chooses the domain) and outcome.
-	RLSDecisions *prometheus.CounterVec
+	RLSDecisions  *prometheus.CounterVec
 	Registry      *prometheus.Registry
 	Decisions     *prometheus.CounterVec
 	CheckDuration prometheus.Histogram
