@@ -154,6 +154,10 @@ func (a *App) Listen() error {
 		ln = tls.NewListener(ln, t)
 	}
 	a.ln = ln
+	if err := a.listenGRPC(); err != nil {
+		ln.Close()
+		return err
+	}
 	return nil
 }
 
@@ -303,6 +307,7 @@ func (a *App) WatchConfig(ctx context.Context) error {
 		// is several events: wait until the file has been quiet for a
 		// moment, and never reload from an empty file (a save in progress).
 		var quiet <-chan time.Time
+		tomlChanged := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -311,16 +316,19 @@ func (a *App) WatchConfig(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				if match := targets[filepath.Dir(filepath.Clean(ev.Name))]; match != nil && match(filepath.Clean(ev.Name)) &&
+				name := filepath.Clean(ev.Name)
+				if match := targets[filepath.Dir(name)]; match != nil && match(name) &&
 					ev.Has(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) {
 					quiet = time.After(reloadQuiet)
+					tomlChanged = tomlChanged || name == abs
 				}
 			case <-quiet:
 				quiet = nil
-				if st, err := os.Stat(abs); abs != "" && err == nil && st.Size() == 0 {
+				if st, err := os.Stat(abs); tomlChanged && err == nil && st.Size() == 0 {
 					a.log.Warn("config file is empty; waiting for the write to finish", "path", abs)
 					continue
 				}
+				tomlChanged = false
 				_ = a.Reload()
 			case err, ok := <-w.Errors:
 				if !ok {

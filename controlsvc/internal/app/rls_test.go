@@ -1,0 +1,279 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+const rlsYAML = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
+  - key: health
+    rate_limit: {unlimited: true}
+`
+
+// rlsService starts the control service with its gRPC listener and the
+// given YAML as rls_config, and returns a client of it.
+func rlsService(t *testing.T, yaml, toml string, env map[string]string) (*service, rlspb.RateLimitServiceClient, string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rls.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"TOLLGATE_GRPC_LISTEN": "127.0.0.1:0", "TOLLGATE_RLS_CONFIG": path}
+	for k, v := range env {
+		vars[k] = v
+	}
+	s := startService(t, toml, vars)
+	conn, err := grpc.NewClient(s.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(callTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return s, rlspb.NewRateLimitServiceClient(conn), path
+}
+
+// withToken is a call context holding tok; the client's calls are bounded
+// by callTimeout.
+func withToken(tok string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+}
+
+// callTimeout bounds every call of a test client.
+func callTimeout(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func TestRLSAnswers(t *testing.T) {
+	s, c, _ := rlsService(t, rlsYAML, "", nil)
+	ctx := withToken(decisionToken)
+	ask := func(hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitResponse {
+		t.Helper()
+		r, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "api", Descriptors: ds, HitsAddend: hits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Three a minute: OK with 2, 1, 0 left, then over.
+	for i, want := range []uint32{2, 1, 0} {
+		r := ask(0, desc("user", "alice"))
+		st := r.Statuses[0]
+		if r.OverallCode != rlspb.RateLimitResponse_OK || st.LimitRemaining != want || st.CurrentLimit.GetRequestsPerUnit() != 3 ||
+			st.CurrentLimit.GetUnit() != rlspb.RateLimitResponse_RateLimit_MINUTE || st.DurationUntilReset.AsDuration() <= 0 {
+			t.Fatalf("call %d: %v", i, r)
+		}
+	}
+	r := ask(0, desc("user", "alice"), desc("user", "bob"), desc("health", "x"), desc("nothing", "here"))
+	if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT ||
+		r.Statuses[1].Code != rlspb.RateLimitResponse_OK || r.Statuses[1].LimitRemaining != 2 ||
+		r.Statuses[2].LimitRemaining != 1<<32-1 || r.Statuses[2].CurrentLimit != nil ||
+		r.Statuses[3].CurrentLimit != nil || r.Statuses[3].LimitRemaining != 0 {
+		t.Fatalf("mixed call: %v", r)
+	}
+	headers := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		headers[h.Key] = h.Value
+	}
+	if headers["x-ratelimit-limit"] != "3" || headers["x-ratelimit-remaining"] != "0" || headers["x-ratelimit-window"] != "60" {
+		t.Fatalf("headers of the refusing descriptor: %v", headers)
+	}
+	// hits_addend: the descriptor's own wins; every hit counts, refused or not.
+	d := desc("user", "carol")
+	d.HitsAddend = wrapperspb.UInt64(2)
+	if r := ask(5, d); r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("descriptor hits_addend 2: %v", r)
+	}
+	if r := ask(5, desc("user", "carol")); r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("request hits_addend 5: %v", r)
+	}
+	zero := desc("user", "dave")
+	zero.HitsAddend = wrapperspb.UInt64(0)
+	if r := ask(0, zero); r.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("hits_addend 0 reads: %v", r)
+	}
+	// A Tollgate algorithm on a descriptor: a token bucket of 4.
+	for i := 0; i < 4; i++ {
+		if r := ask(0, desc("bucket", "b")); r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("bucket call %d: %v", i, r)
+		}
+	}
+	if r := ask(0, desc("bucket", "b")); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("fifth bucket call: %v", r)
+	}
+	// The same /metrics.
+	m := s.do("GET", "/metrics", nil)
+	for _, want := range []string{`tollgate_rls_decisions_total{code="over_limit",domain="api"}`, `tollgate_rls_decisions_total{code="unlimited",domain="api"}`} {
+		if !strings.Contains(string(m.body), want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The tollgate domain: Tollgate's tiers, rules and keys, reached through
+// descriptor entries.
+func TestRLSTollgateDomain(t *testing.T) {
+	toml := `
+[[tiers]]
+name = "free"
+limit = 2
+window_seconds = 60
+per_endpoint = false
+`
+	s, c, _ := rlsService(t, rlsYAML, toml, nil)
+	ctx := withToken(decisionToken)
+	ask := func(ds ...*ratelimitv3.RateLimitDescriptor) (*rlspb.RateLimitResponse, error) {
+		return c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: rls.TollgateDomain, Descriptors: ds})
+	}
+	for i := 0; i < 2; i++ {
+		r, err := ask(desc(rls.KeyRemoteAddress, "192.0.2.7", rls.KeyPath, "/items?x=1", rls.KeyMethod, "GET"))
+		if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v %v", i, r, err)
+		}
+	}
+	r, err := ask(desc(rls.KeyRemoteAddress, "192.0.2.7", rls.KeyPath, "/other", rls.KeyMethod, "GET"))
+	if err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 {
+		t.Fatalf("third call, another path, same tier: %v %v", r, err)
+	}
+	// The same counter as the HTTP check API's.
+	st := s.do("POST", wire.PathCheck, map[string]any{"user_id": "ip:192.0.2.7", "endpoint": "/items"}, "Authorization", "Bearer "+decisionToken)
+	if st.status != 429 {
+		t.Fatalf("the HTTP API sees %d for the same caller", st.status)
+	}
+	for _, bad := range []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		want string
+	}{
+		{desc("tollgate.nope", "x"), `descriptors[0].entries[0].key: "tollgate.nope" is not a key of the tollgate domain`},
+		{desc(rls.KeyPath, "/x"), "descriptors[0]: names no caller"},
+		{desc(rls.KeyRemoteAddress, "not-an-ip"), "user_id"},
+		{desc(rls.KeyUser, "alice", rls.KeyMethod, "get"), "method"},
+	} {
+		if _, err := ask(bad.d); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), bad.want) {
+			t.Errorf("%v: %v, want InvalidArgument naming %q", bad.d, err, bad.want)
+		}
+	}
+}
+
+// Hostile calls: each refused whole with a status that names the field, or
+// answered as the peer answers (an unknown domain has no limits).
+func TestRLSHostile(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, "", nil)
+	many := make([]*ratelimitv3.RateLimitDescriptor, rls.MaxDescriptors+1)
+	for i := range many {
+		many[i] = desc("user", "u")
+	}
+	long := desc("user", "u")
+	for len(long.Entries) <= rls.MaxEntries {
+		long.Entries = append(long.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	huge := desc("user", "u")
+	huge.HitsAddend = wrapperspb.UInt64(1 << 62)
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		req  *rlspb.RateLimitRequest
+		code codes.Code
+		want string
+	}{
+		{"no token", context.Background(), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.Unauthenticated, "metadata authorization"},
+		{"wrong token", withToken("not-the-token-0123456789abcdefghijkl"), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.Unauthenticated, "not a decision token"},
+		{"two tokens", metadata.AppendToOutgoingContext(withToken(decisionToken), "authorization", "Bearer "+decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.Unauthenticated, "more than once"},
+		{"empty domain", withToken(decisionToken), &rlspb.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.InvalidArgument, "domain: empty"},
+		{"long domain", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: strings.Repeat("d", rls.MaxValueLen+1), Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.InvalidArgument, "domain: longer than"},
+		{"no descriptors", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api"}, codes.InvalidArgument, "descriptors: empty"},
+		{"too many descriptors", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: many}, codes.InvalidArgument, "descriptors: 65 descriptors"},
+		{"too many entries", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{long}}, codes.InvalidArgument, "descriptors[0].entries: 17 entries"},
+		{"empty entries", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.InvalidArgument, "descriptors[0].entries: empty"},
+		{"empty key", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "v")}}, codes.InvalidArgument, "descriptors[0].entries[0].key: empty"},
+		{"long key", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(strings.Repeat("k", rls.MaxKeyLen+1), "v")}}, codes.InvalidArgument, "entries[0].key: longer than"},
+		{"long value", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", strings.Repeat("v", rls.MaxValueLen+1))}}, codes.InvalidArgument, "entries[0].value: longer than"},
+		{"huge hits_addend", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", HitsAddend: 1 << 31, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.InvalidArgument, "hits_addend: 2147483648 is more than"},
+		{"huge descriptor hits_addend", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{huge}}, codes.InvalidArgument, "descriptors[0].hits_addend"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.ShouldRateLimit(tc.ctx, tc.req)
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
+				t.Fatalf("%v, want %v naming %q", err, tc.code, tc.want)
+			}
+		})
+	}
+	// An unknown domain has no limits, as with the peer.
+	r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "elsewhere", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}})
+	if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("unknown domain: %v %v", r, err)
+	}
+	// A message larger than any valid call is refused before it is parsed.
+	big := desc("user", strings.Repeat("v", 3<<20))
+	if _, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{big}}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("3 MB message: %v", err)
+	}
+}
+
+// The YAML reloads when it changes; a broken edit keeps the last good one.
+func TestRLSReload(t *testing.T) {
+	s, c, path := rlsService(t, rlsYAML, "", nil)
+	ctx := context.Background()
+	if err := s.app.WatchConfig(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() *rlspb.RateLimitResponse {
+		r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "zed")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := ask(); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+		t.Fatalf("before: %v", r)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(rlsYAML, "requests_per_unit: 3", "requests_per_unit: 30", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitReload(t, s); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if r := ask(); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 30 {
+		t.Fatalf("after the edit: %v", r)
+	}
+	if err := os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitReload(t, s); err == nil || !strings.Contains(err.Error(), "rate_limit.unit") {
+		t.Fatalf("a broken edit reloaded: %v", err)
+	}
+	if r := ask(); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 30 {
+		t.Fatalf("after the broken edit: %v", r)
+	}
+}
