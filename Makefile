@@ -5,7 +5,7 @@ MODULES := shared testkit controlsvc filter
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
-.PHONY: help deps build test run bench lint ci fuzz clean
+.PHONY: help deps peer build test run bench lint ci fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -21,19 +21,27 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 	fi; \
 	redis-server --version
 
+# The reference rate limit service, for the differential test and the
+# benchmarks: its public module, at the commit Envoy Gateway 1.6 and 1.7 ship
+# (testkit/peertest.Module names the same one).
+PEER_MODULE := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+
+peer: ## build bin/service_cmd: envoyproxy/ratelimit, the peer the tests and benchmarks compare against
+	@$(GO) version -m bin/service_cmd 2>/dev/null | grep -q "$(lastword $(subst @, ,$(PEER_MODULE)))" || GOBIN=$(CURDIR)/bin $(GO) install $(PEER_MODULE)
+
 build: ## build bin/controlsvc, bin/tollgate-gateway and build/tollgate.wasm
 	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
 	$(GO) build -o bin/tollgate-gateway ./filter/devhost/cmd/tollgate-gateway
 	$(GO) build -o bin/demo-upstream ./scripts/demo-upstream
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
 
-test: deps ## run every module's tests with -race (installs redis-server and friends first)
+test: deps peer ## run every module's tests with -race (installs redis-server and friends, and builds the peer, first)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 run: deps build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops
 	scripts/run.sh
 
-bench: deps ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
+bench: deps peer ## benchmark report: checks/s and p50/p99 vs redis-benchmark, memory per key
 	scripts/bench.sh
 
 lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no committed binaries

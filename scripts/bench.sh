@@ -30,14 +30,8 @@ go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port"
 echo
 echo "== Side by side with envoyproxy/ratelimit (same Redis, same load, separate processes)"
 make -s build
-# The peer is built from its public module; a machine that cannot fetch it
-# still gets Tollgate's own figures.
-peer=""
-if GOBIN="$run/peer" go install github.com/envoyproxy/ratelimit/src/service_cmd@latest 2>"$run/peer-install.log"; then
-  peer="$run/peer/service_cmd"
-else
-  echo "(envoyproxy/ratelimit did not build; see below) $(tail -1 "$run/peer-install.log")"
-fi
+# The peer is bin/service_cmd, which `make bench` builds first (make peer).
+peer="bin/service_cmd"
 go run ./scripts/peer-bench -redis "127.0.0.1:$port" -controlsvc bin/controlsvc -peer "$peer"
 
 echo

@@ -62,14 +62,29 @@ func newBatcher(rdb Client) *batcher {
 
 // run queues one script call and waits for its answer or ctx.
 func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
+	c, err := b.enqueue(ctx, s, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return c.wait(ctx)
+}
+
+// enqueue queues one script call. Calls queued one after another run in
+// Redis in that order.
+func (b *batcher) enqueue(ctx context.Context, s *redis.Script, keys []string, args []any) (*call, error) {
 	c := &call{script: s, keys: keys, args: args, done: make(chan callResult, 1)}
 	select {
 	case b.queue <- c:
+		return c, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.stop:
 		return nil, redis.ErrClosed
 	}
+}
+
+// wait waits for a queued call's answer or ctx.
+func (c *call) wait(ctx context.Context) (any, error) {
 	select {
 	case r := <-c.done:
 		return r.v, r.err

@@ -21,10 +21,34 @@ type HitCount struct {
 // refused or not. hits 0 reads. The call goes through the same pipeline as
 // Do.
 func (l *Limiter) Count(ctx context.Context, key string, hits, windowSeconds int64) (HitCount, error) {
-	if hits < 0 || windowSeconds <= 0 {
-		return HitCount{}, fmt.Errorf("%w: hits %d, window %d s", ErrBadRequest, hits, windowSeconds)
+	p, err := l.CountAsync(ctx, key, hits, windowSeconds)
+	if err != nil {
+		return HitCount{}, err
 	}
-	v, err := l.batch.run(ctx, l.hitCount, []string{key}, []any{hits, windowSeconds})
+	return p.Wait(ctx)
+}
+
+// PendingCount is a queued Count.
+type PendingCount struct{ c *call }
+
+// CountAsync queues a Count and returns at once: counts queued one after
+// another run in Redis in that order, in as few round trips as the
+// pipeline takes (several descriptors of one call, counted as the peer's
+// pipeline counts them).
+func (l *Limiter) CountAsync(ctx context.Context, key string, hits, windowSeconds int64) (*PendingCount, error) {
+	if hits < 0 || windowSeconds <= 0 {
+		return nil, fmt.Errorf("%w: hits %d, window %d s", ErrBadRequest, hits, windowSeconds)
+	}
+	c, err := l.batch.enqueue(ctx, l.hitCount, []string{key}, []any{hits, windowSeconds})
+	if err != nil {
+		return nil, fmt.Errorf("queue hit count: %w", err)
+	}
+	return &PendingCount{c}, nil
+}
+
+// Wait returns the count's answer.
+func (p *PendingCount) Wait(ctx context.Context) (HitCount, error) {
+	v, err := p.c.wait(ctx)
 	if err != nil && scriptError(err) {
 		return HitCount{}, fmt.Errorf("%w: hit count: %w", ErrScript, err)
 	}

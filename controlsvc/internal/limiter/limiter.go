@@ -191,16 +191,62 @@ func scriptError(err error) bool {
 
 // Do runs one counter.
 func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
+	s, ks, args, err := l.prepare(&r)
+	if err != nil {
+		return Result{}, err
+	}
+	var v any
+	if r.Peek {
+		// A read-only script may run on a replica; leave that choice to the
+		// client (RunRO uses EVALSHA_RO).
+		v, err = s.RunRO(ctx, l.rdb, ks, args...).Result()
+	} else {
+		v, err = l.batch.run(ctx, s, ks, args)
+	}
+	return scriptResult(r.Rule, v, err)
+}
+
+// PendingDo is a queued Do.
+type PendingDo struct {
+	rule *rules.Rule
+	c    *call
+}
+
+// DoAsync queues a Do (not a Peek) and returns at once; calls queued one
+// after another run in Redis in that order.
+func (l *Limiter) DoAsync(ctx context.Context, r Request) (*PendingDo, error) {
+	if r.Peek {
+		return nil, fmt.Errorf("%w: a peek is not queued", ErrBadRequest)
+	}
+	s, ks, args, err := l.prepare(&r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := l.batch.enqueue(ctx, s, ks, args)
+	if err != nil {
+		return nil, fmt.Errorf("queue %s script: %w", r.Rule.Algorithm, err)
+	}
+	return &PendingDo{rule: r.Rule, c: c}, nil
+}
+
+// Wait returns the counter's answer.
+func (p *PendingDo) Wait(ctx context.Context) (Result, error) {
+	v, err := p.c.wait(ctx)
+	return scriptResult(p.rule, v, err)
+}
+
+// prepare checks a request and builds its script call.
+func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 	q := r.Rule
 	if q == nil {
-		return Result{}, fmt.Errorf("%w: no rule", ErrBadRequest)
+		return nil, nil, nil, fmt.Errorf("%w: no rule", ErrBadRequest)
 	}
 	s, ok := l.scripts[q.Algorithm]
 	if !ok {
-		return Result{}, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
+		return nil, nil, nil, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
 	}
 	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
-		return Result{}, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
+		return nil, nil, nil, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
 	}
 	args := make([]any, 0, 12)
 	args = append(args,
@@ -211,7 +257,7 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 		r.Lease,
 		r.Returned,
 		strconv.FormatFloat(r.LeaseFraction, 'f', -1, 64),
-		mode(&r),
+		mode(r),
 	)
 	// Without penalties the script is sent only what it reads: the counter
 	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
@@ -223,15 +269,11 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 	} else {
 		ks = []string{r.Key()}
 	}
-	var v any
-	var err error
-	if r.Peek {
-		// A read-only script may run on a replica; leave that choice to the
-		// client (RunRO uses EVALSHA_RO).
-		v, err = s.RunRO(ctx, l.rdb, ks, args...).Result()
-	} else {
-		v, err = l.batch.run(ctx, s, ks, args)
-	}
+	return s, ks, args, nil
+}
+
+// scriptResult reads a limiter script's answer.
+func scriptResult(q *rules.Rule, v any, err error) (Result, error) {
 	if err != nil && scriptError(err) {
 		return Result{}, fmt.Errorf("%w: %s script of rule %s: %w", ErrScript, q.Algorithm, q.ID, err)
 	}

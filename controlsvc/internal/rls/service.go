@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,8 +61,8 @@ var tollgateKeys = []string{KeyRemoteAddress, KeyUser, KeyAPIKey, KeyPath, KeyMe
 // Counters counts: Count for envoyproxy/ratelimit's fixed window, Do for the
 // other algorithms (the limiter).
 type Counters interface {
-	Count(ctx context.Context, key string, hits, windowSeconds int64) (limiter.HitCount, error)
-	Do(ctx context.Context, r limiter.Request) (limiter.Result, error)
+	CountAsync(ctx context.Context, key string, hits, windowSeconds int64) (*limiter.PendingCount, error)
+	DoAsync(ctx context.Context, r limiter.Request) (*limiter.PendingDo, error)
 }
 
 // Checker decides a check with Tollgate's model (decision.Service).
@@ -338,54 +337,63 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 	return resp, nil
 }
 
-// count runs the counters of the limited descriptors, concurrently so that
-// the limiter's pipeline carries them in one round trip. A failed counter
-// marks its descriptor degraded; the first error is returned.
+// count runs the counters of the limited descriptors: queued in
+// descriptor order, so that Redis runs them in that order (two descriptors
+// of one call on one counter see each other's hits, as in the peer's
+// pipeline) and the pipeline carries them together. A failed counter marks
+// its descriptor degraded; the errors are returned joined.
 func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, hits []int64, out []outcome) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(out))
-	one := func(i int) {
-		o := &out[i]
-		l := o.limit
+	type pending struct {
+		i     int
+		count *limiter.PendingCount
+		do    *limiter.PendingDo
+	}
+	var queued []pending
+	var errs []error
+	fail := func(i int, err error) { errs, out[i].degraded = append(errs, err), true }
+	for i := range out {
+		l := out[i].limit
+		if l == nil {
+			continue
+		}
 		key := counterKey(domain, entries[i], l)
 		if l.Algorithm == "" {
-			c, err := s.d.Counters.Count(ctx, key, hits[i], l.Window())
+			p, err := s.d.Counters.CountAsync(ctx, key, hits[i], l.Window())
 			if err != nil {
-				errs[i], o.degraded = err, true
-				return
+				fail(i, err)
+				continue
 			}
-			o.count, o.reset = c.Count, c.ResetSeconds
-			o.over = c.Count > int64(l.RequestsPerUnit)
-			o.remaining = int64(l.RequestsPerUnit) - c.Count
-			return
+			queued = append(queued, pending{i: i, count: p})
+			continue
 		}
 		rule := &rules.Rule{ID: "rls", Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), WindowSeconds: l.Window(), Burst: l.Burst, Scope: rules.ScopeGlobal}
-		r, err := s.d.Counters.Do(ctx, limiter.Request{Owner: keys.NewOwner("rls", key), Rule: rule, Cost: hits[i]})
+		p, err := s.d.Counters.DoAsync(ctx, limiter.Request{Owner: keys.NewOwner("rls", key), Rule: rule, Cost: hits[i]})
 		if err != nil {
-			errs[i], o.degraded = err, true
-			return
+			fail(i, err)
+			continue
+		}
+		queued = append(queued, pending{i: i, do: p})
+	}
+	for _, p := range queued {
+		o := &out[p.i]
+		if p.count != nil {
+			c, err := p.count.Wait(ctx)
+			if err != nil {
+				fail(p.i, err)
+				continue
+			}
+			rpu := int64(o.limit.RequestsPerUnit)
+			o.count, o.reset, o.over, o.remaining = c.Count, c.ResetSeconds, c.Count > rpu, rpu-c.Count
+			continue
+		}
+		r, err := p.do.Wait(ctx)
+		if err != nil {
+			fail(p.i, err)
+			continue
 		}
 		o.over, o.remaining = !r.Allowed, r.Remaining
 		o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
 	}
-	limited := 0
-	for i := range out {
-		if out[i].limit != nil {
-			limited++
-		}
-	}
-	for i := range out {
-		if out[i].limit == nil {
-			continue
-		}
-		if limited == 1 {
-			one(i)
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); one(i) }()
-	}
-	wg.Wait()
 	return errors.Join(errs...)
 }
 
