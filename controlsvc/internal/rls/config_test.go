@@ -159,3 +159,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The example the Envoy bootstrap's /search route uses loads.
+func TestShippedExample(t *testing.T) {
+	c, err := Load("../../../envoy/rls-config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Find("search", []Entry{{"generic_key", "search"}, {"remote_address", "192.0.2.1"}}); l == nil || l.RequestsPerUnit != 20 {
+		t.Fatalf("search limit %+v", l)
+	}
+	if l := c.Find("search", []Entry{{"generic_key", "search"}, {"remote_address", "10.0.0.5"}}); l == nil || !l.Unlimited {
+		t.Fatalf("exempt caller %+v", l)
+	}
+}

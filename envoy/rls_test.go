@@ -1,0 +1,128 @@
+package envoy
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"sigs.k8s.io/yaml"
+)
+
+// Descriptor keys the control service's tollgate domain reads
+// (controlsvc/internal/rls: KeyRemoteAddress and the tollgate.* keys).
+var tollgateKeys = []string{"remote_address", "tollgate.user", "tollgate.api_key", "tollgate.path", "tollgate.method", "tollgate.tier", "tollgate.tenant"}
+
+// envoy-rls.yaml: Envoy's ratelimit filter asking Tollgate over gRPC,
+// checked against Envoy's protos and against what the service reads.
+func TestRateLimitServiceBootstrap(t *testing.T) {
+	b := load(t, "envoy-rls.yaml")
+	clusters := map[string]bool{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = true
+		if c.GetName() == "tollgate_rls" {
+			opts := &httpv3.HttpProtocolOptions{}
+			if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(opts); err != nil ||
+				opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+				t.Fatalf("the gRPC cluster does not speak HTTP/2: %v", err)
+			}
+		}
+	}
+	hcm, ok := validateAny(t, "hcm", b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig()).(*hcmv3.HttpConnectionManager)
+	if !ok {
+		t.Fatal("no http_connection_manager")
+	}
+	checkTrustBoundary(t, hcm)
+	var names []string
+	var rl *ratelimitv3.RateLimit
+	for _, hf := range hcm.GetHttpFilters() {
+		names = append(names, hf.GetName())
+		if m, ok := validateAny(t, hf.GetName(), hf.GetTypedConfig()).(*ratelimitv3.RateLimit); ok {
+			rl = m
+		}
+	}
+	if want := []string{"envoy.filters.http.ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+		t.Fatalf("http filters %v, want %v", names, want)
+	}
+	gs := rl.GetRateLimitService().GetGrpcService()
+	if !clusters[gs.GetEnvoyGrpc().GetClusterName()] || gs.GetEnvoyGrpc().GetClusterName() != "tollgate_rls" {
+		t.Fatalf("the rate limit service cluster %q is not defined", gs.GetEnvoyGrpc().GetClusterName())
+	}
+	if md := gs.GetInitialMetadata(); len(md) != 1 || md[0].GetKey() != "authorization" || !strings.HasPrefix(md[0].GetValue(), "Bearer ") {
+		t.Fatalf("the decision token is not sent as authorization metadata: %v", md)
+	}
+	if !rl.GetFailureModeDeny() || rl.GetDomain() != "tollgate" {
+		t.Fatalf("failure_mode_deny %v, domain %q: an unreachable service must not let traffic through unlimited", rl.GetFailureModeDeny(), rl.GetDomain())
+	}
+	exampleDomain := exampleRLSDomain(t)
+	limited := 0
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if !clusters[r.GetRoute().GetCluster()] {
+				t.Fatalf("route to undefined cluster %q", r.GetRoute().GetCluster())
+			}
+			if len(r.GetRoute().GetRateLimits()) == 0 {
+				continue
+			}
+			limited++
+			domain := rl.GetDomain()
+			if pr := r.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"]; pr != nil {
+				m := validateAny(t, "per-route", pr).(*ratelimitv3.RateLimitPerRoute)
+				domain = m.GetDomain()
+			}
+			for _, lim := range r.GetRoute().GetRateLimits() {
+				checkActions(t, domain, exampleDomain, lim.GetActions())
+			}
+		}
+	}
+	if limited != 2 {
+		t.Fatalf("%d routes are limited, want 2 (one per domain kind)", limited)
+	}
+}
+
+// checkActions: a tollgate-domain descriptor holds only keys the service
+// reads, and names a caller; another domain is the example config's.
+func checkActions(t *testing.T, domain, exampleDomain string, actions []*routev3.RateLimit_Action) {
+	t.Helper()
+	if domain != "tollgate" {
+		if domain != exampleDomain {
+			t.Fatalf("route domain %q is neither tollgate nor the example config's %q", domain, exampleDomain)
+		}
+		return
+	}
+	caller := false
+	for _, a := range actions {
+		switch {
+		case a.GetRemoteAddress() != nil:
+			caller = true
+		case a.GetRequestHeaders() != nil:
+			if k := a.GetRequestHeaders().GetDescriptorKey(); !slices.Contains(tollgateKeys, k) {
+				t.Fatalf("descriptor key %q is not one the tollgate domain reads", k)
+			}
+		default:
+			t.Fatalf("action %v: the tollgate domain reads remote_address and request headers", a)
+		}
+	}
+	if !caller {
+		t.Fatal("a tollgate descriptor without remote_address names no caller")
+	}
+}
+
+func exampleRLSDomain(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("rls-config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Domain string `json:"domain"`
+	}
+	if err := yaml.Unmarshal(raw, &c); err != nil || c.Domain == "" {
+		t.Fatalf("rls-config.example.yaml: %v", err)
+	}
+	return c.Domain
+}
