@@ -43,12 +43,13 @@ func main() {
 const clockTicks = 100
 
 type target struct {
-	name    string
-	token   string // the decision token (Tollgate)
-	cmd     *exec.Cmd
-	url     string
-	body    func(i int64) string
-	headers map[string]string
+	name     string
+	grpcAddr string // Envoy's rate limit service protocol
+	token    string // the decision token (Tollgate)
+	cmd      *exec.Cmd
+	url      string
+	body     func(i int64) string
+	headers  map[string]string
 }
 
 func run() error {
@@ -102,6 +103,22 @@ func run() error {
 	}
 	if p, ok := best["envoyproxy/ratelimit"]; ok {
 		fmt.Printf("decisions per CPU second, Tollgate / envoyproxy/ratelimit (best runs): %.2f\n", p/best["tollgate"])
+	}
+	fmt.Printf("\nThe same over Envoy's rate limit service protocol (gRPC ShouldRateLimit, %d connections), same descriptors\n", grpcConns)
+	bestGRPC := map[string]float64{}
+	for r := 0; r < *rounds; r++ {
+		for _, t := range targets {
+			cpu, err := decideGRPC(t, *redisAddr, *requests, *concurrency, *callers, *maxTime)
+			if err != nil {
+				return fmt.Errorf("%s over gRPC: %w", t.name, err)
+			}
+			if v, ok := bestGRPC[t.name]; !ok || cpu < v {
+				bestGRPC[t.name] = cpu
+			}
+		}
+	}
+	if p, ok := bestGRPC["envoyproxy/ratelimit"]; ok {
+		fmt.Printf("gRPC decisions per CPU second, Tollgate / envoyproxy/ratelimit (best runs): %.2f\n", p/bestGRPC["tollgate"])
 	}
 	if *wasmPath == "" {
 		return nil
@@ -265,14 +282,22 @@ func startTollgate(bin, redisAddr, dir string, callers int64) (*target, error) {
 	if err := os.WriteFile(cfg, []byte("[[tiers]]\nname = \"free\"\nlimit = 1000000000\nwindow_seconds = 60\nper_endpoint = false\n"), 0o600); err != nil {
 		return nil, err
 	}
+	rlsConfig := filepath.Join(dir, "rls.yaml")
+	if err := os.WriteFile(rlsConfig, []byte(benchYAML), 0o600); err != nil {
+		return nil, err
+	}
+	grpcAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	token := fmt.Sprintf("peer-bench-%d-0123456789abcdefghijklmnop", time.Now().UnixNano())
 	cmd := exec.Command(bin, "-config", cfg)
 	cmd.Env = append(os.Environ(), "TOLLGATE_LISTEN="+addr, "TOLLGATE_REDIS_URL=redis://"+redisAddr+"/0",
-		"TOLLGATE_DECISION_TOKEN="+token, "TOLLGATE_LOG_LEVEL=error")
+		"TOLLGATE_DECISION_TOKEN="+token, "TOLLGATE_LOG_LEVEL=error", "TOLLGATE_GRPC_LISTEN="+grpcAddr, "TOLLGATE_RLS_CONFIG="+rlsConfig)
 	if err := start(cmd, "http://"+addr+"/health"); err != nil {
 		return nil, err
 	}
-	return &target{name: "tollgate", cmd: cmd, url: "http://" + addr + wire.PathCheck, token: token,
+	return &target{name: "tollgate", cmd: cmd, url: "http://" + addr + wire.PathCheck, token: token, grpcAddr: grpcAddr,
 		body: func(i int64) string {
 			return fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%callers)
 		},
@@ -286,8 +311,7 @@ func startPeer(bin, redisAddr, dir string, callers int64) (*target, error) {
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		return nil, err
 	}
-	yaml := "domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000000000\n"
-	if err := os.WriteFile(filepath.Join(conf, "config.yaml"), []byte(yaml), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(conf, "config.yaml"), []byte(benchYAML), 0o600); err != nil {
 		return nil, err
 	}
 	var ports [3]string
@@ -307,7 +331,7 @@ func startPeer(bin, redisAddr, dir string, callers int64) (*target, error) {
 	if err := start(cmd, base+"/healthcheck"); err != nil {
 		return nil, err
 	}
-	return &target{name: "envoyproxy/ratelimit", cmd: cmd, url: base + "/json",
+	return &target{name: "envoyproxy/ratelimit", cmd: cmd, url: base + "/json", grpcAddr: "127.0.0.1:" + ports[1],
 		body: func(i int64) string {
 			return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"bench-%d"}]}]}`, i%callers)
 		}}, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -60,6 +61,11 @@ func (a *App) listenGRPC() error {
 		grpc.ConnectionTimeout(5 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		// A fixed pool of workers serves the streams instead of a goroutine
+		// per call, and idle connections hold no write buffer of their own
+		// (many Envoy workers each keep one connection).
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
 	}
 	t, err := a.cfg.TLS()
 	if err != nil {

@@ -34,7 +34,7 @@ descriptors:
 
 // rlsService starts the control service with its gRPC listener and the
 // given YAML as rls_config, and returns a client of it.
-func rlsService(t *testing.T, yaml, toml string, env map[string]string) (*service, rlspb.RateLimitServiceClient, string) {
+func rlsService(t testing.TB, yaml, toml string, env map[string]string) (*service, rlspb.RateLimitServiceClient, string) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rls.yaml")

@@ -160,8 +160,7 @@ func authorize(ctx context.Context, digests [][sha256.Size]byte) (decision.Trust
 	if len(digests) == 0 {
 		return decision.Untrusted, nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) != 1 {
 		msg := "metadata authorization: the rate limit service needs the decision token (authorization: Bearer <token>)"
 		if len(vals) > 1 {
