@@ -277,3 +277,30 @@ func TestRLSReload(t *testing.T) {
 		t.Fatalf("after the broken edit: %v", r)
 	}
 }
+
+// With Redis down the service's failure mode decides: fail_open answers OK
+// and marks the request degraded upstream; fail_closed answers UNAVAILABLE
+// (Envoy's failure_mode_deny then refuses with its status_on_error).
+func TestRLSRedisDown(t *testing.T) {
+	for _, mode := range []string{"fail_open", "fail_closed"} {
+		t.Run(mode, func(t *testing.T) {
+			s, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_FAILURE_MODE": mode})
+			s.redis.Stop()
+			r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"), desc("health", "h")}})
+			if mode == "fail_closed" {
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("%v %v, want UNAVAILABLE", r, err)
+				}
+				return
+			}
+			if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || len(r.RequestHeadersToAdd) != 1 ||
+				r.RequestHeadersToAdd[0].Key != "x-tollgate-decision" || r.RequestHeadersToAdd[0].Value != "degraded" {
+				t.Fatalf("%v %v, want OK marked degraded", r, err)
+			}
+			m := s.do("GET", "/metrics", nil)
+			if !strings.Contains(string(m.body), `tollgate_rls_decisions_total{code="degraded",domain="api"} 1`) {
+				t.Fatal("the degraded answer is not counted")
+			}
+		})
+	}
+}
