@@ -132,6 +132,14 @@ func TestRLSAnswers(t *testing.T) {
 	if r := ask(0, desc("bucket", "b")); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("fifth bucket call: %v", r)
 	}
+	// Usage: alice's three admitted hits, and her refusal as a violation.
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	u := s.do("GET", "/admin/v1/usage/rls:api.user_alice", nil, "Authorization", "Bearer "+adminToken)
+	if u.status != 200 || !strings.Contains(string(u.body), `"identity":"user:rls:api.user_alice"`) || !strings.Contains(string(u.body), `"requests_made":3`) || !strings.Contains(string(u.body), `"violations":1`) {
+		t.Fatalf("usage of a descriptor: %d %s", u.status, u.body)
+	}
 	// The same /metrics.
 	m := s.do("GET", "/metrics", nil)
 	for _, want := range []string{`tollgate_rls_decisions_total{code="over_limit",domain="api"}`, `tollgate_rls_decisions_total{code="unlimited",domain="api"}`} {

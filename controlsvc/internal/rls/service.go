@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
+	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -434,27 +435,33 @@ func entryPath(es []Entry) string {
 	return b.String()
 }
 
-// record counts a descriptor's hits for usage (as the requests of the
-// identity "rls:<domain>.<entries>", cut to 255 bytes) and a refusal as a
-// violation.
+// record counts a descriptor's hits for usage and a refusal as a
+// violation, under the caller "rls:<domain>.<entries>" (a user identity, so
+// GET /admin/v1/usage/rls:<domain>.<entries> reads it). A descriptor whose
+// name is no valid identity (too long, control characters) is named by its
+// hash instead: "rls:<domain>#<hex>".
 func (s *Service) record(domain string, es []Entry, l *Limit, hits int64, over bool) {
 	if s.d.Usage == nil {
 		return
 	}
-	id := "rls:" + domain + "." + entryPath(es)
-	if len(id) > 255 {
-		id = id[:255]
+	id, err := identity.User("rls:" + domain + "." + entryPath(es))
+	if err != nil {
+		sum := sha256.Sum256([]byte(entryPath(es)))
+		if id, err = identity.User(fmt.Sprintf("rls:%.64s#%x", domain, sum[:8])); err != nil {
+			return // the domain itself is no printable text
+		}
 	}
+	who := id.String()
 	now := s.d.Now()
 	if over {
 		rule := l.Name
 		if rule == "" {
 			rule = l.Path
 		}
-		s.d.Usage.Record(id, now, 0, &audit.Event{At: now, Type: audit.TypeViolation, Identity: id, RuleID: rule})
+		s.d.Usage.Record(who, now, 0, &audit.Event{At: now, Type: audit.TypeViolation, Identity: who, RuleID: rule})
 		return
 	}
-	s.d.Usage.Record(id, now, hits, nil)
+	s.d.Usage.Record(who, now, hits, nil)
 }
 
 // headers are the X-RateLimit fields of the descriptor that decided (the
