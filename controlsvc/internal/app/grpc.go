@@ -30,7 +30,7 @@ const (
 // rlsSettings are the rate limit service's settings in cfg.
 func rlsSettings(cfg *config.Config) rls.Settings {
 	set := rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen,
-		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true}.WithPrefix(cfg.HeaderPrefix)}
+		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true, IETF: cfg.RLSIETFHeaders}.WithPrefix(cfg.HeaderPrefix)}
 	for _, t := range cfg.DecisionTokens() {
 		set.Digests = append(set.Digests, sha256.Sum256([]byte(t)))
 	}

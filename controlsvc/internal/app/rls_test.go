@@ -149,6 +149,22 @@ func TestRLSAnswers(t *testing.T) {
 	}
 }
 
+// rls_ietf_headers adds the IETF fields; header_prefix names the others.
+func TestRLSHeaderSettings(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_RLS_IETF_HEADERS": "true", "TOLLGATE_HEADER_PREFIX": "X-Quota-"})
+	r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "hdr")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		got[h.Key] = h.Value
+	}
+	if got["x-quota-remaining"] != "2" || got["ratelimit-policy"] != `"api.user";q=3;w=60` || !strings.HasPrefix(got["ratelimit"], `"api.user";r=2;t=`) {
+		t.Fatalf("headers %v", got)
+	}
+}
+
 // The tollgate domain: Tollgate's tiers, rules and keys, reached through
 // descriptor entries.
 func TestRLSTollgateDomain(t *testing.T) {

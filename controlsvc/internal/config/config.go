@@ -74,6 +74,9 @@ type Config struct {
 	// file or directory in envoyproxy/ratelimit's format.
 	GRPCListen string `toml:"grpc_listen"`
 	RLSConfig  string `toml:"rls_config"`
+	// RLSIETFHeaders adds the IETF httpapi fields to the rate limit
+	// service's response headers.
+	RLSIETFHeaders bool `toml:"rls_ietf_headers"`
 	// ThrottleMaxWaitMs bounds the delay of a throttle rule.
 	ThrottleMaxWaitMs int `toml:"throttle_max_wait_ms"`
 	// Enabled false turns refusing off: every check is decided and counted

@@ -59,6 +59,7 @@ var Settings = []Setting{
 		func(c *Config) *string { return &c.GRPCListen }, optionalHostPort),
 	text("rls_config", "", "the rate limit service's descriptors: a YAML file, or a directory of them, in envoyproxy/ratelimit's format (reloaded when it changes); the `tollgate` domain needs none",
 		func(c *Config) *string { return &c.RLSConfig }, nil),
+	boolean("rls_ietf_headers", false, "the rate limit service's answers also carry the IETF httpapi `RateLimit-Policy` and `RateLimit` fields (Envoy adds them to the client's response)", func(c *Config) *bool { return &c.RLSIETFHeaders }),
 	integer("throttle_max_wait_ms", 100, 0, 10_000, "the longest a `throttle` rule delays a refused request until it would be admitted (past it: refused); keep it under the filter's `timeout_ms`", func(c *Config) *int { return &c.ThrottleMaxWaitMs }),
 	integer("max_batch", 100, 1, 10_000, "checks in one batch", func(c *Config) *int { return &c.MaxBatch }),
 	text("header_prefix", wire.DefaultHeaderPrefix, "starts the names of the `X-RateLimit-Limit`, `-Remaining`, `-Reset`, `-Window` and `-Strategy` fields of the decision API's answers (the filter's `headers.prefix` names its own)", func(c *Config) *string { return &c.HeaderPrefix }, headerPrefix),
