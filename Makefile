@@ -64,7 +64,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzStatusQuery ./controlsvc/internal/server" "FuzzParseHead ./controlsvc/internal/leanhttp" "FuzzParse ./controlsvc/internal/redisconn" \
 	          "FuzzUserID ./controlsvc/internal/admin" "FuzzOverrideField ./controlsvc/internal/keys" \
 	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
-	          "FuzzDecode ./filter/proxywasm/headermap" "FuzzDecodeCheckResponse ./shared/wire" "FuzzDecode ./shared/wire" "FuzzDecodeCheckRequest ./shared/wire" "FuzzAppendCheckResponse ./shared/wire" "FuzzAppendCheckRequest ./shared/wire" "FuzzDecodeErrorAnswer ./shared/wire" "FuzzParse ./controlsvc/internal/rls"; do \
+	          "FuzzDecode ./filter/proxywasm/headermap" "FuzzDecodeCheckResponse ./shared/wire" "FuzzDecode ./shared/wire" "FuzzDecodeCheckRequest ./shared/wire" "FuzzAppendCheckResponse ./shared/wire" "FuzzAppendCheckRequest ./shared/wire" "FuzzDecodeErrorAnswer ./shared/wire" "FuzzParse ./controlsvc/internal/rls" "FuzzRequest ./controlsvc/internal/rls"; do \
 	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
 	done
 
