@@ -10,7 +10,15 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/tollgate-rl/tollgate/shared v0.0.0
+require (
+	github.com/tollgate-rl/tollgate/shared v0.0.0
+	google.golang.org/grpc v1.84.0
+)
+
+require (
+	golang.org/x/net v0.58.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
