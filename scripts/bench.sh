@@ -12,7 +12,7 @@ echo "== Go benchmarks (limiter scripts on a real Redis, rule matching)"
 go test -run '^$' -bench . -benchtime 2000x -benchmem ./controlsvc/internal/limiter/ ./shared/rules/ ./shared/wire/ | grep -E '^(Benchmark|ok)'
 # One check at a time on a kept-alive connection: latency, and the service's
 # own allocations per check.
-go test -run '^$' -bench CheckOverTheWire -benchtime 5000x ./controlsvc/internal/app/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'CheckOverTheWire|RLSOverGRPC' -benchtime 5000x ./controlsvc/internal/app/ | grep -E '^Benchmark'
 echo
 echo "== Filter under wazero (compiled tollgate.wasm) and the same logic natively"
 go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest/ | grep -E '^Benchmark'
