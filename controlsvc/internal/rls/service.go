@@ -249,7 +249,8 @@ type outcome struct {
 	count     int64 // hits in the window after this call's (fixed window)
 	remaining int64
 	reset     int64 // seconds
-	over      bool
+	over      bool // past the limit (a shadow limit still answers OK)
+	refusing  bool // answered OVER_LIMIT
 	degraded  bool
 }
 
@@ -320,8 +321,8 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 					resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 				}
 			}
-			if headerFrom == nil || headerFrom.limit == nil || st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !headerFrom.over ||
-				(st.Code == rlspb.RateLimitResponse_OVER_LIMIT) == headerFrom.over && o.remaining < headerFrom.remaining {
+			o.refusing = st.Code == rlspb.RateLimitResponse_OVER_LIMIT
+			if headerFrom == nil || o.refusing && !headerFrom.refusing || o.refusing == headerFrom.refusing && o.remaining < headerFrom.remaining {
 				headerFrom = o
 			}
 			s.record(req.Domain, entries[i], l, hits[i], st.Code == rlspb.RateLimitResponse_OVER_LIMIT)
