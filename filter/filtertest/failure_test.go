@@ -2,12 +2,14 @@ package filtertest
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // Every shape of a failed callout, in each failure mode.
@@ -330,5 +332,68 @@ func TestLocalAnswersQuoteTheRequestID(t *testing.T) {
 		if got := mustJSON(t, st.Local.Body)["error"].(map[string]any)["request_id"]; got != id[0][1] {
 			t.Errorf("%s body quotes request_id %v: %s", name, got, st.Local.Body)
 		}
+	}
+}
+
+// While the control service cannot be asked, each caller is limited at
+// fallback.share of the limit the proxy last saw for it, counted across the
+// proxy's VMs; a caller that had nothing left stays refused until its
+// reset; a caller never seen gets the configured fallback limit.
+func TestFallbackUsesLastKnownLimit(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"breaker":{"failures":3,"cooldown_ms":600000},"fallback":{"share":0.5,"limit":2,"window_seconds":60}}`, 2)
+	premium, atLimit, stranger := "198.51.100.1:1000", "198.51.100.2:1000", "198.51.100.3:1000"
+	seen := func(source string, limit, remaining int64) {
+		t.Helper()
+		s, _ := e.start(req{source: source})
+		b, _ := json.Marshal(wire.CheckResponse{Allowed: true, Limit: limit, Remaining: remaining, ResetAt: epoch.Unix() + 60,
+			WindowSeconds: 60, Strategy: "fixed_window", RuleID: "tier_x", Identity: "ip:" + strings.Split(source, ":")[0], Tier: "x"})
+		e.answer(0, "200", string(b))
+		if s.Local != nil {
+			t.Fatalf("%s refused while the service answered", source)
+		}
+	}
+	seen(premium, 1000, 900)
+	seen(atLimit, 100, 0)
+	// The service goes away: the breaker opens after three failed callouts.
+	status := func(vm int, source string) int {
+		t.Helper()
+		s, _ := e.start(req{source: source, vm: vm})
+		if len(e.vms[vm].PendingCallouts()) == 1 {
+			e.answer(vm, "503", "down")
+		}
+		if s.Local != nil {
+			return s.Local.Status
+		}
+		if d := s.RequestHeaders.Value("x-tollgate-decision"); d != "degraded" {
+			t.Fatalf("%s let through as %q during the outage", source, d)
+		}
+		return 200
+	}
+	// premium: half of 1000 a minute over both VMs, then refused.
+	for i := 0; i < 500; i++ {
+		if got := status(i%2, premium); got != 200 {
+			t.Fatalf("premium request %d during the outage: %d", i, got)
+		}
+	}
+	if got := status(1, premium); got != 429 {
+		t.Fatalf("premium's 501st request in the window: %d, want 429", got)
+	}
+	// atLimit had nothing left: refused until its window resets.
+	if got := status(0, atLimit); got != 429 {
+		t.Fatalf("a caller at its limit: %d, want 429", got)
+	}
+	// A stranger: the configured 2 a minute (per VM).
+	for i, want := range []int{200, 200, 429} {
+		if got := status(0, stranger); got != want {
+			t.Fatalf("stranger request %d: %d, want %d", i, got, want)
+		}
+	}
+	// The next window: premium is served again, atLimit too.
+	e.clock.Advance(60 * time.Second)
+	if got := status(0, premium); got != 200 {
+		t.Fatalf("premium in the next window: %d", got)
+	}
+	if got := status(1, atLimit); got != 200 {
+		t.Fatalf("atLimit after its reset: %d", got)
 	}
 }

@@ -127,11 +127,18 @@ type Breaker struct {
 	CooldownMs int64 `json:"cooldown_ms"`
 }
 
-// Fallback is the per-VM limiter used while failing open.
+// Fallback is what limits requests while failing open (the control service
+// cannot be asked).
 type Fallback struct {
+	// Share is the part of a bucket's last known limit the proxy lets
+	// through per window while failing open, counted across its VMs: 1 /
+	// the number of proxies keeps a caller at its limit over all of them.
+	Share float64 `json:"share"`
+	// Limit per WindowSeconds is the per-VM limit of callers whose limit
+	// the proxy never saw.
 	Limit         int64 `json:"limit"`
 	WindowSeconds int64 `json:"window_seconds"`
-	// MaxCallers bounds the identities it tracks.
+	// MaxCallers bounds the identities that per-VM limiter tracks.
 	MaxCallers int `json:"max_callers"`
 }
 
@@ -148,7 +155,7 @@ func Parse(data []byte) (*Config, error) {
 		APIKeyHeader:   "x-api-key",
 		Lease:          Lease{Request: 10, Slots: 16384},
 		Breaker:        Breaker{Failures: 5, CooldownMs: 5000},
-		Fallback:       Fallback{Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
+		Fallback:       Fallback{Share: 1, Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
 		MethodOverride: MethodOverrideCount,
 	}
 	data = bytes.TrimSpace(data)
@@ -284,6 +291,9 @@ func (b *Breaker) validate() *fielderr.Error {
 }
 
 func (f *Fallback) validate() *fielderr.Error {
+	if !(f.Share > 0 && f.Share <= 1) {
+		return fielderr.New("share", "must be more than 0 and at most 1 (1 / the number of proxies keeps a caller at its limit over all of them)")
+	}
 	return cmp.Or(between("limit", f.Limit, 1, rules.MaxQuantity), between("window_seconds", f.WindowSeconds, 1, 3600), between("max_callers", f.MaxCallers, 1, 1_000_000))
 }
 

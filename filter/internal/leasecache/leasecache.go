@@ -81,6 +81,9 @@ type Entry struct {
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
 	RuleID, Identity, Tier, Strategy                            string
+	// FallbackStartMs and FallbackCount count the requests let through by
+	// Fallback in its current window, across the proxy's VMs.
+	FallbackStartMs, FallbackCount int64
 }
 
 // Outcome of Take.
@@ -302,8 +305,9 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		next := e
 		if ok && old.Owner == e.Owner {
 			// Tokens spent since the last report stay to be reported,
-			// whatever this decision brings.
-			next.Spent = old.Spent
+			// whatever this decision brings; an outage's counts stay for
+			// the rest of their window.
+			next.Spent, next.FallbackStartMs, next.FallbackCount = old.Spent, old.FallbackStartMs, old.FallbackCount
 		}
 		live := ok && old.Tokens > 0 && nowMs < old.ExpiresMs
 		switch {
@@ -326,6 +330,79 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
+// FallbackResult is what Fallback decided.
+type FallbackResult struct {
+	// Known: the slot held the owner's last decision, with a limit.
+	Known   bool
+	Allowed bool
+	// WaitMs is how long a refused request should wait.
+	WaitMs int64
+	// Quota requests a window of WindowSeconds are let through while the
+	// control service cannot be asked.
+	Quota, WindowSeconds int64
+	// Entry is the last decision (strings included).
+	Entry Entry
+}
+
+// Fallback decides a request of owner while the control service cannot be
+// asked, from the last decision the proxy saw for the bucket: a denial
+// still in force, or a window left with nothing (Remaining 0 until
+// ResetAt), keeps refusing; otherwise share of the bucket's limit is let
+// through per its window, counted in the slot so that every VM of the
+// proxy spends the same count. A bucket the slot does not know is not
+// Known: the caller's configured fallback decides.
+func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult {
+	k := c.key(owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		if err != nil {
+			return FallbackResult{}
+		}
+		e, ok := decode(data, true)
+		if !ok || e.Owner != owner || e.Limit <= 0 || e.WindowSeconds <= 0 {
+			return FallbackResult{}
+		}
+		r := FallbackResult{Known: true, Quota: shareOf(e.Limit, share), WindowSeconds: e.WindowSeconds, Entry: e}
+		switch {
+		case e.DeniedUntilMs > nowMs:
+			r.WaitMs = e.DeniedUntilMs - nowMs
+			return r
+		case e.Remaining <= 0 && e.ResetAt > 0 && e.ResetAt*1000 > nowMs:
+			r.WaitMs = e.ResetAt*1000 - nowMs
+			return r
+		}
+		w := e.WindowSeconds * 1000
+		start := nowMs - nowMs%w
+		if e.FallbackStartMs != start {
+			e.FallbackStartMs, e.FallbackCount = start, 0
+		}
+		if e.FallbackCount >= r.Quota {
+			r.WaitMs = start + w - nowMs
+			return r
+		}
+		e.FallbackCount++
+		binary.LittleEndian.PutUint64(data[offFbStart:], uint64(e.FallbackStartMs))
+		binary.LittleEndian.PutUint64(data[offFbCount:], uint64(e.FallbackCount))
+		switch err := c.store.Set(k, data, cas); {
+		case err == nil:
+			r.Allowed, r.Entry = true, e
+			return r
+		case !errors.Is(err, ErrCasMismatch):
+			return FallbackResult{}
+		}
+	}
+	return FallbackResult{}
+}
+
+// shareOf is share of limit, at least 1.
+func shareOf(limit int64, share float64) int64 {
+	f := float64(limit) * share
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(int64(f), 1)
+}
+
 func satAdd(a, b int64) int64 {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
@@ -345,14 +422,16 @@ func (c *Cache) keyReplaced() bool {
 }
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
-// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent (int64
-// each, little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
+// Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
+// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
 // length and its bytes. Lengths above maxField never occur (Put refuses
 // them), so decode treats them as a damaged slot.
 const (
 	offTokens  = 16
 	offSpent   = 88
-	fixedLen   = 16 + 10*8
+	offFbStart = 96
+	offFbCount = 104
+	fixedLen   = 16 + 12*8
 	numStrings = 4
 	minLen     = fixedLen + numStrings*2
 )
@@ -371,6 +450,8 @@ func encode(e Entry) []byte {
 	le.PutUint64(b[72:], uint64(e.RetryAfter))
 	le.PutUint64(b[80:], uint64(e.Quota))
 	le.PutUint64(b[offSpent:], uint64(e.Spent))
+	le.PutUint64(b[offFbStart:], uint64(e.FallbackStartMs))
+	le.PutUint64(b[offFbCount:], uint64(e.FallbackCount))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -405,16 +486,18 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 	}
 	le := binary.LittleEndian
 	e := Entry{
-		Tokens:        int64(le.Uint64(b[16:])),
-		ExpiresMs:     int64(le.Uint64(b[24:])),
-		DeniedUntilMs: int64(le.Uint64(b[32:])),
-		Limit:         int64(le.Uint64(b[40:])),
-		Remaining:     int64(le.Uint64(b[48:])),
-		ResetAt:       int64(le.Uint64(b[56:])),
-		WindowSeconds: int64(le.Uint64(b[64:])),
-		RetryAfter:    int64(le.Uint64(b[72:])),
-		Quota:         int64(le.Uint64(b[80:])),
-		Spent:         int64(le.Uint64(b[offSpent:])),
+		Tokens:          int64(le.Uint64(b[16:])),
+		ExpiresMs:       int64(le.Uint64(b[24:])),
+		DeniedUntilMs:   int64(le.Uint64(b[32:])),
+		Limit:           int64(le.Uint64(b[40:])),
+		Remaining:       int64(le.Uint64(b[48:])),
+		ResetAt:         int64(le.Uint64(b[56:])),
+		WindowSeconds:   int64(le.Uint64(b[64:])),
+		RetryAfter:      int64(le.Uint64(b[72:])),
+		Quota:           int64(le.Uint64(b[80:])),
+		Spent:           int64(le.Uint64(b[offSpent:])),
+		FallbackStartMs: int64(le.Uint64(b[offFbStart:])),
+		FallbackCount:   int64(le.Uint64(b[offFbCount:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

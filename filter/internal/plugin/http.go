@@ -597,6 +597,10 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	}
 	if h.keepLease(&v, d.Lease, now) {
 		v.limits.Remaining += d.Lease.Granted
+	} else if !d.Degraded && v.limits.Limit > 0 {
+		// The bucket's last limit, for the fallback while the service
+		// cannot be asked (a lease carries it otherwise).
+		_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
 	}
 	decision := decisionAllowed
 	switch {
@@ -637,6 +641,10 @@ func (h *httpContext) denied(v verdict, now time.Time) {
 			h.resume()
 			return
 		}
+	} else {
+		// Without leases nothing answers from the slot; the fallback reads
+		// it: nothing left until the decision's reset.
+		_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
 	}
 	h.deny(v)
 }
@@ -672,8 +680,12 @@ func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
 	}
 }
 
-// failure applies the failure mode: fail_open lets the request pass under
-// the per-VM fallback limiter, marked degraded; fail_closed answers 503.
+// failure applies the failure mode: fail_closed answers 503; fail_open
+// lets the request pass, marked degraded, under the fallback: a bucket
+// whose last decision the proxy saw gets fallback.share of that limit per
+// its window, counted across the proxy's VMs (a bucket with nothing left, or
+// refused, stays refused until its reset); a caller never seen gets the
+// configured per-VM fallback limit.
 func (h *httpContext) failure(reason string) types.Action {
 	p := h.p
 	proxywasm.LogDebug("tollgate: no decision (" + reason + "); " + p.cfg.FailureMode)
@@ -682,6 +694,17 @@ func (h *httpContext) failure(reason string) types.Action {
 		return types.ActionPause
 	}
 	now := h.now()
+	if r := p.cache.Fallback(h.bucket, now.UnixMilli(), p.cfg.Fallback.Share); r.Known {
+		if !r.Allowed {
+			h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: r.Quota, WindowSeconds: r.WindowSeconds,
+				RetryAfter: max(1, (r.WaitMs+999)/1000), ResetAt: (now.UnixMilli() + r.WaitMs + 999) / 1000}})
+			return types.ActionPause
+		}
+		p.m.degraded.Increment(1)
+		p.m.allowed.Increment(1)
+		h.allow(verdict{identity: h.ident(), tier: h.tier}, decisionDegraded)
+		return h.resume()
+	}
 	ok, waitMs := p.fallback.Allow(h.ident(), now.UnixMilli())
 	if !ok {
 		h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,

@@ -1,0 +1,62 @@
+package leasecache
+
+import "testing"
+
+// Fallback decides from the bucket's last decision, counted in the slot so
+// every VM of the proxy spends one count.
+func TestFallback(t *testing.T) {
+	s := newMemStore()
+	vm1, vm2 := newCache(t, s, 64), newCache(t, s, 64)
+	const minute = 60_000
+	now := int64(10 * minute) // the start of a window
+	premium, atLimit, denied, unknown := vm1.Bucket("user:p"), vm1.Bucket("user:l"), vm1.Bucket("user:d"), vm1.Bucket("user:u")
+	put := func(e Entry) {
+		if err := vm1.Put(e, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(Entry{Owner: premium, Limit: 1000, Remaining: 900, ResetAt: now/1000 + 60, WindowSeconds: 60, RuleID: "tier_premium", Identity: "user:p"})
+	put(Entry{Owner: atLimit, Limit: 1000, Remaining: 0, ResetAt: now/1000 + 30, WindowSeconds: 60})
+	put(Entry{Owner: denied, Limit: 10, WindowSeconds: 60, DeniedUntilMs: now + 5000})
+
+	// A high limit keeps being served at its share (a quarter: 250 a
+	// minute), the two VMs counting together.
+	for i := 0; i < 250; i++ {
+		vm := vm1
+		if i%2 == 1 {
+			vm = vm2
+		}
+		r := vm.Fallback(premium, now+int64(i), 0.25)
+		if !r.Known || !r.Allowed || r.Quota != 250 || r.Entry.Identity != "user:p" {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	if r := vm2.Fallback(premium, now+1000, 0.25); r.Allowed || r.WaitMs != minute-1000 {
+		t.Fatalf("the 251st request of the window: %+v", r)
+	}
+	if r := vm1.Fallback(premium, now+minute, 0.25); !r.Allowed {
+		t.Fatalf("the next window: %+v", r)
+	}
+	// A caller at its limit stays refused until its window resets; one
+	// whose denial is cached, until the denial ends.
+	if r := vm1.Fallback(atLimit, now, 1); !r.Known || r.Allowed || r.WaitMs != 30_000 {
+		t.Fatalf("at its limit: %+v", r)
+	}
+	if r := vm2.Fallback(atLimit, now+30_000, 1); !r.Allowed {
+		t.Fatalf("after its reset: %+v", r)
+	}
+	if r := vm1.Fallback(denied, now+1000, 1); r.Allowed || r.WaitMs != 4000 {
+		t.Fatalf("denied: %+v", r)
+	}
+	// A caller never seen is not Known: the configured fallback decides.
+	if r := vm1.Fallback(unknown, now, 1); r.Known || r.Allowed {
+		t.Fatalf("unknown: %+v", r)
+	}
+	// A share of a small limit is at least one request.
+	if got := shareOf(3, 0.1); got != 1 {
+		t.Fatalf("shareOf(3, 0.1) = %d", got)
+	}
+	if got := shareOf(1<<62, 4); got != 1<<63-1 {
+		t.Fatalf("shareOf overflow: %d", got)
+	}
+}
