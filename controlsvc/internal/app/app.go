@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/memlimit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
@@ -54,6 +55,7 @@ type App struct {
 	overrides *overrides.Store
 	ruleset   *ruleset.Store
 	limiter   *limiter.Limiter
+	local     *memlimit.Limiter // counts while Redis is away (fail_open)
 	usage     *usage.Recorder
 	metrics   *metrics.Metrics
 	http      *http.Server
@@ -102,7 +104,8 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	trail := audit.New(rdb)
 	a.usage = usage.NewRecorder(rdb, trail, log)
 	keys := apikeys.New(rdb, time.Now)
-	a.svc = decision.New(decision.Deps{Counters: lim, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
+	a.local = memlimit.New(cfg.Replicas, time.Now)
+	a.svc = decision.New(decision.Deps{Counters: lim, Local: a.local, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, pol, decision.SettingsOf(cfg))
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	rc, err := loadRLS(cfg)

@@ -227,3 +227,45 @@ func TestOneBadCounterStaysAlone(t *testing.T) {
 		}
 	}
 }
+
+// While Redis is away, fail_open is not unlimited: each replica counts in
+// its own memory at each caller's limit divided by replicas, says degraded,
+// and hands decisions back to Redis when it returns.
+func TestRedisDownCountsLocally(t *testing.T) {
+	toml := "[[tiers]]\nname = \"free\"\nlimit = 6\nwindow_seconds = 60\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"
+	s := startService(t, toml, map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_REPLICAS": "2"})
+	req := map[string]any{"user_id": "counted", "endpoint": "/x"}
+	s.redis.Stop()
+	// Six a minute over two replicas: three here.
+	for i := 0; i < 3; i++ {
+		if r := s.check(req); r.status != 200 || r.json(t)["degraded"] != true {
+			t.Fatalf("request %d while Redis is down: %d %s", i, r.status, r.body)
+		}
+	}
+	r := s.check(req)
+	if r.status != 429 || r.json(t)["degraded"] != true || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the fourth request: %d %s", r.status, r.body)
+	}
+	if other := s.check(map[string]any{"user_id": "another", "endpoint": "/x"}); other.status != 200 {
+		t.Fatalf("another caller: %d %s", other.status, other.body)
+	}
+	if metricValue(t, s, `tollgate_decisions_total{result="degraded",rule="tier_free",tier="free"}`) != 4 ||
+		metricValue(t, s, `tollgate_decisions_total{result="denied",rule="tier_free",tier="free"}`) != 1 {
+		t.Fatal("degraded decisions are not counted as such")
+	}
+	s.redis.Restart()
+	// Redis decides again once the breaker's probe goes through (bounded).
+	for i := 0; ; i++ {
+		r = s.check(req)
+		if r.status == 200 && r.json(t)["degraded"] == nil {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("Redis never took decisions back: %d %s", r.status, r.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r.header.Get("X-RateLimit-Limit") != "6" {
+		t.Fatalf("after Redis came back: %s", r.body)
+	}
+}

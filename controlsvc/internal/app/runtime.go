@@ -55,6 +55,7 @@ func (a *App) applyLocked(file *config.Config, snap ruleset.Snapshot) error {
 	a.svc.SetPolicy(p, decision.SettingsOf(file))
 	a.srv.SetConfig(file)
 	a.rls.SetSettings(rlsSettings(file))
+	a.local.SetReplicas(file.Replicas)
 	a.metrics.LeftOut.Set(float64(len(skips)))
 	return nil
 }

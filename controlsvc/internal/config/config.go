@@ -74,6 +74,9 @@ type Config struct {
 	// file or directory in envoyproxy/ratelimit's format.
 	GRPCListen string `toml:"grpc_listen"`
 	RLSConfig  string `toml:"rls_config"`
+	// Replicas is the number of control-service replicas: while Redis
+	// cannot be reached each counts locally at every limit divided by it.
+	Replicas int64 `toml:"replicas"`
 	// RLSIETFHeaders adds the IETF httpapi fields to the rate limit
 	// service's response headers.
 	RLSIETFHeaders bool `toml:"rls_ietf_headers"`

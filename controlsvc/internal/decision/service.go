@@ -82,6 +82,7 @@ type Service struct {
 	sleep     func(ctx context.Context, d time.Duration) bool
 	live      atomic.Pointer[view]
 	breaker   *breaker.Breaker
+	local     LocalCounters // nil: no local counting while Redis is away
 }
 
 // BreakerOpen reports whether Redis calls are being skipped.
@@ -108,12 +109,20 @@ type Deps struct {
 	// for BreakerCooldown.
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
+	// Local counts while Redis cannot be reached and the failure mode is
+	// fail_open (memlimit); nil lets such requests pass uncounted.
+	Local LocalCounters
+}
+
+// LocalCounters decide a counter's request in this process only.
+type LocalCounters interface {
+	Do(r limiter.Request) limiter.Result
 }
 
 // New returns a service deciding with policy p and settings set.
 func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep}
+		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local}
 	if s.sleep == nil {
 		s.sleep = sleepCtx
 	}
@@ -316,7 +325,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	// least (every grant, when the request is refused) is given back at
 	// once. So the filter never spends a token some counter did not take.
 	want := c.lease
-	throttled := false
+	throttled, degraded := false, false
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
@@ -325,10 +334,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty
 		}
-		res, err := s.limit(ctx, lr)
+		res, local, err := s.limitOrLocal(ctx, p, lr)
 		if err != nil {
 			return s.failure(p, c, a.req.Rule, err)
 		}
+		degraded = degraded || local
 		if !res.Allowed && a.req.Rule.Action == rules.ActionThrottle && !throttled &&
 			res.RetryAfter <= p.ThrottleMaxWait && s.sleep(ctx, res.RetryAfter) {
 			// Throttled, once per request: wait until the rule would admit
@@ -336,9 +346,10 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			// spent already; asked again they would count it twice).
 			throttled = true
 			lr.Returned = 0 // the first call took the refund already
-			if res, err = s.limit(ctx, lr); err != nil {
+			if res, local, err = s.limitOrLocal(ctx, p, lr); err != nil {
 				return s.failure(p, c, a.req.Rule, err)
 			}
+			degraded = degraded || local
 		}
 		a.res = res
 		want = min(want, res.Granted)
@@ -360,6 +371,13 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		}
 	}
 	resp, result := s.verdict(p, &c.target, rs)
+	if degraded {
+		// Counted here only: said so, and nothing leased.
+		resp.Degraded, resp.Lease = true, wire.Lease{}
+		if resp.Allowed {
+			result = metrics.Degraded
+		}
+	}
 	if p.Disabled && !resp.Allowed {
 		// Rate limiting is off: the request passes as a log-only rule's
 		// would, its numbers saying what would have happened.
@@ -418,6 +436,20 @@ func (s *Service) record(c *caller, resp *wire.CheckResponse) {
 	if !c.refused {
 		s.usage.Record(c.name, now, c.cost+c.spent, nil)
 	}
+}
+
+// limitOrLocal runs one counter in Redis; when Redis cannot be reached and
+// the failure mode is fail_open, it counts in this process instead (local
+// is then true) at the rule's limit divided by the replicas, until Redis
+// answers again (the breaker's probe hands decisions back to it).
+func (s *Service) limitOrLocal(ctx context.Context, p *view, lr limiter.Request) (limiter.Result, bool, error) {
+	res, err := s.limit(ctx, lr)
+	if err == nil || s.local == nil || p.FailureMode != config.FailOpen || ctx.Err() != nil ||
+		errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript) {
+		return res, false, err
+	}
+	lr.Lease, lr.Returned = 0, 0
+	return s.local.Do(lr), true, nil
 }
 
 // limit runs one counter through the circuit breaker.

@@ -1,0 +1,124 @@
+// Package memlimit is the control service's in-memory limiter: what a
+// replica counts with while Redis cannot be reached (failure_mode
+// fail_open). It keeps each counter of the limiter's requests in this
+// process only, at every rule's limit divided by the number of replicas,
+// so that the replicas together admit about what the rule does. It is
+// approximate by design: token_bucket and gcra are a token bucket, the
+// window algorithms a fixed window (which admits up to twice the limit
+// across a window's edge).
+package memlimit
+
+import (
+	"container/list"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// MaxCounters bounds the counters kept; the least recently used goes first
+// (it restarts whole if it comes back: under-counting one caller, never
+// growing without bound under a flood of new callers).
+const MaxCounters = 100_000
+
+// Limiter is the in-memory limiter; it is safe for concurrent use.
+type Limiter struct {
+	mu       sync.Mutex
+	replicas int64
+	now      func() time.Time
+	counters map[string]*list.Element
+	lru      *list.List // front: most recently used
+}
+
+type counter struct {
+	key string
+	// Token bucket: tokens at stamp. Fixed window: the window's start
+	// (stamp) and what it spent (tokens counts down from the limit).
+	tokens float64
+	stamp  time.Time
+}
+
+// New returns a limiter dividing every limit by replicas (at least 1).
+func New(replicas int64, now func() time.Time) *Limiter {
+	return &Limiter{replicas: max(replicas, 1), now: now, counters: map[string]*list.Element{}, lru: list.New()}
+}
+
+// SetReplicas changes the divisor (a configuration reload).
+func (l *Limiter) SetReplicas(n int64) {
+	l.mu.Lock()
+	l.replicas = max(n, 1)
+	l.mu.Unlock()
+}
+
+// Len is the number of counters kept.
+func (l *Limiter) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.counters)
+}
+
+// Do decides one counter's request as the limiter would, locally. Leases
+// are never granted and refunds never taken: a degraded replica hands out
+// nothing the filter could spend after Redis is back.
+func (l *Limiter) Do(r limiter.Request) limiter.Result {
+	q := r.Rule
+	if q == nil || q.Limit <= 0 || q.WindowSeconds <= 0 {
+		return limiter.Result{Allowed: true}
+	}
+	limit := max(q.Limit/l.replicas, 1)
+	capacity := max(q.Capacity()/l.replicas, 1)
+	window := time.Duration(q.WindowSeconds) * time.Second
+	cost := float64(max(r.Cost, 0))
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.get(r.Key(), now)
+	if q.Algorithm == rules.TokenBucket || q.Algorithm == rules.GCRA {
+		rate := float64(limit) / window.Seconds() // tokens a second
+		if c.stamp.IsZero() {
+			c.tokens, c.stamp = float64(capacity), now
+		}
+		c.tokens = math.Min(float64(capacity), c.tokens+now.Sub(c.stamp).Seconds()*rate)
+		c.stamp = now
+		full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
+		if c.tokens < cost || r.Peek && c.tokens < 1 {
+			wait := time.Duration((cost - c.tokens) / rate * float64(time.Second))
+			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
+		}
+		if !r.Peek {
+			c.tokens -= cost
+			full = time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
+		}
+		return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: full}
+	}
+	start := now.Truncate(window)
+	if !c.stamp.Equal(start) {
+		c.tokens, c.stamp = float64(limit), start
+	}
+	reset := start.Add(window).Sub(now)
+	if c.tokens < cost {
+		return limiter.Result{Remaining: int64(c.tokens), ResetAfter: reset, RetryAfter: reset}
+	}
+	if !r.Peek {
+		c.tokens -= cost
+	}
+	return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: reset}
+}
+
+// get returns key's counter, created or refreshed as most recently used.
+func (l *Limiter) get(key string, now time.Time) *counter {
+	if e, ok := l.counters[key]; ok {
+		l.lru.MoveToFront(e)
+		return e.Value.(*counter)
+	}
+	if len(l.counters) >= MaxCounters {
+		old := l.lru.Back()
+		l.lru.Remove(old)
+		delete(l.counters, old.Value.(*counter).key)
+	}
+	c := &counter{key: key}
+	l.counters[key] = l.lru.PushFront(c)
+	return c
+}
