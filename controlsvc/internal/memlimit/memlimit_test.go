@@ -23,10 +23,10 @@ func req(alg rules.Algorithm, limit, burst int64, who string) limiter.Request {
 // and admits again once its time has come.
 func TestLimits(t *testing.T) {
 	for _, tc := range []struct {
-		alg         rules.Algorithm
+		alg                    rules.Algorithm
 		limit, burst, replicas int64
-		admitted    int
-		refill      time.Duration // after which one more is admitted
+		admitted               int
+		refill                 time.Duration // after which one more is admitted
 	}{
 		{rules.TokenBucket, 10, 0, 1, 10, 6 * time.Second},
 		{rules.TokenBucket, 10, 20, 2, 10, 12 * time.Second}, // burst 20 / 2 replicas, refilled at 5 a minute

@@ -249,8 +249,8 @@ type outcome struct {
 	count     int64 // hits in the window after this call's (fixed window)
 	remaining int64
 	reset     int64 // seconds
-	over      bool // past the limit (a shadow limit still answers OK)
-	refusing  bool // answered OVER_LIMIT
+	over      bool  // past the limit (a shadow limit still answers OK)
+	refusing  bool  // answered OVER_LIMIT
 	degraded  bool
 }
 
