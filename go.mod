@@ -12,6 +12,7 @@ require (
 
 require (
 	github.com/tollgate-rl/tollgate/shared v0.0.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.84.0
 )
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.uber.org/goleak"
 	"io"
 	"net"
 	"net/http"
@@ -68,6 +69,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// Every gateway a test starts (its VMs, servers and callouts) stops
+	// with it: no goroutine outlives the tests.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

@@ -268,8 +268,7 @@ func TestRLSHostile(t *testing.T) {
 // The YAML reloads when it changes; a broken edit keeps the last good one.
 func TestRLSReload(t *testing.T) {
 	s, c, path := rlsService(t, rlsYAML, "", nil)
-	ctx := context.Background()
-	if err := s.app.WatchConfig(ctx); err != nil {
+	if err := s.app.WatchConfig(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	ask := func() *rlspb.RateLimitResponse {
