@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.uber.org/goleak"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"go.uber.org/goleak"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
