@@ -63,23 +63,46 @@ func run() error {
 	controlBin := flag.String("controlsvc", "bin/controlsvc", "the control service binary")
 	wasmPath := flag.String("wasm", "build/tollgate.wasm", "the filter module")
 	phase := flag.Duration("phase", 6*time.Second, "how long each fault's load runs")
+	modes := flag.String("modes", "fail_open,fail_closed", "failure modes to run the faults under, one stack each")
 	flag.Parse()
+	failed := false
+	for _, mode := range strings.Split(*modes, ",") {
+		broke, err := runMode(mode, *controlBin, *wasmPath, *phase)
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
+		}
+		failed = failed || broke
+	}
+	fmt.Printf("Bounds: no client-visible error (a transport error, a 5xx other than fail_closed's 503); \"beyond\" is what the %d callers\n"+
+		"at their limit were admitted past it (a phase may touch two of their minute windows: past 2 x %d each): 0 while every part\n"+
+		"is up and always under fail_closed; under fail_open during an outage at most 2 x %d each (the filter's fallback, share 1\n"+
+		"of the last seen limit, and the replicas' local counting, the limit over two); no rule, key, override or audit entry lost.\n",
+		hotCallers, tierLimit, tierLimit)
+	if failed {
+		return errors.New("a bound broke")
+	}
+	return nil
+}
+
+// runMode starts a stack in one failure mode, runs every fault and prints
+// the table; it reports whether a row broke its bound.
+func runMode(mode, controlBin, wasmPath string, phase time.Duration) (bool, error) {
 	dir, err := os.MkdirTemp("", "reliability")
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer os.RemoveAll(dir)
-	st := &stack{dir: dir, controlBin: *controlBin}
+	st := &stack{dir: dir, controlBin: controlBin, mode: mode}
 	defer st.stop()
-	if err := st.start(*wasmPath); err != nil {
-		return err
+	if err := st.start(wasmPath); err != nil {
+		return false, err
 	}
 	if err := st.seedAdminState(); err != nil {
-		return fmt.Errorf("admin state: %w", err)
+		return false, fmt.Errorf("admin state: %w", err)
 	}
 	before, err := st.adminState()
 	if err != nil {
-		return err
+		return false, err
 	}
 	killBoth := func() error {
 		return errors.Join(st.controls[0].signal(syscall.SIGKILL), st.controls[1].signal(syscall.SIGKILL))
@@ -88,6 +111,10 @@ func run() error {
 	after := func(d time.Duration, f func() error) func() error {
 		return func() error { time.Sleep(d); return f() }
 	}
+	cut := func(how int32) func() error { return func() error { st.balancer.cut.Store(how); return nil } }
+	slow := func(d time.Duration) func() error {
+		return func() error { st.redisProxy.delay.Store(int64(d)); return nil }
+	}
 	faults := []fault{
 		{name: "none (baseline)", inject: func() error { return nil }},
 		{name: "one of two replicas SIGKILLed", inject: func() error { return st.controls[0].signal(syscall.SIGKILL) }, repair: st.controls[0].start},
@@ -95,44 +122,45 @@ func run() error {
 		{name: "both replicas SIGTERMed (drain) and restarted", inject: func() error {
 			return errors.Join(st.controls[0].stopGracefully(), st.controls[1].stopGracefully())
 		}, repair: startBoth, outage: true},
+		{name: "network to the service refused for 3 s", inject: cut(netRefused), repair: after(3*time.Second, cut(netUp)), outage: true},
+		{name: "network to the service black-holed for 3 s", inject: cut(netBlackHoled), repair: after(3*time.Second, cut(netUp)), outage: true},
 		{name: "Redis SIGKILLed, restarted from its AOF after 2 s", inject: func() error { return st.redis.signal(syscall.SIGKILL) },
 			repair: after(2*time.Second, st.redis.start), outage: true},
 		{name: "Redis CLIENT PAUSE 3 s", inject: func() error { return redisCmd(st.redisAddr, "CLIENT", "PAUSE", "3000") },
 			repair: after(3*time.Second, func() error { return nil }), outage: true},
+		{name: "Redis 50 ms slower for 3 s", inject: slow(50 * time.Millisecond), repair: after(3*time.Second, slow(0))},
+		{name: "Redis 2 s slower for 3 s", inject: slow(2 * time.Second), repair: after(3*time.Second, slow(0)), outage: true},
 		{name: "config reload and admin changes under load", inject: st.adminBurst},
 	}
-	fmt.Printf("Faults under load: %d callers (%d at their limit of %d a minute), %d clients, %v a fault, 2 replicas, fail_open\n\n",
-		callers, hotCallers, tierLimit, clients, *phase)
+	fmt.Printf("Faults under load, %s: %d callers (%d at their limit of %d a minute), %d clients, %v a fault, 2 replicas\n\n",
+		mode, callers, hotCallers, tierLimit, clients, phase)
 	fmt.Printf("%-50s %7s %6s %6s %5s %5s %6s %8s %8s %8s %9s %8s %5s\n",
 		"fault", "sent", "2xx", "429", "503", "other", "errors", "p50", "p99", "max", "recovery", "beyond", "lost")
 	failed := false
 	for _, f := range faults {
-		r, err := st.measure(f, *phase)
+		r, err := st.measure(f, phase)
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+			return false, fmt.Errorf("%s: %w", f.name, err)
 		}
 		after, err := st.adminState()
 		if err != nil {
-			return fmt.Errorf("%s: admin state: %w", f.name, err)
+			return false, fmt.Errorf("%s: admin state: %w", f.name, err)
 		}
 		r.lost = before.lost(after)
 		before = after
 		fmt.Println(r.row())
-		if why := r.broken(); why != "" {
+		if why := r.broken(mode); why != "" {
 			failed = true
-			fmt.Printf("  BOUND BROKEN: %s\n", why)
+			fmt.Printf("  BOUND BROKEN: %s (first refusal: %s)\n", why, r.sample)
 		}
 	}
 	fmt.Println()
-	fmt.Printf("Bounds: no client-visible error (transport error, 5xx other than a fail_closed 503); \"beyond\" is what the %d callers\n"+
-		"at their limit were admitted past it (a phase may touch two of their minute windows: past 2 x %d each): 0 while every part\n"+
-		"is up, and during an outage at most 2 x %d each (the filter's fallback, share 1 of the last seen limit, and the replicas'\n"+
-		"local counting, the limit over two); no rule, key, override or audit entry lost.\n", hotCallers, tierLimit, tierLimit)
-	if failed {
-		return errors.New("a bound broke")
-	}
-	return nil
+	return failed, nil
 }
+
+// phases numbers the phases of a run: each phase's callers are its own
+// (10.<phase>.x.y), so no phase starts with callers an earlier one spent.
+var phases atomic.Int64
 
 type fault struct {
 	name   string
@@ -147,8 +175,10 @@ type fault struct {
 // stack is every process and server of the run.
 type stack struct {
 	dir, controlBin string
+	mode            string // failure_mode of the service and the filter
 	redis           *proc
 	redisAddr       string
+	redisProxy      *tcpProxy
 	controls        [2]*proc
 	balancer        *balancer
 	upstream        *recorder
@@ -171,6 +201,9 @@ func (st *stack) start(wasmPath string) error {
 	if err := st.redis.start(); err != nil {
 		return err
 	}
+	if st.redisProxy, err = newTCPProxy(st.redisAddr); err != nil {
+		return err
+	}
 	st.cfgPath = filepath.Join(st.dir, "tollgate.toml")
 	if err := os.WriteFile(st.cfgPath, []byte(tomlConfig(100)), 0o600); err != nil {
 		return err
@@ -180,7 +213,7 @@ func (st *stack) start(wasmPath string) error {
 		addr := freeAddr()
 		backends = append(backends, "http://"+addr)
 		st.controls[i] = &proc{name: fmt.Sprintf("controlsvc-%d", i), bin: st.controlBin, args: []string{"-config", st.cfgPath},
-			env: []string{"TOLLGATE_LISTEN=" + addr, "TOLLGATE_REDIS_URL=redis://" + st.redisAddr + "/0", "TOLLGATE_DECISION_TOKEN=" + decisionToken,
+			env: []string{"TOLLGATE_LISTEN=" + addr, "TOLLGATE_REDIS_URL=redis://" + st.redisProxy.addr() + "/0", "TOLLGATE_FAILURE_MODE=" + st.mode, "TOLLGATE_DECISION_TOKEN=" + decisionToken,
 				"TOLLGATE_ADMIN_TOKEN=" + adminToken, "TOLLGATE_REPLICAS=2", "TOLLGATE_REDIS_BREAKER_COOLDOWN_MS=200", "TOLLGATE_LOG_LEVEL=warn"},
 			ready: "http://" + addr + "/health", logPath: filepath.Join(st.dir, fmt.Sprintf("controlsvc-%d.log", i))}
 		if err := st.controls[i].start(); err != nil {
@@ -191,7 +224,7 @@ func (st *stack) start(wasmPath string) error {
 	lb := st.serve(st.balancer)
 	st.upstream = &recorder{}
 	up := st.serve(st.upstream)
-	plugin := fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"failure_mode":"fail_open","lease":{"request":10},"breaker":{"failures":5,"cooldown_ms":200}}`, decisionToken)
+	plugin := fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"failure_mode":%q,"lease":{"request":10},"breaker":{"failures":5,"cooldown_ms":200}}`, decisionToken, st.mode)
 	upURL, _ := url.Parse(up)
 	lbURL, _ := url.Parse(lb)
 	st.gateway, err = gateway.New(ctx, gateway.Config{Wasm: wasm, PluginConfig: []byte(plugin), Upstream: upURL,
@@ -248,6 +281,7 @@ type result struct {
 	beyond                         int64         // admitted beyond the limit, callers at their limit
 	lost                           string
 	outage                         bool
+	sample                         string // the first refusal's status and body
 }
 
 func (r *result) row() string {
@@ -266,10 +300,13 @@ func (r *result) row() string {
 }
 
 // broken names the bound a row breaks, or "".
-func (r *result) broken() string {
+func (r *result) broken(mode string) string {
+	closed := mode == "fail_closed"
 	switch {
-	case r.errs > 0 || r.other > 0 || r.unavailable > 0:
+	case r.errs > 0 || r.other > 0 || r.unavailable > 0 && (!closed || !r.outage):
 		return fmt.Sprintf("%d client-visible errors (transport %d, 503 %d, other %d)", r.errs+r.other+r.unavailable, r.errs, r.unavailable, r.other)
+	case closed && r.beyond > 0:
+		return fmt.Sprintf("%d admitted beyond the limit under fail_closed", r.beyond)
 	case !r.outage && r.beyond > 0:
 		return fmt.Sprintf("%d admitted beyond the limit with every part up", r.beyond)
 	case r.beyond > int64(hotCallers*2*tierLimit):
@@ -288,12 +325,13 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 	r := &result{name: f.name, outage: f.outage}
 	// Every phase starts with fresh callers: the minute windows of the last
 	// phase must not hide this one's over-admission.
-	prefix := time.Now().UnixNano() % 200
+	prefix := phases.Add(1) % 250
 	ctx, cancel := context.WithTimeout(context.Background(), phase)
 	defer cancel()
 	var lat []time.Duration
 	var mu sync.Mutex
 	var next, sent, ok2xx, limited, unavailable, other, errs atomic.Int64
+	var sampleOnce sync.Once
 	admitted := make([]atomic.Int64, hotCallers)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	var wg sync.WaitGroup
@@ -319,8 +357,11 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 					}
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 				resp.Body.Close()
+				if resp.StatusCode/100 != 2 {
+					sampleOnce.Do(func() { r.sample = fmt.Sprintf("%d %s", resp.StatusCode, body) })
+				}
 				sent.Add(1)
 				mu.Lock()
 				lat = append(lat, d)
@@ -403,14 +444,34 @@ func (u *recorder) recoveredAfter(t time.Time, _ bool) time.Duration {
 }
 
 // balancer is the control service's cluster: round robin over the
-// replicas, a refused connection retried on the other one.
+// replicas, a refused connection retried on the other one. Its network
+// can be cut: every connection refused, or black-holed (nothing answers
+// until the caller gives up).
 type balancer struct {
 	backends []string
 	n        atomic.Int64
 	client   *http.Client
+	cut      atomic.Int32 // 0 up, 1 refused, 2 black-holed
 }
 
+const (
+	netUp = iota
+	netRefused
+	netBlackHoled
+)
+
 func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch b.cut.Load() {
+	case netRefused:
+		http.Error(w, "upstream connect error or disconnect/reset before headers: connection refused", http.StatusServiceUnavailable)
+		return
+	case netBlackHoled:
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		return
+	}
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	first := int(b.n.Add(1))
 	var last error
@@ -715,6 +776,61 @@ func redisCmd(addr string, args ...string) error {
 		return fmt.Errorf("redis %v: %q", args, line[:n])
 	}
 	return nil
+}
+
+// tcpProxy stands between the replicas and Redis; it can add a delay to
+// every chunk the replicas send (a slow Redis, or a slow network to it).
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	delay  atomic.Int64 // nanoseconds
+}
+
+func newTCPProxy(target string) (*tcpProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &tcpProxy{ln: ln, target: target}
+	go p.serve()
+	return p, nil
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.pipe(c)
+	}
+}
+
+func (p *tcpProxy) pipe(c net.Conn) {
+	defer c.Close()
+	s, err := net.DialTimeout("tcp", p.target, time.Second)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	go func() { io.Copy(c, s); c.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func freeAddr() string {
