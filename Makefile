@@ -5,7 +5,7 @@ MODULES := shared testkit controlsvc filter
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
-.PHONY: help deps peer build test run bench reliability lint ci fuzz clean
+.PHONY: help deps peer build test run bench reliability soak lint ci fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ bench: deps peer ## benchmark report: checks/s and p50/p99 vs redis-benchmark, m
 
 reliability: deps build ## faults injected one at a time under load through the whole path: one row each, non-zero exit when a bound breaks
 	$(GO) run ./scripts/reliability
+
+soak: deps build ## ten minutes of 10,000 callers through the whole path: memory, goroutines and Redis over time, and their slopes
+	$(GO) run ./scripts/reliability -soak $${SOAK:-10m}
 
 lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no committed binaries
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 func main() {
@@ -64,7 +65,11 @@ func run() error {
 	wasmPath := flag.String("wasm", "build/tollgate.wasm", "the filter module")
 	phase := flag.Duration("phase", 6*time.Second, "how long each fault's load runs")
 	modes := flag.String("modes", "fail_open,fail_closed", "failure modes to run the faults under, one stack each")
+	soakFor := flag.Duration("soak", 0, "instead of the faults, a soak this long with 10,000 callers (make soak)")
 	flag.Parse()
+	if *soakFor > 0 {
+		return soak(*controlBin, *wasmPath, *soakFor)
+	}
 	failed := false
 	for _, mode := range strings.Split(*modes, ",") {
 		broke, err := runMode(mode, *controlBin, *wasmPath, *phase)
@@ -753,27 +758,12 @@ func awaitTierLimit(base, tier string, limit int) error {
 }
 
 func redisCmd(addr string, args ...string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	v, err := redistest.Do(addr, args...)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return err
-	}
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	line := make([]byte, 64)
-	n, err := c.Read(line)
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(string(line[:n]), "+OK") {
-		return fmt.Errorf("redis %v: %q", args, line[:n])
+	if v != "OK" {
+		return fmt.Errorf("redis %v: %v", args, v)
 	}
 	return nil
 }

@@ -158,6 +158,17 @@ func (g *Gateway) Close(ctx context.Context) error {
 	return g.host.Close(ctx)
 }
 
+// VMMemory is the guest memory of each VM, in bytes (soaks watch it).
+func (g *Gateway) VMMemory() []uint32 {
+	out := make([]uint32, len(g.vms))
+	for i, w := range g.vms {
+		w.mu.Lock()
+		out[i] = w.vm.MemorySize()
+		w.mu.Unlock()
+	}
+	return out
+}
+
 // Host exposes the filter's host (metrics, shared data) to tests.
 func (g *Gateway) Host() *wasmhost.Host { return g.host }
 
