@@ -288,7 +288,10 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 	}
 	if err := s.count(ctx, req.Domain, entries, hits, out); err != nil {
 		if !set.FailOpen {
-			return nil, status.Error(codes.Unavailable, "redis: "+err.Error())
+			// The cause (an address, a Redis error) goes to the log, not
+			// to the caller.
+			s.d.Log.Warn("rate limit service: redis failed; answering UNAVAILABLE (fail_closed)", "domain", req.Domain, "err", err)
+			return nil, status.Error(codes.Unavailable, "rate limiter unavailable (failure_mode fail_closed)")
 		}
 		s.d.Log.Warn("rate limit service: redis failed; failing open", "domain", req.Domain, "err", err)
 	}
