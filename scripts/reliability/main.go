@@ -72,11 +72,13 @@ func run() error {
 	}
 	failed := false
 	for _, mode := range strings.Split(*modes, ",") {
-		broke, err := runMode(mode, *controlBin, *wasmPath, *phase)
-		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+		for _, topology := range []string{"single", "sentinel", "cluster"} {
+			broke, err := runMode(mode, topology, *controlBin, *wasmPath, *phase)
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", mode, topology, err)
+			}
+			failed = failed || broke
 		}
-		failed = failed || broke
 	}
 	fmt.Printf("Bounds: no client-visible error (a transport error, a 5xx other than fail_closed's 503); \"beyond\" is what the %d callers\n"+
 		"at their limit were admitted past it (a phase may touch two of their minute windows: past 2 x %d each): 0 while every part\n"+
@@ -91,13 +93,19 @@ func run() error {
 
 // runMode starts a stack in one failure mode, runs every fault and prints
 // the table; it reports whether a row broke its bound.
-func runMode(mode, controlBin, wasmPath string, phase time.Duration) (bool, error) {
+func runMode(mode, topology, controlBin, wasmPath string, phase time.Duration) (bool, error) {
 	dir, err := os.MkdirTemp("", "reliability")
 	if err != nil {
 		return false, err
 	}
 	defer os.RemoveAll(dir)
 	st := &stack{dir: dir, controlBin: controlBin, mode: mode}
+	switch topology {
+	case "sentinel":
+		st.sentinelAddr = freeAddr()
+	case "cluster":
+		st.clusterAddrs = []string{}
+	}
 	defer st.stop()
 	if err := st.start(wasmPath); err != nil {
 		return false, err
@@ -137,8 +145,23 @@ func runMode(mode, controlBin, wasmPath string, phase time.Duration) (bool, erro
 		{name: "Redis 2 s slower for 3 s", inject: slow(2 * time.Second), repair: after(3*time.Second, slow(0)), outage: true},
 		{name: "config reload and admin changes under load", inject: st.adminBurst},
 	}
-	fmt.Printf("Faults under load, %s: %d callers (%d at their limit of %d a minute), %d clients, %v a fault, 2 replicas\n\n",
-		mode, callers, hotCallers, tierLimit, clients, phase)
+	if topology == "cluster" {
+		faults = []fault{
+			{name: "none (baseline, Cluster)", inject: func() error { return nil }},
+			{name: "a Cluster master SIGKILLed, its replica promoted", inject: st.killClusterMaster,
+				repair: func() error { return st.awaitClusterOK(st.clusterAddrs[st.clusterSurvivor]) }, outage: true},
+		}
+	}
+	if topology == "sentinel" {
+		_, masterPort, _ := net.SplitHostPort(st.redisAddr)
+		faults = []fault{
+			{name: "none (baseline, Sentinel)", inject: func() error { return nil }},
+			{name: "Redis master SIGKILLed, Sentinel promotes", inject: func() error { return st.redis.signal(syscall.SIGKILL) },
+				repair: func() error { return st.awaitFailover(masterPort) }, outage: true},
+		}
+	}
+	fmt.Printf("Faults under load, %s, %s Redis: %d callers (%d at their limit of %d a minute), %d clients, %v a fault, 2 replicas\n\n",
+		mode, topology, callers, hotCallers, tierLimit, clients, phase)
 	fmt.Printf("%-50s %7s %6s %6s %5s %5s %6s %8s %8s %8s %9s %8s %5s\n",
 		"fault", "sent", "2xx", "429", "503", "other", "errors", "p50", "p99", "max", "recovery", "beyond", "lost")
 	failed := false
@@ -184,6 +207,14 @@ type stack struct {
 	redis           *proc
 	redisAddr       string
 	redisProxy      *tcpProxy
+	// sentinel: the replicas reach Redis through a Sentinel that watches
+	// redis (the master) and redisReplica.
+	sentinel, redisReplica *proc
+	sentinelAddr           string
+	// cluster: six nodes, three masters each with a replica.
+	clusterNodes    []*proc
+	clusterAddrs    []string
+	clusterSurvivor int // a node the master kill left up
 	controls        [2]*proc
 	balancer        *balancer
 	upstream        *recorder
@@ -209,6 +240,19 @@ func (st *stack) start(wasmPath string) error {
 	if st.redisProxy, err = newTCPProxy(st.redisAddr); err != nil {
 		return err
 	}
+	redisURL := "redis://" + st.redisProxy.addr() + "/0"
+	if st.sentinelAddr != "" {
+		if err := st.startSentinel(port); err != nil {
+			return err
+		}
+		redisURL = "redis-sentinel://" + st.sentinelAddr + "/0?master=tollgate"
+	}
+	if st.clusterAddrs != nil {
+		if err := st.startCluster(); err != nil {
+			return err
+		}
+		redisURL = "redis-cluster://" + strings.Join(st.clusterAddrs, ",")
+	}
 	st.cfgPath = filepath.Join(st.dir, "tollgate.toml")
 	if err := os.WriteFile(st.cfgPath, []byte(tomlConfig(100)), 0o600); err != nil {
 		return err
@@ -218,7 +262,7 @@ func (st *stack) start(wasmPath string) error {
 		addr := freeAddr()
 		backends = append(backends, "http://"+addr)
 		st.controls[i] = &proc{name: fmt.Sprintf("controlsvc-%d", i), bin: st.controlBin, args: []string{"-config", st.cfgPath},
-			env: []string{"TOLLGATE_LISTEN=" + addr, "TOLLGATE_REDIS_URL=redis://" + st.redisProxy.addr() + "/0", "TOLLGATE_FAILURE_MODE=" + st.mode, "TOLLGATE_DECISION_TOKEN=" + decisionToken,
+			env: []string{"TOLLGATE_LISTEN=" + addr, "TOLLGATE_REDIS_URL=" + redisURL, "TOLLGATE_FAILURE_MODE=" + st.mode, "TOLLGATE_DECISION_TOKEN=" + decisionToken,
 				"TOLLGATE_ADMIN_TOKEN=" + adminToken, "TOLLGATE_REPLICAS=2", "TOLLGATE_REDIS_BREAKER_COOLDOWN_MS=200", "TOLLGATE_LOG_LEVEL=warn"},
 			ready: "http://" + addr + "/health", logPath: filepath.Join(st.dir, fmt.Sprintf("controlsvc-%d.log", i))}
 		if err := st.controls[i].start(); err != nil {
@@ -269,6 +313,11 @@ func (st *stack) stop() {
 	for _, c := range st.controls {
 		if c != nil {
 			c.signal(syscall.SIGKILL)
+		}
+	}
+	for _, p := range append([]*proc{st.sentinel, st.redisReplica}, st.clusterNodes...) {
+		if p != nil {
+			p.signal(syscall.SIGKILL)
 		}
 	}
 	if st.redis != nil {
@@ -766,6 +815,109 @@ func redisCmd(addr string, args ...string) error {
 		return fmt.Errorf("redis %v: %v", args, v)
 	}
 	return nil
+}
+
+// startSentinel starts a replica of the Redis on masterPort and a Sentinel
+// watching both (quorum 1, down after 1 s), and waits (bounded) until the
+// Sentinel knows the replica: a failover needs one to promote.
+func (st *stack) startSentinel(masterPort string) error {
+	replicaAddr := freeAddr()
+	_, rport, _ := net.SplitHostPort(replicaAddr)
+	rdir := filepath.Join(st.dir, "replica")
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return err
+	}
+	st.redisReplica = &proc{name: "redis-replica", bin: "redis-server", args: []string{"--port", rport, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+		"--appendfsync", "always", "--dir", rdir, "--replicaof", "127.0.0.1", masterPort}, ready: "tcp://" + replicaAddr, logPath: filepath.Join(st.dir, "replica.log")}
+	if err := st.redisReplica.start(); err != nil {
+		return err
+	}
+	_, sport, _ := net.SplitHostPort(st.sentinelAddr)
+	conf := filepath.Join(st.dir, "sentinel.conf")
+	body := fmt.Sprintf("port %s\nbind 127.0.0.1\nsentinel monitor tollgate 127.0.0.1 %s 1\nsentinel down-after-milliseconds tollgate 1000\nsentinel failover-timeout tollgate 5000\n",
+		sport, masterPort)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return err
+	}
+	st.sentinel = &proc{name: "sentinel", bin: "redis-sentinel", args: []string{conf}, ready: "tcp://" + st.sentinelAddr, logPath: filepath.Join(st.dir, "sentinel.log")}
+	if err := st.sentinel.start(); err != nil {
+		return err
+	}
+	for i := 0; i < 200; i++ {
+		if v, err := redistest.Do(st.sentinelAddr, "SENTINEL", "REPLICAS", "tollgate"); err == nil {
+			if l, ok := v.([]any); ok && len(l) > 0 {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the Sentinel discovers the replica from the master, on its own schedule
+	}
+	return errors.New("the Sentinel never saw the replica")
+}
+
+// startCluster starts six cluster nodes (AOF, node timeout 1 s), makes
+// them three masters with a replica each, and waits (bounded) until the
+// cluster is ok.
+func (st *stack) startCluster() error {
+	st.clusterAddrs = st.clusterAddrs[:0]
+	for i := 0; i < 6; i++ {
+		addr := freeAddr()
+		_, port, _ := net.SplitHostPort(addr)
+		d := filepath.Join(st.dir, "cluster-"+port)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		n := &proc{name: "redis-cluster-" + port, bin: "redis-server", args: []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+			"--appendfsync", "always", "--dir", d, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"},
+			ready: "tcp://" + addr, logPath: filepath.Join(d, "redis.log")}
+		if err := n.start(); err != nil {
+			return err
+		}
+		st.clusterNodes = append(st.clusterNodes, n)
+		st.clusterAddrs = append(st.clusterAddrs, addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, st.clusterAddrs...), "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	return st.awaitClusterOK(st.clusterAddrs[1])
+}
+
+// killClusterMaster SIGKILLs the first node that says it is a master.
+func (st *stack) killClusterMaster() error {
+	for i, a := range st.clusterAddrs {
+		if v, err := redistest.Do(a, "ROLE"); err == nil {
+			if l, ok := v.([]any); ok && len(l) > 0 && l[0] == "master" {
+				st.clusterSurvivor = (i + 1) % len(st.clusterAddrs)
+				return st.clusterNodes[i].signal(syscall.SIGKILL)
+			}
+		}
+	}
+	return errors.New("no cluster node says it is a master")
+}
+
+// awaitClusterOK waits (bounded) until node reports cluster_state:ok.
+func (st *stack) awaitClusterOK(node string) error {
+	for i := 0; i < 600; i++ {
+		if v, err := redistest.Do(node, "CLUSTER", "INFO"); err == nil && strings.Contains(fmt.Sprint(v), "cluster_state:ok") {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // the cluster agrees on its own schedule
+	}
+	return fmt.Errorf("the cluster never reported ok at %s", node)
+}
+
+// awaitFailover waits (bounded) until the Sentinel names a master other
+// than old.
+func (st *stack) awaitFailover(old string) error {
+	for i := 0; i < 600; i++ {
+		if v, err := redistest.Do(st.sentinelAddr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "tollgate"); err == nil {
+			if l, ok := v.([]any); ok && len(l) == 2 && fmt.Sprint(l[1]) != old {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("the Sentinel never promoted the replica")
 }
 
 // tcpProxy stands between the replicas and Redis; it can add a delay to

@@ -112,7 +112,8 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	if err != nil {
 		return nil, err
 	}
-	a.rls = rls.New(rls.Deps{Counters: lim, Checker: a.svc, Usage: a.usage, Observe: a.metrics, Log: log, Now: time.Now}, rc, rlsSettings(cfg))
+	a.rls = rls.New(rls.Deps{Counters: lim, Checker: a.svc, Local: a.local, Observe: a.metrics, Log: log, Now: time.Now,
+		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, rc, rlsSettings(cfg))
 	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})

@@ -25,11 +25,12 @@ import (
 const (
 	grpcMaxMessage = 2 << 20
 	grpcMaxStreams = 1024
+	grpcMaxHeaders = 64 << 10
 )
 
 // rlsSettings are the rate limit service's settings in cfg.
 func rlsSettings(cfg *config.Config) rls.Settings {
-	set := rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen,
+	set := rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen, Shadow: !cfg.Enabled,
 		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true, IETF: cfg.RLSIETFHeaders}.WithPrefix(cfg.HeaderPrefix)}
 	for _, t := range cfg.DecisionTokens() {
 		set.Digests = append(set.Digests, sha256.Sum256([]byte(t)))
@@ -66,6 +67,12 @@ func (a *App) listenGRPC() error {
 		// (many Envoy workers each keep one connection).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.SharedWriteBuffer(true),
+		// Metadata is a few short headers: refuse more before reading it
+		// whole (grpc-go's default allows 16 MB a call, unauthenticated).
+		grpc.MaxHeaderListSize(grpcMaxHeaders),
+		// A call without the decision token is refused before its message
+		// is read and before a handler runs.
+		grpc.InTapHandle(a.rls.Tap),
 	}
 	t, err := a.cfg.TLS()
 	if err != nil {

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,19 +133,34 @@ func TestRLSAnswers(t *testing.T) {
 	if r := ask(0, desc("bucket", "b")); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("fifth bucket call: %v", r)
 	}
-	// Usage: alice's three admitted hits, and her refusal as a violation.
-	if err := s.app.FlushUsage(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	u := s.do("GET", "/admin/v1/usage/rls:api.user_alice", nil, "Authorization", "Bearer "+adminToken)
-	if u.status != 200 || !strings.Contains(string(u.body), `"identity":"user:rls:api.user_alice"`) || !strings.Contains(string(u.body), `"requests_made":3`) || !strings.Contains(string(u.body), `"violations":1`) {
-		t.Fatalf("usage of a descriptor: %d %s", u.status, u.body)
-	}
 	// The same /metrics.
 	m := s.do("GET", "/metrics", nil)
 	for _, want := range []string{`tollgate_rls_decisions_total{code="over_limit",domain="api"}`, `tollgate_rls_decisions_total{code="unlimited",domain="api"}`} {
 		if !strings.Contains(string(m.body), want) {
 			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func hasHeader(r *rlspb.RateLimitResponse, name string) bool {
+	for _, h := range r.ResponseHeadersToAdd {
+		if h.Key == name {
+			return true
+		}
+	}
+	return false
+}
+
+// enabled = false: everything is counted, nothing answered OVER_LIMIT.
+func TestRLSDisabled(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_ENABLED": "false"})
+	for i := 0; i < 5; i++ {
+		r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "off")}})
+		if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("call %d with rate limiting off: %v %v", i, r, err)
+		}
+		if i == 4 && r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("the descriptor no longer says it is past its limit: %v", r)
 		}
 	}
 }
@@ -195,14 +211,36 @@ per_endpoint = false
 	if st.status != 429 {
 		t.Fatalf("the HTTP API sees %d for the same caller", st.status)
 	}
+	// What the client chooses never turns the decision into an error: a
+	// method no rule reads, a malformed path, a bad key are refused.
+	for _, d := range []*ratelimitv3.RateLimitDescriptor{
+		desc(rls.KeyUser, "mallory", rls.KeyMethod, "get"),
+		desc(rls.KeyUser, "mallory", rls.KeyPath, "/a/%zz"),
+		desc(rls.KeyRemoteAddress, "192.0.2.8", rls.KeyAPIKey, "ak_live_"+strings.Repeat("x", 43)),
+	} {
+		r, err := ask(d)
+		if err != nil || r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
+			t.Errorf("%v: %v %v, want OVER_LIMIT with x-tollgate-refused", d, r, err)
+		}
+	}
+	// A long query string is no part of the path: the call is counted.
+	if r, err := ask(desc(rls.KeyRemoteAddress, "192.0.2.9", rls.KeyPath, "/items?q="+strings.Repeat("x", 3000))); err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("a long query string: %v %v", r, err)
+	}
+	// IPv6 callers are counted by their /64, as the filter counts them.
+	for i := 0; i < 3; i++ {
+		r, err := ask(desc(rls.KeyRemoteAddress, fmt.Sprintf("2001:db8:1:2::%x", i+1)))
+		if want := i == 2; err != nil || (r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT) != want {
+			t.Fatalf("IPv6 address %d of one /64: %v %v", i, r, err)
+		}
+	}
 	for _, bad := range []struct {
 		d    *ratelimitv3.RateLimitDescriptor
 		want string
 	}{
 		{desc("tollgate.nope", "x"), `descriptors[0].entries[0].key: "tollgate.nope" is not a key of the tollgate domain`},
 		{desc(rls.KeyPath, "/x"), "descriptors[0]: names no caller"},
-		{desc(rls.KeyRemoteAddress, "not-an-ip"), "user_id"},
-		{desc(rls.KeyUser, "alice", rls.KeyMethod, "get"), "method"},
+		{desc(rls.KeyRemoteAddress, "not-an-ip"), "is not an address"},
 	} {
 		if _, err := ask(bad.d); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), bad.want) {
 			t.Errorf("%v: %v, want InvalidArgument naming %q", bad.d, err, bad.want)
@@ -242,7 +280,6 @@ func TestRLSHostile(t *testing.T) {
 		{"empty entries", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.InvalidArgument, "descriptors[0].entries: empty"},
 		{"empty key", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "v")}}, codes.InvalidArgument, "descriptors[0].entries[0].key: empty"},
 		{"long key", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(strings.Repeat("k", rls.MaxKeyLen+1), "v")}}, codes.InvalidArgument, "entries[0].key: longer than"},
-		{"long value", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", strings.Repeat("v", rls.MaxValueLen+1))}}, codes.InvalidArgument, "entries[0].value: longer than"},
 		{"huge hits_addend", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", HitsAddend: 1 << 31, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}, codes.InvalidArgument, "hits_addend: 2147483648 is more than"},
 		{"huge descriptor hits_addend", withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{huge}}, codes.InvalidArgument, "descriptors[0].hits_addend"},
 	} {
@@ -253,10 +290,27 @@ func TestRLSHostile(t *testing.T) {
 			}
 		})
 	}
+	// A long value (a client chooses header values) is counted, never
+	// refused: two that differ only past the bound count apart.
+	longValue := strings.Repeat("v", 3*rls.MaxValueLen)
+	for i, want := range []uint32{2, 1} {
+		r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", longValue+"a")}})
+		if err != nil || r.Statuses[0].LimitRemaining != want {
+			t.Fatalf("long value, call %d: %v %v", i, r, err)
+		}
+	}
+	if r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", longValue+"b")}}); err != nil || r.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("another long value shares a counter: %v %v", r, err)
+	}
 	// An unknown domain has no limits, as with the peer.
 	r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "elsewhere", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}})
 	if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
 		t.Fatalf("unknown domain: %v %v", r, err)
+	}
+	// Metadata beyond 64 KiB is refused, token or not.
+	padded := metadata.AppendToOutgoingContext(withToken(decisionToken), "x-pad", strings.Repeat("p", 100<<10))
+	if _, err := c.ShouldRateLimit(padded, &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}); err == nil {
+		t.Fatal("100 KiB of metadata was accepted")
 	}
 	// A message larger than any valid call is refused before it is parsed.
 	big := desc("user", strings.Repeat("v", 3<<20))
@@ -307,7 +361,8 @@ func TestRLSReload(t *testing.T) {
 func TestRLSRedisDown(t *testing.T) {
 	for _, mode := range []string{"fail_open", "fail_closed"} {
 		t.Run(mode, func(t *testing.T) {
-			s, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_FAILURE_MODE": mode})
+			toml := "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"
+			s, c, _ := rlsService(t, rlsYAML, toml, map[string]string{"TOLLGATE_FAILURE_MODE": mode})
 			s.redis.Stop()
 			r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"), desc("health", "h")}})
 			if mode == "fail_closed" {
@@ -323,6 +378,20 @@ func TestRLSRedisDown(t *testing.T) {
 			m := s.do("GET", "/metrics", nil)
 			if !strings.Contains(string(m.body), `tollgate_rls_decisions_total{code="degraded",domain="api"} 1`) {
 				t.Fatal("the degraded answer is not counted")
+			}
+			// Failing open is not unlimited: this replica counts in memory,
+			// the YAML's 3 a minute and the tier's 2 alike.
+			for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+				r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}})
+				if err != nil || r.OverallCode != want {
+					t.Fatalf("YAML domain, call %d while Redis is down: %v %v, want %v", i+2, r, err, want)
+				}
+			}
+			for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+				r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: rls.TollgateDomain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(rls.KeyRemoteAddress, "192.0.2.4")}})
+				if err != nil || r.OverallCode != want {
+					t.Fatalf("tollgate domain, call %d while Redis is down: %v %v, want %v", i+1, r, err, want)
+				}
 			}
 		})
 	}

@@ -203,6 +203,9 @@ func parseFile(file string, data []byte) (string, *node, error) {
 	if domain == "" || len(domain) > MaxValueLen {
 		return "", nil, fieldError(file, domainNode, "domain", fmt.Sprintf("must be 1 to %d bytes", MaxValueLen))
 	}
+	if domain == TollgateDomain {
+		return "", nil, fieldError(file, domainNode, "domain", "tollgate is reserved: Tollgate's own tiers and rules decide it")
+	}
 	tree := &node{children: map[string]*node{}}
 	if d := fields["descriptors"]; d != nil {
 		if err := p.descriptors(tree, d, "descriptors", domain, 1); err != nil {

@@ -95,6 +95,7 @@ func TestParseErrors(t *testing.T) {
 		{"algorithm zero", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, algorithm: gcra}", "requests_per_unit: must be at least 1"},
 		{"too deep", "domain: a\ndescriptors: " + strings.Repeat("[{key: k, descriptors: ", MaxEntries+1) + "[]" + strings.Repeat("}]", MaxEntries+1), "nested deeper than"},
 		{"twice", "domain: a\ndomain: b", "domain: given twice"},
+		{"reserved domain", "domain: tollgate", "domain: tollgate is reserved"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(c.yaml))

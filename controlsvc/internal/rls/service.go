@@ -1,7 +1,9 @@
 package rls
 
 import (
+	"cmp"
 	"context"
+	"encoding/hex"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -9,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,13 +20,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
+	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -80,10 +84,16 @@ type Observer interface {
 type Deps struct {
 	Counters Counters
 	Checker  Checker
-	Usage    decision.UsageRecorder
-	Observe  Observer
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Local counts while Redis cannot be reached and the failure mode is
+	// fail_open (memlimit, shared with the decision service).
+	Local   decision.LocalCounters
+	Observe Observer
+	Log     *slog.Logger
+	Now     func() time.Time
+	// BreakerThreshold consecutive Redis failures stop Redis calls for
+	// BreakerCooldown (the decision API's setting).
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
 }
 
 // Settings are what the service reads of the configuration in force.
@@ -94,22 +104,24 @@ type Settings struct {
 	// FailOpen answers OK when Redis fails; otherwise Unavailable.
 	FailOpen bool
 	Headers  wire.HeaderSet
-	// Shadow is the service's shadow mode: nothing is ever OVER_LIMIT.
+	// Shadow answers nothing OVER_LIMIT (enabled = false): everything is
+	// counted, and refusals are reported only in metrics.
 	Shadow bool
 }
 
 // Service serves envoy.service.ratelimit.v3.RateLimitService.
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	d   Deps
-	cfg atomic.Pointer[Config]
-	set atomic.Pointer[Settings]
+	d       Deps
+	cfg     atomic.Pointer[Config]
+	set     atomic.Pointer[Settings]
+	breaker *breaker.Breaker
 }
 
 // New returns a service answering from cfg (nil: only the tollgate domain
 // has limits).
 func New(d Deps, cfg *Config, set Settings) *Service {
-	s := &Service{d: d}
+	s := &Service{d: d, breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
 	s.SetConfig(cfg)
 	s.SetSettings(set)
 	return s
@@ -153,6 +165,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// Tap refuses a call without the decision token (when tokens are set)
+// before grpc-go reads its message or starts a handler for it.
+func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	digests := s.set.Load().Digests
+	if len(digests) == 0 {
+		return ctx, nil
+	}
+	md := metadata.MD(info.Header)
+	if _, err := authorize(metadata.NewIncomingContext(ctx, md), digests); err != nil {
+		return ctx, err
+	}
+	return ctx, nil
 }
 
 // authorize checks the decision token in the call's metadata
@@ -216,10 +242,14 @@ func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
 				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].key", f, j), "empty")
 			case len(e.Key) > MaxKeyLen:
 				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].key", f, j), fmt.Sprintf("longer than %d bytes", MaxKeyLen))
-			case len(e.Value) > MaxValueLen:
-				return nil, nil, bad(fmt.Sprintf("%s.entries[%d].value", f, j), fmt.Sprintf("longer than %d bytes", MaxValueLen))
 			}
-			es[j] = Entry{Key: e.Key, Value: e.Value}
+			v := e.Value
+			if req.Domain == TollgateDomain && e.Key == KeyPath {
+				// The query string is no part of the path rules match, and
+				// the client chooses its length.
+				v, _, _ = strings.Cut(v, "?")
+			}
+			es[j] = Entry{Key: e.Key, Value: boundedValue(v)}
 		}
 		entries[i] = es
 		// As envoyproxy/ratelimit: the descriptor's own hits_addend (0 is a
@@ -242,6 +272,19 @@ func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
 	return hits, entries, nil
 }
 
+// boundedValue is v, or for a value longer than MaxValueLen (a client
+// chooses header values) its first bytes and the SHA-256 of the whole: a
+// bounded value that still counts apart from every other, and still
+// matches prefix wildcards. A long value is never refused: a refusal is an
+// error to Envoy, which may then let the request through.
+func boundedValue(v string) string {
+	if len(v) <= MaxValueLen {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return v[:MaxValueLen-1-2*len(sum)] + "#" + hex.EncodeToString(sum[:])
+}
+
 // outcome is one descriptor's answer before it becomes a status.
 type outcome struct {
 	limit     *Limit // nil: no limit applies
@@ -251,7 +294,8 @@ type outcome struct {
 	reset     int64 // seconds
 	over      bool  // past the limit (a shadow limit still answers OK)
 	refusing  bool  // answered OVER_LIMIT
-	degraded  bool
+	degraded  bool  // Redis did not count it
+	local     bool  // counted in this process instead (fail_open)
 }
 
 // configured answers a domain of the YAML configuration.
@@ -286,7 +330,7 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 			out[i].limit = nil
 		}
 	}
-	if err := s.count(ctx, req.Domain, entries, hits, out); err != nil {
+	if err := s.count(ctx, req.Domain, entries, hits, out, set.FailOpen); err != nil {
 		if !set.FailOpen {
 			// The cause (an address, a Redis error) goes to the log, not
 			// to the caller.
@@ -307,15 +351,19 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 		case o.unlimited:
 			st.LimitRemaining = math.MaxUint32
 			code = "unlimited"
-		case o.degraded:
+		case o.degraded && !o.local:
 			degraded = true
 			code = "degraded"
 		case o.limit != nil:
+			degraded = degraded || o.local
 			l := o.limit
 			st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
 			st.DurationUntilReset = durationpb.New(time.Duration(o.reset) * time.Second)
 			st.LimitRemaining = uint32(min(max(o.remaining, 0), math.MaxUint32))
 			code = "ok"
+			if o.local {
+				code = "degraded"
+			}
 			if o.over {
 				st.Code, st.LimitRemaining, code = rlspb.RateLimitResponse_OVER_LIMIT, 0, "over_limit"
 				if l.Shadow {
@@ -328,7 +376,6 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 			if headerFrom == nil || o.refusing && !headerFrom.refusing || o.refusing == headerFrom.refusing && o.remaining < headerFrom.remaining {
 				headerFrom = o
 			}
-			s.record(req.Domain, entries[i], l, hits[i], st.Code == rlspb.RateLimitResponse_OVER_LIMIT)
 		}
 		s.d.Observe.RLSDecision(cfg.metricDomain(req.Domain), code)
 	}
@@ -344,9 +391,11 @@ func (s *Service) configured(ctx context.Context, req *rlspb.RateLimitRequest, e
 // count runs the counters of the limited descriptors: queued in
 // descriptor order, so that Redis runs them in that order (two descriptors
 // of one call on one counter see each other's hits, as in the peer's
-// pipeline) and the pipeline carries them together. A failed counter marks
-// its descriptor degraded; the errors are returned joined.
-func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, hits []int64, out []outcome) error {
+// pipeline) and the pipeline carries them together. Redis calls go through
+// a circuit breaker; a descriptor Redis could not count is counted in this
+// process (degraded) when the failure mode is fail_open and a local limiter
+// is there; otherwise its error is returned.
+func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, hits []int64, out []outcome, failOpen bool) error {
 	type pending struct {
 		i     int
 		count *limiter.PendingCount
@@ -354,10 +403,21 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 	}
 	var queued []pending
 	var errs []error
-	fail := func(i int, err error) { errs, out[i].degraded = append(errs, err), true }
+	fail := func(i int, err error) {
+		if failOpen && s.d.Local != nil && ctx.Err() == nil && !errors.Is(err, limiter.ErrBadRequest) && !errors.Is(err, limiter.ErrScript) {
+			s.countLocally(domain, entries[i], hits[i], &out[i])
+			return
+		}
+		errs, out[i].degraded = append(errs, err), true
+	}
+	redisUp := s.breaker.Allow(s.d.Now())
 	for i := range out {
 		l := out[i].limit
 		if l == nil {
+			continue
+		}
+		if !redisUp {
+			fail(i, errBreakerOpen)
 			continue
 		}
 		key := counterKey(domain, entries[i], l)
@@ -370,8 +430,7 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 			queued = append(queued, pending{i: i, count: p})
 			continue
 		}
-		rule := &rules.Rule{ID: "rls", Algorithm: l.Algorithm, Limit: int64(l.RequestsPerUnit), WindowSeconds: l.Window(), Burst: l.Burst, Scope: rules.ScopeGlobal}
-		p, err := s.d.Counters.DoAsync(ctx, limiter.Request{Owner: keys.NewOwner("rls", key), Rule: rule, Cost: hits[i]})
+		p, err := s.d.Counters.DoAsync(ctx, limiter.Request{Owner: keys.NewOwner("rls", key), Rule: l.rule(), Cost: hits[i]})
 		if err != nil {
 			fail(i, err)
 			continue
@@ -380,25 +439,50 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 	}
 	for _, p := range queued {
 		o := &out[p.i]
+		var err error
 		if p.count != nil {
-			c, err := p.count.Wait(ctx)
-			if err != nil {
-				fail(p.i, err)
-				continue
+			var c limiter.HitCount
+			if c, err = p.count.Wait(ctx); err == nil {
+				rpu := int64(o.limit.RequestsPerUnit)
+				o.count, o.reset, o.over, o.remaining = c.Count, c.ResetSeconds, c.Count > rpu, rpu-c.Count
 			}
-			rpu := int64(o.limit.RequestsPerUnit)
-			o.count, o.reset, o.over, o.remaining = c.Count, c.ResetSeconds, c.Count > rpu, rpu-c.Count
-			continue
+		} else {
+			var r limiter.Result
+			if r, err = p.do.Wait(ctx); err == nil {
+				o.over, o.remaining = !r.Allowed, r.Remaining
+				o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
+			}
 		}
-		r, err := p.do.Wait(ctx)
+		if ctx.Err() == nil && !errors.Is(err, limiter.ErrBadRequest) && !errors.Is(err, limiter.ErrScript) {
+			s.breaker.Record(err == nil, s.d.Now())
+		}
 		if err != nil {
 			fail(p.i, err)
-			continue
 		}
-		o.over, o.remaining = !r.Allowed, r.Remaining
-		o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
 	}
 	return errors.Join(errs...)
+}
+
+// errBreakerOpen: Redis is not asked while the breaker is open.
+var errBreakerOpen = errors.New("redis circuit breaker open")
+
+// countLocally decides a descriptor in this process's memory, at its limit
+// divided by the replicas (the decision service's local limiter): marked
+// degraded, never unlimited.
+func (s *Service) countLocally(domain string, es []Entry, hits int64, o *outcome) {
+	l := o.limit
+	r := s.d.Local.Do(limiter.Request{Owner: keys.NewOwner("rls", counterKey(domain, es, l)), Rule: l.rule(), Cost: hits})
+	o.over, o.remaining, o.reset, o.degraded, o.local = !r.Allowed, r.Remaining, int64(math.Ceil(r.ResetAfter.Seconds())), true, true
+}
+
+// rule is the limit as a Tollgate rule: its algorithm (the peer's fixed
+// window when it names none), limit, window and burst.
+func (l *Limit) rule() *rules.Rule {
+	alg := l.Algorithm
+	if alg == "" {
+		alg = rules.FixedWindow
+	}
+	return &rules.Rule{ID: "rls", Algorithm: alg, Limit: max(int64(l.RequestsPerUnit), 1), WindowSeconds: l.Window(), Burst: l.Burst, Scope: rules.ScopeGlobal}
 }
 
 // counterKey names a descriptor's counter: its domain, entries and limit,
@@ -439,35 +523,6 @@ func entryPath(es []Entry) string {
 	return b.String()
 }
 
-// record counts a descriptor's hits for usage and a refusal as a
-// violation, under the caller "rls:<domain>.<entries>" (a user identity, so
-// GET /admin/v1/usage/rls:<domain>.<entries> reads it). A descriptor whose
-// name is no valid identity (too long, control characters) is named by its
-// hash instead: "rls:<domain>#<hex>".
-func (s *Service) record(domain string, es []Entry, l *Limit, hits int64, over bool) {
-	if s.d.Usage == nil {
-		return
-	}
-	id, err := identity.User("rls:" + domain + "." + entryPath(es))
-	if err != nil {
-		sum := sha256.Sum256([]byte(entryPath(es)))
-		if id, err = identity.User(fmt.Sprintf("rls:%.64s#%x", domain, sum[:8])); err != nil {
-			return // the domain itself is no printable text
-		}
-	}
-	who := id.String()
-	now := s.d.Now()
-	if over {
-		rule := l.Name
-		if rule == "" {
-			rule = l.Path
-		}
-		s.d.Usage.Record(who, now, 0, &audit.Event{At: now, Type: audit.TypeViolation, Identity: who, RuleID: rule})
-		return
-	}
-	s.d.Usage.Record(who, now, hits, nil)
-}
-
 // headers are the X-RateLimit fields of the descriptor that decided (the
 // one over its limit, else the one with the least left).
 func (s *Service) headers(o *outcome, set *Settings, denied bool) []*corev3.HeaderValue {
@@ -492,29 +547,60 @@ func (s *Service) headers(o *outcome, set *Settings, denied bool) []*corev3.Head
 
 // tollgate answers the tollgate domain: each descriptor is one check of
 // Tollgate's model (tiers, rules, API keys, overrides, exemptions), built
-// from its entries.
+// from its entries, the checks run concurrently. A check refused for what
+// the client sent (a malformed path, a bad or revoked key, a method no rule
+// can read) is answered OVER_LIMIT with x-tollgate-refused naming why:
+// a client never turns a decision into an error Envoy might let through.
 func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, entries [][]Entry, hits []int64, trust decision.Trust, set *Settings) (*rlspb.RateLimitResponse, error) {
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(entries))}
-	var decided *wire.CheckResponse
-	degraded := false
+	checks := make([]*wire.CheckRequest, len(entries))
 	for i, es := range entries {
-		check, err := checkOf(i, es, hits[i])
+		c, err := checkOf(i, es, hits[i])
 		if err != nil {
 			return nil, err
 		}
-		ans, err := s.d.Checker.Check(ctx, check, trust)
-		if err != nil {
-			return nil, grpcError(err)
+		checks[i] = c
+	}
+	type answer struct {
+		resp wire.CheckResponse
+		err  error
+	}
+	answers := make([]answer, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i].resp, answers[i].err = s.d.Checker.Check(ctx, c, trust)
+		}()
+	}
+	wg.Wait()
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(entries))}
+	var decided *wire.CheckResponse
+	var refused string
+	degraded := false
+	for i, a := range answers {
+		if a.err != nil {
+			code, ok := clientRefusal(a.err)
+			if !ok {
+				return nil, grpcError(a.err)
+			}
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT}
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			refused = cmp.Or(refused, code)
+			s.d.Observe.RLSDecision(TollgateDomain, "refused_input")
+			continue
 		}
+		ans := a.resp
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK,
 			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: ans.RuleID, RequestsPerUnit: uint32(min(max(ans.Limit, 0), math.MaxUint32)), Unit: unitOf(ans.WindowSeconds)},
 			LimitRemaining:     uint32(min(max(ans.Remaining, 0), math.MaxUint32)),
 			DurationUntilReset: durationpb.New(time.Duration(max(ans.ResetAt-s.d.Now().Unix(), 0)) * time.Second)}
 		code := "ok"
-		switch {
-		case ans.Degraded:
+		if ans.Degraded {
 			degraded, code = true, "degraded"
-		case !ans.Allowed && !ans.LogOnly:
+		}
+		if !ans.Allowed && !ans.LogOnly {
+			// A refusal, counted by Redis or, degraded, by this replica.
 			st.Code, code = rlspb.RateLimitResponse_OVER_LIMIT, "over_limit"
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 		}
@@ -524,21 +610,37 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		resp.Statuses[i] = st
 		s.d.Observe.RLSDecision(TollgateDomain, code)
 		if decided == nil || !ans.Allowed && decided.Allowed || ans.Allowed == decided.Allowed && ans.Remaining < decided.Remaining {
-			a := ans
-			decided = &a
+			decided = &answers[i].resp
 		}
 	}
-	if decided != nil && decided.RuleID != "" {
+	if decided != nil && decided.RuleID != "" && !decided.Degraded {
 		now := s.d.Now().Unix()
 		l := decided.Limits()
 		for _, h := range wire.AppendHeaders(nil, &l, set.Headers, now, !decided.Allowed && !decided.LogOnly) {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h[0], Value: h[1]})
 		}
 	}
+	if refused != "" {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "x-tollgate-refused", Value: refused})
+	}
 	if degraded {
 		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
 	}
 	return resp, nil
+}
+
+// clientRefusal reports whether a check failed for what the client sent
+// (the request's path, method or API key), and its error code.
+func clientRefusal(err error) (string, bool) {
+	var ae *apierr.Error
+	if !errors.As(err, &ae) {
+		return "", false
+	}
+	switch ae.Kind {
+	case apierr.KindInvalid, apierr.KindUnauthorized, apierr.KindForbidden, apierr.KindNotFound, apierr.KindTooLarge:
+		return ae.Code, true
+	}
+	return "", false
 }
 
 // checkOf builds a check from a tollgate descriptor's entries.
@@ -567,6 +669,16 @@ func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
 		default:
 			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%s.key: %q is not a key of the tollgate domain (%s)", field, e.Key, strings.Join(tollgateKeys, ", ")))
 		}
+	}
+	if addr != "" {
+		// Counted by the address's bucket, as the filter counts it: an
+		// IPv6 client by its /64 (a subscriber is routinely given a whole
+		// /64, and could walk around a per-address limit otherwise).
+		a, err := identity.ParseAddr(addr)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptors[%d]: %s %q is not an address", i, KeyRemoteAddress, addr))
+		}
+		addr = identity.Bucket(a, identity.DefaultIPv6Prefix).String()
 	}
 	switch {
 	case user != "":
