@@ -65,6 +65,7 @@ func run() error {
 	wasmPath := flag.String("wasm", "build/tollgate.wasm", "the filter module")
 	phase := flag.Duration("phase", 6*time.Second, "how long each fault's load runs")
 	modes := flag.String("modes", "fail_open,fail_closed", "failure modes to run the faults under, one stack each")
+	topologies := flag.String("topologies", "single,sentinel,cluster", "Redis topologies to run the faults on")
 	soakFor := flag.Duration("soak", 0, "instead of the faults, a soak this long with 10,000 callers (make soak)")
 	flag.Parse()
 	if *soakFor > 0 {
@@ -72,7 +73,7 @@ func run() error {
 	}
 	failed := false
 	for _, mode := range strings.Split(*modes, ",") {
-		for _, topology := range []string{"single", "sentinel", "cluster"} {
+		for _, topology := range strings.Split(*topologies, ",") {
 			broke, err := runMode(mode, topology, *controlBin, *wasmPath, *phase)
 			if err != nil {
 				return fmt.Errorf("%s, %s: %w", mode, topology, err)
@@ -172,7 +173,7 @@ func runMode(mode, topology, controlBin, wasmPath string, phase time.Duration) (
 		}
 		after, err := st.adminState()
 		if err != nil {
-			return false, fmt.Errorf("%s: admin state: %w", f.name, err)
+			return false, fmt.Errorf("%s: admin state: %w\nthe first replica's log ends:\n%s", f.name, err, tailOf(st.controls[0].logPath, 15))
 		}
 		r.lost = before.lost(after)
 		before = after
@@ -973,6 +974,13 @@ func (p *tcpProxy) pipe(c net.Conn) {
 			return
 		}
 	}
+}
+
+// tailOf is the last n lines of a file.
+func tailOf(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 func freeAddr() string {

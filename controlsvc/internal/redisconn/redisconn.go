@@ -131,8 +131,22 @@ func New(raw string, timeout time.Duration, poolSize int) (redis.UniversalClient
 	u.MaxRetries = 1
 	u.DialerRetries = 1
 	u.ContextTimeoutEnabled = true
+	if o.Topology == Cluster {
+		c := u.Cluster()
+		// The client learns the slot map from CLUSTER SLOTS when a node
+		// answers MOVED, or every reload interval (go-redis: 60 s). A
+		// master that dies answers nothing: until the next reload the keys
+		// of its slots go to it, and fail, though its replica was promoted
+		// within the node timeout. Reloading every second bounds that
+		// (measured by make reliability: a master killed under load).
+		c.ClusterStateReloadInterval = clusterReload
+		return redis.NewClusterClient(c), o.Topology, nil
+	}
 	return redis.NewUniversalClient(&u), o.Topology, nil
 }
+
+// clusterReload is how often a cluster client reloads the slot map.
+const clusterReload = time.Second
 
 var setLogger sync.Once
 
