@@ -3,9 +3,9 @@ package rls
 import (
 	"cmp"
 	"context"
-	"encoding/hex"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
