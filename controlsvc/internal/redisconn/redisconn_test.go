@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
@@ -105,5 +107,23 @@ func TestTopologies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A cluster client reloads its slot map every second: a dead master
+// answers no MOVED, and go-redis's own interval (60 s) kept its slots on it
+// that long after its replica was promoted (make reliability's Cluster row).
+func TestClusterReloadsSlotMap(t *testing.T) {
+	c, topo, err := New("redis-cluster://127.0.0.1:7000,127.0.0.1:7001", 200*time.Millisecond, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cc, ok := c.(*redis.ClusterClient)
+	if topo != Cluster || !ok {
+		t.Fatalf("topology %s, client %T", topo, c)
+	}
+	if got := cc.Options().ClusterStateReloadInterval; got != time.Second {
+		t.Fatalf("slot map reloaded every %v", got)
 	}
 }
