@@ -176,8 +176,10 @@ func TestSentinelFailover(t *testing.T) {
 	var r *response
 	for i := 0; i < 1500; i++ {
 		r = s.check(req)
-		if r.status != 200 {
-			t.Fatalf("fail_open answered %d during the failover", r.status)
+		// Degraded answers are counted in the replica's memory: past the
+		// tier's 100 a minute they are refusals, never errors.
+		if r.status != 200 && (r.status != 429 || r.json(t)["degraded"] != true) {
+			t.Fatalf("fail_open answered %d during the failover: %s", r.status, r.body)
 		}
 		if r.json(t)["degraded"] == nil {
 			break
