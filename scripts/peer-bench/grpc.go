@@ -40,7 +40,7 @@ func decideGRPC(t *target, redisAddr string, requests int64, concurrency int, ca
 		defer c.Close()
 		conns = append(conns, c)
 	}
-	before, err := usageOf(t.cmd.Process.Pid, redisAddr)
+	before, err := usageOf(t.pid, redisAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -76,7 +76,7 @@ func decideGRPC(t *target, redisAddr string, requests int64, concurrency int, ca
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	after, err := usageOf(t.cmd.Process.Pid, redisAddr)
+	after, err := usageOf(t.pid, redisAddr)
 	if err != nil {
 		return 0, err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 	"github.com/tollgate-rl/tollgate/testkit/loadtest"
+	"github.com/tollgate-rl/tollgate/testkit/peertest"
 )
 
 func main() {
@@ -46,7 +47,8 @@ type target struct {
 	name     string
 	grpcAddr string // Envoy's rate limit service protocol
 	token    string // the decision token (Tollgate)
-	cmd      *exec.Cmd
+	pid      int    // the service's process, for its CPU time
+	halt     func() // stops it
 	url      string
 	body     func(i int64) string
 	headers  map[string]string
@@ -78,14 +80,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer stop(tg.cmd)
+	defer tg.halt()
 	targets := []*target{tg}
 	if *peerBin != "" {
 		peer, err := startPeer(*peerBin, *redisAddr, dir, *callers)
 		if err != nil {
 			return err
 		}
-		defer stop(peer.cmd)
+		defer peer.halt()
 		targets = append(targets, peer)
 	}
 	fmt.Printf("Decisions side by side: %d per run, %d clients, %d callers, Redis %s\n", *requests, *concurrency, *callers, *redisAddr)
@@ -155,7 +157,7 @@ func usageOf(pid int, redisAddr string) (u usage, err error) {
 // decide runs one bounded load of decisions against t, prints what it took,
 // and returns the CPU (service + Redis) in µs per decision.
 func decide(t *target, redisAddr string, load loadtest.Config) (float64, error) {
-	before, err := usageOf(t.cmd.Process.Pid, redisAddr)
+	before, err := usageOf(t.pid, redisAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -170,7 +172,7 @@ func decide(t *target, redisAddr string, load loadtest.Config) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
-	after, err := usageOf(t.cmd.Process.Pid, redisAddr)
+	after, err := usageOf(t.pid, redisAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -212,7 +214,7 @@ func throughGateway(t *target, redisAddr, wasmPath string, requests int64, concu
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
-	cpu0, err := procCPU(t.cmd.Process.Pid)
+	cpu0, err := procCPU(t.pid)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -238,7 +240,7 @@ func throughGateway(t *target, redisAddr, wasmPath string, requests int64, concu
 	if err != nil {
 		return 0, 0, err
 	}
-	cpu1, err := procCPU(t.cmd.Process.Pid)
+	cpu1, err := procCPU(t.pid)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -297,7 +299,7 @@ func startTollgate(bin, redisAddr, dir string, callers int64) (*target, error) {
 	if err := start(cmd, "http://"+addr+"/health"); err != nil {
 		return nil, err
 	}
-	return &target{name: "tollgate", cmd: cmd, url: "http://" + addr + wire.PathCheck, token: token, grpcAddr: grpcAddr,
+	return &target{name: "tollgate", pid: cmd.Process.Pid, halt: func() { stop(cmd) }, url: "http://" + addr + wire.PathCheck, token: token, grpcAddr: grpcAddr,
 		body: func(i int64) string {
 			return fmt.Sprintf(`{"user_id":"bench-%d","endpoint":"/api/v1/items"}`, i%callers)
 		},
@@ -305,33 +307,13 @@ func startTollgate(bin, redisAddr, dir string, callers int64) (*target, error) {
 }
 
 // startPeer runs envoyproxy/ratelimit with one descriptor: a per-user limit
-// as large as Tollgate's, over its HTTP JSON endpoint.
+// as large as Tollgate's, over its HTTP JSON endpoint and its gRPC one.
 func startPeer(bin, redisAddr, dir string, callers int64) (*target, error) {
-	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
+	p, err := peertest.Run(bin, redisAddr, filepath.Join(dir, "runtime"), map[string]string{"config.yaml": benchYAML})
+	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(conf, "config.yaml"), []byte(benchYAML), 0o600); err != nil {
-		return nil, err
-	}
-	var ports [3]string
-	for i := range ports {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		_, ports[i], _ = net.SplitHostPort(a)
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"PORT="+ports[0], "GRPC_PORT="+ports[1], "DEBUG_PORT="+ports[2], "USE_STATSD=false", "LOG_LEVEL=error",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "REDIS_POOL_SIZE=64",
-		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false")
-	base := "http://127.0.0.1:" + ports[0]
-	if err := start(cmd, base+"/healthcheck"); err != nil {
-		return nil, err
-	}
-	return &target{name: "envoyproxy/ratelimit", cmd: cmd, url: base + "/json", grpcAddr: "127.0.0.1:" + ports[1],
+	return &target{name: "envoyproxy/ratelimit", pid: p.Pid(), halt: p.Stop, url: p.HTTP + "/json", grpcAddr: p.GRPCAddr,
 		body: func(i int64) string {
 			return fmt.Sprintf(`{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"bench-%d"}]}]}`, i%callers)
 		}}, nil

@@ -63,62 +63,81 @@ func Binary(tb testing.TB) string {
 // the test.
 func Start(tb testing.TB, redisAddr string, configs map[string]string) *Peer {
 	tb.Helper()
-	bin := Binary(tb)
-	root := tb.TempDir()
+	p, err := Run(Binary(tb), redisAddr, tb.TempDir(), configs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
+	return p
+}
+
+// Run starts the peer's binary bin with configs (file name -> YAML) in a
+// runtime directory under root, against redisAddr (loopback), and waits
+// (bounded) until it answers its health check. Benchmarks use it; tests
+// use Start. Stop ends it.
+func Run(bin, redisAddr, root string, configs map[string]string) (*Peer, error) {
 	conf := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	for name, yaml := range configs {
 		if err := os.WriteFile(filepath.Join(conf, name), []byte(yaml), 0o600); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 	}
 	var ports [3]int
 	for i := range ports {
-		ports[i] = freePort(tb)
+		var err error
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	p := &Peer{GRPCAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), HTTP: "http://127.0.0.1:" + strconv.Itoa(ports[0]), out: &lockedBuffer{}}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(os.Environ(), "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		"PORT="+strconv.Itoa(ports[0]), "GRPC_PORT="+strconv.Itoa(ports[1]), "DEBUG_PORT="+strconv.Itoa(ports[2]),
-		"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "REDIS_POOL_SIZE=16",
+		"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "REDIS_POOL_SIZE=64",
 		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
-		tb.Fatalf("start envoyproxy/ratelimit: %v", err)
+		return nil, fmt.Errorf("start envoyproxy/ratelimit: %w", err)
 	}
-	tb.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	})
 	client := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		resp, err := client.Get(p.HTTP + "/healthcheck")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return p, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("envoyproxy/ratelimit did not become healthy: %v\n%s", err, p.out.String())
+			p.Stop()
+			return nil, fmt.Errorf("envoyproxy/ratelimit did not become healthy: %v\n%s", err, p.out.String())
 		}
 		time.Sleep(50 * time.Millisecond) // polling a process we do not control
 	}
 }
 
+// Pid is the peer's process id (benchmarks read its CPU time).
+func (p *Peer) Pid() int { return p.cmd.Process.Pid }
+
+// Stop kills the peer and waits for it.
+func (p *Peer) Stop() {
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
 // Log is what the peer wrote.
 func (p *Peer) Log() string { return p.out.String() }
 
-func freePort(tb testing.TB) int {
-	tb.Helper()
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
+		return 0, err
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 type lockedBuffer struct {
