@@ -385,58 +385,41 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 	defer cancel()
 	var lat []time.Duration
 	var mu sync.Mutex
-	var next, sent, ok2xx, limited, unavailable, other, errs atomic.Int64
+	var sent, ok2xx, limited, unavailable, other, errs atomic.Int64
 	var sampleOnce sync.Once
 	admitted := make([]atomic.Int64, hotCallers)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	var wg sync.WaitGroup
-	for w := 0; w < clients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := next.Add(1)
-				caller := int(i % callers)
-				if i%3 == 0 { // a third of the load from the callers at their limit
-					caller = int(i % hotCallers)
-				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.gatewayURL+"/api/v1/items", nil)
-				req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", prefix, caller/250, caller%250+1))
-				t0 := time.Now()
-				resp, err := client.Do(req)
-				d := time.Since(t0)
-				if err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-						sent.Add(1)
-					}
-					continue
-				}
-				body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-				resp.Body.Close()
-				if resp.StatusCode/100 != 2 {
-					sampleOnce.Do(func() { r.sample = fmt.Sprintf("%d %s", resp.StatusCode, body) })
-				}
-				sent.Add(1)
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-				switch {
-				case resp.StatusCode/100 == 2:
-					ok2xx.Add(1)
-					if caller < hotCallers {
-						admitted[caller].Add(1)
-					}
-				case resp.StatusCode == 429:
-					limited.Add(1)
-				case resp.StatusCode == 503:
-					unavailable.Add(1)
-				default:
-					other.Add(1)
-				}
+	wg := st.drive(ctx, func(i int64) (int, string) {
+		caller := int(i % callers)
+		if i%3 == 0 { // a third of the load from the callers at their limit
+			caller = int(i % hotCallers)
+		}
+		return caller, fmt.Sprintf("10.%d.%d.%d", prefix, caller/250, caller%250+1)
+	}, func(caller, status int, body []byte, d time.Duration, err error) {
+		sent.Add(1)
+		if err != nil {
+			errs.Add(1)
+			return
+		}
+		if status/100 != 2 {
+			sampleOnce.Do(func() { r.sample = fmt.Sprintf("%d %s", status, body) })
+		}
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		switch {
+		case status/100 == 2:
+			ok2xx.Add(1)
+			if caller < hotCallers {
+				admitted[caller].Add(1)
 			}
-		}()
-	}
+		case status == 429:
+			limited.Add(1)
+		case status == 503:
+			unavailable.Add(1)
+		default:
+			other.Add(1)
+		}
+	})
 	time.Sleep(phase / 3)
 	if err := f.inject(); err != nil {
 		cancel()
@@ -453,7 +436,7 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 		repaired = time.Now()
 	}
 	wg.Wait()
-	r.recovery = st.upstream.recoveredAfter(repaired, f.repair != nil)
+	r.recovery = st.upstream.recoveredAfter(repaired)
 	if f.repair == nil {
 		r.recovery = 0
 	}
@@ -468,6 +451,40 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 		r.beyond += max(admitted[i].Load()-2*tierLimit, 0)
 	}
 	return r, nil
+}
+
+// drive sends requests through the gateway from clients workers until ctx
+// ends. who names request i's caller and its X-Forwarded-For address;
+// answered sees each answer (status 0 and err on a transport error; a
+// request cut by the end of ctx is not reported). Wait on the group.
+func (st *stack) drive(ctx context.Context, who func(i int64) (int, string), answered func(caller, status int, body []byte, d time.Duration, err error)) *sync.WaitGroup {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				caller, xff := who(next.Add(1))
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.gatewayURL+"/api/v1/items", nil)
+				req.Header.Set("X-Forwarded-For", xff)
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				d := time.Since(t0)
+				if err != nil {
+					if ctx.Err() == nil {
+						answered(caller, 0, nil, d, err)
+					}
+					continue
+				}
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+				resp.Body.Close()
+				answered(caller, resp.StatusCode, body, d, nil)
+			}
+		}()
+	}
+	return &wg
 }
 
 // recorder is the upstream: it records when requests arrive and whether the
@@ -488,7 +505,7 @@ func (u *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // recoveredAfter is how long after t the first request decided normally
 // arrived (-1: none).
-func (u *recorder) recoveredAfter(t time.Time, _ bool) time.Duration {
+func (u *recorder) recoveredAfter(t time.Time) time.Duration {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(u.normal, t, func(a, b time.Time) int { return a.Compare(b) })

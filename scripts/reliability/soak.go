@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,29 +45,16 @@ func soak(controlBin, wasmPath string, d time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var next, errs atomic.Int64
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	var wg sync.WaitGroup
-	for w := 0; w < clients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := next.Add(1) % soakCallers
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.gatewayURL+"/api/v1/items", nil)
-				req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.250.%d.%d", i/250, i%250+1))
-				resp, err := client.Do(req)
-				if err != nil {
-					if ctx.Err() == nil {
-						errs.Add(1)
-					}
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
-	}
+	var requests, errs atomic.Int64
+	wg := st.drive(ctx, func(i int64) (int, string) {
+		c := int(i % soakCallers)
+		return c, fmt.Sprintf("10.250.%d.%d", c/250, c%250+1)
+	}, func(_, _ int, _ []byte, _ time.Duration, err error) {
+		requests.Add(1)
+		if err != nil {
+			errs.Add(1)
+		}
+	})
 	fmt.Printf("Soak: %v, %d callers, %d clients, fail_open, 2 replicas; a sample every 15 s\n\n", d, soakCallers, clients)
 	fmt.Printf("%8s %10s %12s %12s %11s %11s %12s %12s\n", "at", "requests", "rss 0 (MiB)", "rss 1 (MiB)", "goroutines", "", "VMs (MiB)", "Redis (MiB)")
 	var samples []sample
@@ -81,7 +67,7 @@ func soak(controlBin, wasmPath string, d time.Duration) error {
 		case <-ctx.Done():
 			done = true
 		}
-		smp, err := st.sample(time.Since(start), next.Load())
+		smp, err := st.sample(time.Since(start), requests.Load())
 		if err != nil {
 			return err
 		}

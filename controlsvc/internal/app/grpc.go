@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/credential"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -30,12 +30,8 @@ const (
 
 // rlsSettings are the rate limit service's settings in cfg.
 func rlsSettings(cfg *config.Config) rls.Settings {
-	set := rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen, Shadow: !cfg.Enabled,
+	return rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen, Shadow: !cfg.Enabled, Digests: credential.Of(cfg.DecisionTokens()),
 		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true, IETF: cfg.RLSIETFHeaders}.WithPrefix(cfg.HeaderPrefix)}
-	for _, t := range cfg.DecisionTokens() {
-		set.Digests = append(set.Digests, sha256.Sum256([]byte(t)))
-	}
-	return set
 }
 
 // loadRLS reads the rate limit service's configuration, if cfg names one.

@@ -6,7 +6,6 @@
 package rls
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,7 +77,6 @@ type wildcard struct {
 // Config is a loaded configuration: its domains' descriptor trees.
 type Config struct {
 	domains map[string]*node
-	files   int
 }
 
 // Domains lists the configured domains, sorted.
@@ -141,7 +139,6 @@ func Load(path string) (*Config, error) {
 		}
 		seen[domain] = f
 		c.domains[domain] = root
-		c.files++
 	}
 	return c, nil
 }
@@ -167,7 +164,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Config{domains: map[string]*node{domain: root}, files: 1}, nil
+	return &Config{domains: map[string]*node{domain: root}}, nil
 }
 
 // fieldError is a configuration error at a node of the file.
@@ -473,7 +470,3 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) (*Limit, error) {
 	}
 	return l, nil
 }
-
-// errNoConfig: the service runs without a configuration (only the tollgate
-// domain answers).
-var errNoConfig = errors.New("no rate limit service configuration")

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/credential"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
@@ -100,7 +100,7 @@ type Deps struct {
 type Settings struct {
 	// Digests are the SHA-256 of the decision tokens; none: every caller is
 	// untrusted (the listener is then on loopback, which config enforces).
-	Digests [][sha256.Size]byte
+	Digests credential.Digests
 	// FailOpen answers OK when Redis fails; otherwise Unavailable.
 	FailOpen bool
 	Headers  wire.HeaderSet
@@ -183,7 +183,7 @@ func (s *Service) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 
 // authorize checks the decision token in the call's metadata
 // (authorization: Bearer <token>), in constant time over every digest.
-func authorize(ctx context.Context, digests [][sha256.Size]byte) (decision.Trust, error) {
+func authorize(ctx context.Context, digests credential.Digests) (decision.Trust, error) {
 	if len(digests) == 0 {
 		return decision.Untrusted, nil
 	}
@@ -196,12 +196,7 @@ func authorize(ctx context.Context, digests [][sha256.Size]byte) (decision.Trust
 		return decision.Untrusted, status.Error(codes.Unauthenticated, msg)
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	got := sha256.Sum256([]byte(tok))
-	match := 0
-	for i := range digests {
-		match |= subtle.ConstantTimeCompare(got[:], digests[i][:])
-	}
-	if !ok || tok == "" || match != 1 {
+	if !ok || !digests.Trusted([]byte(tok)) {
 		return decision.Untrusted, status.Error(codes.Unauthenticated, "metadata authorization: not a decision token of this service")
 	}
 	return decision.Trusted, nil
@@ -289,7 +284,6 @@ func boundedValue(v string) string {
 type outcome struct {
 	limit     *Limit // nil: no limit applies
 	unlimited bool
-	count     int64 // hits in the window after this call's (fixed window)
 	remaining int64
 	reset     int64 // seconds
 	over      bool  // past the limit (a shadow limit still answers OK)
@@ -444,7 +438,7 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 			var c limiter.HitCount
 			if c, err = p.count.Wait(ctx); err == nil {
 				rpu := int64(o.limit.RequestsPerUnit)
-				o.count, o.reset, o.over, o.remaining = c.Count, c.ResetSeconds, c.Count > rpu, rpu-c.Count
+				o.reset, o.over, o.remaining = c.ResetSeconds, c.Count > rpu, rpu-c.Count
 			}
 		} else {
 			var r limiter.Result

@@ -1,9 +1,8 @@
 package server
 
 import (
-	"crypto/sha256"
-
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/credential"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -18,15 +17,12 @@ type settings struct {
 	// decisionDigests are the SHA-256 of the decision tokens, computed once
 	// per configuration: the decision route compares against them on every
 	// request.
-	decisionDigests [][sha256.Size]byte
+	decisionDigests credential.Digests
 }
 
 // SetConfig swaps in the settings of a configuration (start, reload).
 func (s *Server) SetConfig(cfg *config.Config) {
 	st := &settings{maxBodyBytes: cfg.MaxBodyBytes, failureMode: cfg.FailureMode, adminTokens: cfg.AdminTokens(),
-		headers: wire.HeaderSet{XRateLimit: true, Strategy: true}.WithPrefix(cfg.HeaderPrefix)}
-	for _, t := range cfg.DecisionTokens() {
-		st.decisionDigests = append(st.decisionDigests, sha256.Sum256([]byte(t)))
-	}
+		headers: wire.HeaderSet{XRateLimit: true, Strategy: true}.WithPrefix(cfg.HeaderPrefix), decisionDigests: credential.Of(cfg.DecisionTokens())}
 	s.set.Store(st)
 }
