@@ -31,6 +31,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
   - key: health
     rate_limit: {unlimited: true}
+  - key: daily
+    rate_limit: {unit: day, requests_per_unit: 3}
 `
 
 // rlsService starts the control service with its gRPC listener and the
@@ -361,10 +363,11 @@ func TestRLSReload(t *testing.T) {
 func TestRLSRedisDown(t *testing.T) {
 	for _, mode := range []string{"fail_open", "fail_closed"} {
 		t.Run(mode, func(t *testing.T) {
-			toml := "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"
+			// Windows of an hour (the tier) and a day (the YAML): none is likely to end between the calls below.
+			toml := "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 3600\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"
 			s, c, _ := rlsService(t, rlsYAML, toml, map[string]string{"TOLLGATE_FAILURE_MODE": mode})
 			s.redis.Stop()
-			r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"), desc("health", "h")}})
+			r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("daily", "u"), desc("health", "h")}})
 			if mode == "fail_closed" {
 				if status.Code(err) != codes.Unavailable {
 					t.Fatalf("%v %v, want UNAVAILABLE", r, err)
@@ -380,9 +383,9 @@ func TestRLSRedisDown(t *testing.T) {
 				t.Fatal("the degraded answer is not counted")
 			}
 			// Failing open is not unlimited: this replica counts in memory,
-			// the YAML's 3 a minute and the tier's 2 alike.
+			// the YAML's 3 a day and the tier's 2 alike.
 			for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
-				r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}})
+				r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("daily", "u")}})
 				if err != nil || r.OverallCode != want {
 					t.Fatalf("YAML domain, call %d while Redis is down: %v %v, want %v", i+2, r, err, want)
 				}
