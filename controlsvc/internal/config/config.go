@@ -74,6 +74,8 @@ type Config struct {
 	// file or directory in envoyproxy/ratelimit's format.
 	GRPCListen string `toml:"grpc_listen"`
 	RLSConfig  string `toml:"rls_config"`
+	// RedisEnabled false keeps every state in memory (one instance).
+	RedisEnabled bool `toml:"redis_enabled"`
 	// Replicas is the number of control-service replicas: while Redis
 	// cannot be reached each counts locally at every limit divided by it.
 	Replicas int64 `toml:"replicas"`

@@ -120,6 +120,9 @@ func TestInvalidNamesTheField(t *testing.T) {
 		want       string
 	}{
 		{"bad failure mode", `failure_mode = "maybe"`, nil, "failure_mode:"},
+		{"in memory with replicas", "redis_enabled = false\nreplicas = 2", nil, "replicas: is 2, but redis_enabled = false"},
+		{"in memory with penalties", "redis_enabled = false\n[penalties]\nenabled = true", nil, "penalties.enabled:"},
+		{"in memory, not a boolean", "", map[string]string{"TOLLGATE_REDIS_ENABLED": "no"}, "TOLLGATE_REDIS_ENABLED:"},
 		{"tls certificate without its key", `tls_cert_file = "/nonexistent/cert.pem"`, nil, "tls_key_file:"},
 		{"client CA without a certificate", `tls_client_ca_file = "/nonexistent/ca.pem"`, nil, "tls_client_ca_file:"},
 		{"tls files that do not load", "tls_cert_file = \"/nonexistent/cert.pem\"\ntls_key_file = \"/nonexistent/key.pem\"", nil, "tls_cert_file:"},

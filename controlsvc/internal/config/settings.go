@@ -41,6 +41,7 @@ var Settings = []Setting{
 	text("listen", "127.0.0.1:8081", "HTTP address", func(c *Config) *string { return &c.Listen }, hostPort),
 	text("redis_url", "redis://127.0.0.1:6379/0", "`redis://` or `rediss://` (single), `redis-sentinel://h1:p1,h2:p2/0?master=NAME`, `redis-cluster://h1:p1,h2:p2`",
 		func(c *Config) *string { return &c.RedisURL }, redisURL),
+	boolean("redis_enabled", true, "`false` runs without Redis: every counter, rule, key, override and audit entry is kept in this process's memory, lost on restart and not shared between replicas (one instance, for trials and tests); the other `redis_*` settings are then unused", func(c *Config) *bool { return &c.RedisEnabled }),
 	integer("redis_timeout_ms", 200, 1, 60_000, "bound on each Redis call; a slow Redis becomes a failure (and the failure mode), not a queue", func(c *Config) *int { return &c.RedisTimeoutMs }),
 	integer("redis_pool_size", 64, 1, 10_000, "Redis connections", func(c *Config) *int { return &c.RedisPoolSize }),
 	integer("redis_breaker_threshold", 5, 1, 1000, "consecutive Redis failures that stop Redis calls", func(c *Config) *int { return &c.RedisBreakerThreshold }),
@@ -270,6 +271,21 @@ func (c *Config) validateSettings() error {
 				return err
 			}
 		}
+	}
+	return c.validateInMemory()
+}
+
+// validateInMemory refuses what a service without Redis cannot do: share
+// its counters with other replicas, or keep the violation records that
+// progressive penalties read (they live in Redis's scripts).
+func (c *Config) validateInMemory() error {
+	switch {
+	case c.RedisEnabled:
+		return nil
+	case c.Replicas != 1:
+		return fielderr.New("replicas", "is %d, but redis_enabled = false keeps every counter in one process: run one instance (replicas = 1), or enable Redis", c.Replicas)
+	case c.Penalties.Enabled:
+		return fielderr.New("penalties.enabled", "progressive penalties need Redis; they cannot be enabled with redis_enabled = false")
 	}
 	return nil
 }

@@ -29,7 +29,14 @@ func (l *Limiter) Count(ctx context.Context, key string, hits, windowSeconds int
 }
 
 // PendingCount is a queued Count.
-type PendingCount struct{ c *call }
+type PendingCount struct {
+	c    *call
+	done *HitCount // answered already (Answered)
+}
+
+// Answered is a count decided without Redis (memlimit), for callers that
+// take a PendingCount.
+func Answered(h HitCount) *PendingCount { return &PendingCount{done: &h} }
 
 // CountAsync queues a Count and returns at once: counts queued one after
 // another run in Redis in that order, in as few round trips as the
@@ -43,11 +50,14 @@ func (l *Limiter) CountAsync(ctx context.Context, key string, hits, windowSecond
 	if err != nil {
 		return nil, fmt.Errorf("queue hit count: %w", err)
 	}
-	return &PendingCount{c}, nil
+	return &PendingCount{c: c}, nil
 }
 
 // Wait returns the count's answer.
 func (p *PendingCount) Wait(ctx context.Context) (HitCount, error) {
+	if p.done != nil {
+		return *p.done, nil
+	}
 	v, err := p.c.wait(ctx)
 	if err != nil && scriptError(err) {
 		return HitCount{}, fmt.Errorf("%w: hit count: %w", ErrScript, err)

@@ -210,7 +210,12 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 type PendingDo struct {
 	rule *rules.Rule
 	c    *call
+	done *Result // decided already (Decided)
 }
+
+// Decided is a Do decided without Redis (memlimit), for callers that take a
+// PendingDo.
+func Decided(r Result) *PendingDo { return &PendingDo{done: &r} }
 
 // DoAsync queues a Do (not a Peek) and returns at once; calls queued one
 // after another run in Redis in that order.
@@ -231,6 +236,9 @@ func (l *Limiter) DoAsync(ctx context.Context, r Request) (*PendingDo, error) {
 
 // Wait returns the counter's answer.
 func (p *PendingDo) Wait(ctx context.Context) (Result, error) {
+	if p.done != nil {
+		return *p.done, nil
+	}
 	v, err := p.c.wait(ctx)
 	return scriptResult(p.rule, v, err)
 }

@@ -10,6 +10,8 @@ package memlimit
 
 import (
 	"container/list"
+	"context"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -34,10 +36,12 @@ type Limiter struct {
 
 type counter struct {
 	key string
-	// Token bucket: tokens at stamp. Fixed window: the window's start
-	// (stamp) and what it spent (tokens counts down from the limit).
+	// Token bucket: tokens at stamp. Windows: the window's start (stamp)
+	// and what is left in it (tokens counts down from the limit); prev is
+	// what the window before it spent (sliding windows weigh it).
 	tokens float64
 	stamp  time.Time
+	prev   float64
 }
 
 // New returns a limiter dividing every limit by replicas (at least 1).
@@ -95,16 +99,63 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	}
 	start := now.Truncate(window)
 	if !c.stamp.Equal(start) {
+		c.prev = 0
+		if c.stamp.Equal(start.Add(-window)) {
+			c.prev = float64(limit) - c.tokens
+		}
 		c.tokens, c.stamp = float64(limit), start
 	}
-	reset := start.Add(window).Sub(now)
-	if c.tokens < cost {
-		return limiter.Result{Remaining: int64(c.tokens), ResetAfter: reset, RetryAfter: reset}
+	elapsed := now.Sub(start)
+	reset := window - elapsed
+	// The sliding estimate: what the previous window spent, weighted by how
+	// much of it the sliding window still overlaps, plus this window's.
+	fading := 0.0
+	if q.Algorithm == rules.SlidingWindow || q.Algorithm == rules.SlidingLog {
+		fading = c.prev * (1 - elapsed.Seconds()/window.Seconds())
+	}
+	left := c.tokens - fading
+	if left < cost {
+		retry := reset
+		if need := cost - left; fading >= need && c.prev > 0 {
+			// The previous window's weight fades at prev per window.
+			retry = time.Duration(need / c.prev * float64(window))
+		}
+		return limiter.Result{Remaining: max(int64(left), 0), ResetAfter: reset, RetryAfter: max(retry, time.Millisecond)}
 	}
 	if !r.Peek {
 		c.tokens -= cost
+		left -= cost
 	}
-	return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: reset}
+	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
+}
+
+// Count adds hits to key's fixed-window counter (aligned to the Unix epoch)
+// and returns the window's hits: what the limiter's Count answers, every
+// hit counted, refused or not. hits 0 reads.
+func (l *Limiter) Count(key string, hits, windowSeconds int64) limiter.HitCount {
+	window := time.Duration(max(windowSeconds, 1)) * time.Second
+	now := l.now()
+	start := now.Truncate(window)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.get("hits\x00"+key, now)
+	if !c.stamp.Equal(start) {
+		c.tokens, c.stamp = 0, start
+	}
+	c.tokens += float64(max(hits, 0))
+	return limiter.HitCount{Count: int64(c.tokens), ResetSeconds: int64(math.Ceil(start.Add(window).Sub(now).Seconds()))}
+}
+
+// Reset forgets key's counter, reporting whether there was one.
+func (l *Limiter) Reset(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.counters[key]
+	if ok {
+		l.lru.Remove(e)
+		delete(l.counters, key)
+	}
+	return ok
 }
 
 // get returns key's counter, created or refreshed as most recently used.
@@ -122,3 +173,37 @@ func (l *Limiter) get(key string, now time.Time) *counter {
 	l.counters[key] = l.lru.PushFront(c)
 	return c
 }
+
+// Counters is the limiter as the decision service and the rate limit
+// service use Redis's (redis_enabled = false): every counter in this
+// process. Leases are never granted, penalties never applied.
+type Counters struct{ L *Limiter }
+
+// Do decides r.
+func (c Counters) Do(_ context.Context, r limiter.Request) (limiter.Result, error) {
+	return c.L.Do(r), nil
+}
+
+// DoAsync decides r at once.
+func (c Counters) DoAsync(_ context.Context, r limiter.Request) (*limiter.PendingDo, error) {
+	return limiter.Decided(c.L.Do(r)), nil
+}
+
+// CountAsync counts at once.
+func (c Counters) CountAsync(_ context.Context, key string, hits, windowSeconds int64) (*limiter.PendingCount, error) {
+	if hits < 0 || windowSeconds <= 0 {
+		return nil, fmt.Errorf("%w: hits %d, window %d s", limiter.ErrBadRequest, hits, windowSeconds)
+	}
+	return limiter.Answered(c.L.Count(key, hits, windowSeconds)), nil
+}
+
+// Reset forgets r's counter.
+func (c Counters) Reset(_ context.Context, r limiter.Request) (int64, error) {
+	if c.L.Reset(r.Key()) {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// Ping always answers: there is nothing to reach.
+func (Counters) Ping(context.Context) error { return nil }

@@ -32,8 +32,8 @@ func TestLimits(t *testing.T) {
 		{rules.TokenBucket, 10, 20, 2, 10, 12 * time.Second}, // burst 20 / 2 replicas, refilled at 5 a minute
 		{rules.GCRA, 60, 0, 3, 20, 3 * time.Second},
 		{rules.FixedWindow, 7, 0, 1, 7, 60 * time.Second},
-		{rules.SlidingWindow, 9, 0, 3, 3, 60 * time.Second},
-		{rules.SlidingLog, 1, 0, 5, 1, 60 * time.Second}, // never below one
+		{rules.SlidingWindow, 9, 0, 3, 3, 80 * time.Second},  // the previous window weighs 2/3
+		{rules.SlidingLog, 1, 0, 5, 1, 120 * time.Second}, // never below one; two windows on
 	} {
 		t.Run(string(tc.alg)+"/"+strconv.Itoa(int(tc.replicas)), func(t *testing.T) {
 			c := &clock{t: time.Unix(1_800_000_000, 0)}
@@ -68,5 +68,64 @@ func TestBounded(t *testing.T) {
 	}
 	if n := l.Len(); n != MaxCounters {
 		t.Fatalf("%d counters kept", n)
+	}
+}
+
+// A sliding window weighs the previous window's count by its overlap: at
+// the window's edge nothing more is admitted, a quarter in a quarter is.
+func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000-1_800_000_000%60, 0)} // a window's start
+	l := New(1, c.now)
+	r := req(rules.SlidingWindow, 100, 0, "a")
+	for i := 0; i < 100; i++ {
+		if !l.Do(r).Allowed {
+			t.Fatalf("request %d refused", i)
+		}
+	}
+	c.t = c.t.Add(60 * time.Second)
+	res := l.Do(r)
+	if res.Allowed {
+		t.Fatal("admitted at the window's edge with the previous window full")
+	}
+	if res.RetryAfter <= 0 || res.RetryAfter > time.Second {
+		t.Fatalf("retry after %v, want the time the previous window takes to fade by one (0.6 s)", res.RetryAfter)
+	}
+	c.t = c.t.Add(15 * time.Second)
+	admitted := 0
+	for l.Do(r).Allowed {
+		admitted++
+	}
+	if admitted != 25 {
+		t.Fatalf("a quarter into the window admitted %d, want 25", admitted)
+	}
+}
+
+// Count counts every hit of the window, refused or not, and starts over in
+// the next; Reset forgets a counter.
+func TestCountAndReset(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000-1_800_000_000%60+50, 0)}
+	l := New(1, c.now)
+	for i := int64(1); i <= 3; i++ {
+		if h := l.Count("k", 2, 60); h.Count != 2*i || h.ResetSeconds != 10 {
+			t.Fatalf("count %d: %+v", i, h)
+		}
+	}
+	if h := l.Count("k", 0, 60); h.Count != 6 {
+		t.Fatalf("a read counted: %+v", h)
+	}
+	c.t = c.t.Add(10 * time.Second)
+	if h := l.Count("k", 1, 60); h.Count != 1 {
+		t.Fatalf("the next window started at %+v", h)
+	}
+	r := req(rules.FixedWindow, 1, 0, "a")
+	l.Do(r)
+	if l.Do(r).Allowed {
+		t.Fatal("over the limit")
+	}
+	if !l.Reset(r.Key()) || l.Reset(r.Key()) {
+		t.Fatal("reset did not report the counter once")
+	}
+	if !l.Do(r).Allowed {
+		t.Fatal("refused after a reset")
 	}
 }
