@@ -30,13 +30,9 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/memlimit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/policy"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/redisconn"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/server"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
-	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
@@ -49,12 +45,12 @@ type App struct {
 	cfg     *config.Config // as loaded at start; listen and redis settings need a restart
 	log     *slog.Logger
 
-	rdb       redis.UniversalClient
+	rdb       redis.UniversalClient // nil: redis_enabled = false
 	svc       *decision.Service
 	srv       *server.Server
 	overrides *overrides.Store
 	ruleset   *ruleset.Store
-	limiter   *limiter.Limiter
+	limiter   *limiter.Limiter  // nil without Redis
 	local     *memlimit.Limiter // counts while Redis is away (fail_open)
 	usage     *usage.Recorder
 	metrics   *metrics.Metrics
@@ -84,37 +80,32 @@ func (a *App) OnReload(f func(error)) { a.onReload = f }
 // (path may be empty). It does not need Redis to be up: a Redis that is down
 // at start is handled like one that fails later, by the failure mode.
 func New(cfg *config.Config, path string, lookup func(string) (string, bool), log *slog.Logger) (*App, error) {
-	redisconn.SetLogger(log)
-	rdb, topology, err := redisconn.New(cfg.RedisURL, cfg.RedisTimeout(), cfg.RedisPoolSize)
+	st, err := openState(cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, err
 	}
-	lim, err := limiter.New(rdb)
-	if err != nil {
-		return nil, fmt.Errorf("limiter: %w", err)
+	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: st.rdb, file: cfg, limiter: st.limiter}
+	var pool func() *redis.PoolStats
+	if st.rdb != nil {
+		pool = st.rdb.PoolStats
 	}
-	a := &App{cfgPath: path, lookup: lookup, cfg: cfg, log: log, rdb: rdb, file: cfg, limiter: lim}
-	a.metrics = metrics.New(rdb.PoolStats)
+	a.metrics = metrics.New(pool)
 	pol, err := policy.Compile(&cfg.Spec, a.nextVersion())
 	if err != nil {
 		return nil, fmt.Errorf("compile config: %w", err)
 	}
-	a.overrides = overrides.New(rdb)
-	a.ruleset = ruleset.New(rdb)
-	trail := audit.New(rdb)
-	a.usage = usage.NewRecorder(rdb, trail, log)
-	keys := apikeys.New(rdb, time.Now)
-	a.local = memlimit.New(cfg.Replicas, time.Now)
-	a.svc = decision.New(decision.Deps{Counters: lim, Local: a.local, Keys: keys, Overrides: a.overrides, Replays: idempotency.New(rdb), Usage: a.usage, Trail: trail, Metrics: a.metrics, Log: log, Now: time.Now,
+	a.overrides, a.ruleset, a.local = st.overrides, st.ruleset, memlimit.New(cfg.Replicas, time.Now)
+	a.usage = usage.NewRecorder(st.usage, st.trail, log)
+	a.svc = decision.New(decision.Deps{Counters: st.counters, Local: a.local, Keys: st.keys, Overrides: a.overrides, Replays: st.replays, Usage: a.usage, Trail: st.trail, Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, pol, decision.SettingsOf(cfg))
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	rc, err := loadRLS(cfg)
 	if err != nil {
 		return nil, err
 	}
-	a.rls = rls.New(rls.Deps{Counters: lim, Checker: a.svc, Local: a.local, Observe: a.metrics, Log: log, Now: time.Now,
+	a.rls = rls.New(rls.Deps{Counters: st.counters, Checker: a.svc, Local: a.local, Observe: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, rc, rlsSettings(cfg))
-	ops := admin.New(admin.Deps{Keys: keys, Rules: a.ruleset, Trail: trail, Usage: usage.NewReader(rdb), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
+	ops := admin.New(admin.Deps{Keys: st.keys, Rules: a.ruleset, Trail: st.trail, Usage: usage.NewReader(st.usage), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: a.srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -122,11 +113,17 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := lim.Load(ctx); err != nil {
-		log.Warn("redis not reachable at start; scripts load on first use", "err", err)
+	if st.limiter != nil {
+		if err := st.limiter.Load(ctx); err != nil {
+			log.Warn("redis not reachable at start; scripts load on first use", "err", err)
+		}
 	}
 	a.refresh(ctx, -1)
-	log.Info("control service ready", "redis_topology", topology, "redis_url", config.RedactURL(cfg.RedisURL),
+	redisURL := "" // none used
+	if st.rdb != nil {
+		redisURL = config.RedactURL(cfg.RedisURL)
+	}
+	log.Info("control service ready", "redis_topology", st.topology, "redis_url", redisURL,
 		"failure_mode", cfg.FailureMode, "tiers", len(cfg.Tiers), "rules", len(cfg.Rules), "admin_api", cfg.AdminToken != "")
 	return a, nil
 }
@@ -181,8 +178,10 @@ func (a *App) Serve(ctx context.Context) error {
 	defer stop()
 	usageDone := make(chan struct{})
 	go func() { a.usage.Run(bg, usageFlush); close(usageDone) }()
-	w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
-	go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
+	if a.rdb != nil {
+		w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
+		go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.lean.Serve(a.ln) }()
 	a.serveGRPC(errc)
@@ -198,9 +197,11 @@ func (a *App) Serve(ctx context.Context) error {
 	err := a.lean.Shutdown(shutdownCtx)
 	stop()
 	<-usageDone // the last counts are written before Redis closes
-	a.limiter.Close()
-	if cerr := a.rdb.Close(); err == nil {
-		err = cerr
+	if a.rdb != nil {
+		a.limiter.Close()
+		if cerr := a.rdb.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)

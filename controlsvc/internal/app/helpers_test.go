@@ -61,9 +61,14 @@ func (s *syncBuffer) String() string {
 }
 
 // startService runs the service with the given TOML (and env on top), on a
-// free loopback port, against a fresh redis-server.
+// free loopback port, against a fresh redis-server (none when env sets
+// TOLLGATE_REDIS_ENABLED=false: see inMemory).
 func startService(t testing.TB, toml string, env map[string]string) *service {
 	t.Helper()
+	if env["TOLLGATE_REDIS_ENABLED"] == "false" {
+		// A URL where nothing listens: nothing may dial it.
+		return startServiceOn(t, nil, "redis://127.0.0.1:1/0", toml, env)
+	}
 	r := redistest.Start(t)
 	return startServiceOn(t, r, "redis://"+r.Addr+"/0", toml, env)
 }

@@ -139,7 +139,15 @@ func TestSeed003TooManyRequestsBody(t *testing.T) {
 // 200 concurrent checks against a limit of 100 admit exactly 100, for every
 // algorithm, through the whole HTTP service.
 func TestExactnessUnderConcurrency(t *testing.T) {
-	s := startService(t, "", nil)
+	for _, mode := range []struct {
+		name string
+		env  map[string]string
+	}{{"redis", nil}, {"in_memory", inMemory}} {
+		t.Run(mode.name, func(t *testing.T) { exactUnderConcurrency(t, startService(t, "", mode.env)) })
+	}
+}
+
+func exactUnderConcurrency(t *testing.T, s *service) {
 	for _, a := range rules.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
 			req := map[string]any{"user_id": "conc-" + string(a), "endpoint": "/x", "limit": 100, "window_seconds": 3600, "strategy": string(a)}

@@ -32,8 +32,8 @@ func TestLimits(t *testing.T) {
 		{rules.TokenBucket, 10, 20, 2, 10, 12 * time.Second}, // burst 20 / 2 replicas, refilled at 5 a minute
 		{rules.GCRA, 60, 0, 3, 20, 3 * time.Second},
 		{rules.FixedWindow, 7, 0, 1, 7, 60 * time.Second},
-		{rules.SlidingWindow, 9, 0, 3, 3, 80 * time.Second},  // the previous window weighs 2/3
-		{rules.SlidingLog, 1, 0, 5, 1, 120 * time.Second}, // never below one; two windows on
+		{rules.SlidingWindow, 9, 0, 3, 3, 80 * time.Second}, // the previous window weighs 2/3
+		{rules.SlidingLog, 1, 0, 5, 1, 120 * time.Second},   // never below one; two windows on
 	} {
 		t.Run(string(tc.alg)+"/"+strconv.Itoa(int(tc.replicas)), func(t *testing.T) {
 			c := &clock{t: time.Unix(1_800_000_000, 0)}

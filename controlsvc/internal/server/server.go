@@ -369,7 +369,9 @@ func (s *Server) health(c echo.Context) error {
 	status, code := "healthy", http.StatusOK
 	comps := map[string]string{"redis": "healthy", "rate_limiter": "healthy"}
 	body := map[string]any{"components": comps, "timestamp": s.now().UTC().Format(time.RFC3339)}
-	if err := s.svc.Ping(ctx); err != nil {
+	if s.set.Load().inMemory {
+		comps["redis"] = "disabled" // every state in this process (redis_enabled = false)
+	} else if err := s.svc.Ping(ctx); err != nil {
 		status, code = "unhealthy", http.StatusServiceUnavailable
 		comps["redis"] = "unhealthy"
 		comps["rate_limiter"] = "degraded"

@@ -10,6 +10,7 @@ import (
 type settings struct {
 	maxBodyBytes int64
 	failureMode  string
+	inMemory     bool // redis_enabled = false
 	adminTokens  []config.AdminToken
 	// headers are the X-RateLimit fields a decision's answer carries,
 	// named with header_prefix.
@@ -22,7 +23,7 @@ type settings struct {
 
 // SetConfig swaps in the settings of a configuration (start, reload).
 func (s *Server) SetConfig(cfg *config.Config) {
-	st := &settings{maxBodyBytes: cfg.MaxBodyBytes, failureMode: cfg.FailureMode, adminTokens: cfg.AdminTokens(),
+	st := &settings{maxBodyBytes: cfg.MaxBodyBytes, failureMode: cfg.FailureMode, inMemory: !cfg.RedisEnabled, adminTokens: cfg.AdminTokens(),
 		headers: wire.HeaderSet{XRateLimit: true, Strategy: true}.WithPrefix(cfg.HeaderPrefix), decisionDigests: credential.Of(cfg.DecisionTokens())}
 	s.set.Store(st)
 }

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,15 +81,36 @@ func (r *Record) StatusAt(now time.Time) string {
 	return r.Status
 }
 
-// Store keeps key records in Redis.
+// Store keeps key records.
 type Store struct {
-	rdb redis.UniversalClient
-	now func() time.Time
+	records backend
+	now     func() time.Time
 }
 
-// New returns a store; now is the clock (time.Now in production).
+// backend keeps the records by key hash, the key ids, and the listing
+// indexes (by creation, all keys and each user's): Redis, or memory.
+type backend interface {
+	create(ctx context.Context, h string, rec Record) error
+	save(ctx context.Context, h string, rec Record) error
+	// hashOf finds the hash of a key id; byHash its record. ErrNotFound
+	// when there is none.
+	hashOf(ctx context.Context, id string) (string, error)
+	byHash(ctx context.Context, h string) (Record, error)
+	// page returns the key ids from position start of the index of userID
+	// ("": every key), at most n; size is the index's length.
+	page(ctx context.Context, userID string, start, n int64) ([]string, error)
+	size(ctx context.Context, userID string) (int64, error)
+}
+
+// New returns a store in Redis; now is the clock (time.Now in production).
 func New(rdb redis.UniversalClient, now func() time.Time) *Store {
-	return &Store{rdb: rdb, now: now}
+	return &Store{records: redisRecords{rdb}, now: now}
+}
+
+// NewMemory returns a store in this process's memory (redis_enabled =
+// false).
+func NewMemory(now func() time.Time) *Store {
+	return &Store{records: &memoryRecords{records: map[string]Record{}, hashes: map[string]string{}, byUser: map[string][]string{}}, now: now}
 }
 
 // Hash is the hex SHA-256 of a raw key: its only stored form.
@@ -112,22 +135,8 @@ func (s *Store) Create(ctx context.Context, userID string, userIDNumber bool, ti
 	raw := Prefix + base64.RawURLEncoding.EncodeToString(secret[:])
 	rec := Record{ID: "k_" + hex.EncodeToString(idb[:]), UserID: userID, UserIDNumber: userIDNumber, TierID: tierID, Tier: tier, Status: StatusActive,
 		CreatedAt: s.now().UTC().Truncate(time.Second), ExpiresAt: expiresAt.UTC()}
-	h := Hash(raw)
-	if err := s.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
-		return "", Record{}, fmt.Errorf("store key: %w", err)
-	}
-	if err := s.rdb.Set(ctx, keys.APIKeyID(rec.ID), h, 0).Err(); err != nil {
-		return "", Record{}, fmt.Errorf("store key id: %w", err)
-	}
-	// The indexes list keys by creation; one write each, so on a cluster
-	// they may sit in any slot. A key missing from them still works: only
-	// the listing would not show it.
-	score := float64(rec.CreatedAt.Unix())
-	if err := s.rdb.ZAdd(ctx, keys.APIKeyIndex, redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
-		return "", Record{}, fmt.Errorf("index key: %w", err)
-	}
-	if err := s.rdb.ZAdd(ctx, keys.APIKeyUser(userID), redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
-		return "", Record{}, fmt.Errorf("index key by user: %w", err)
+	if err := s.records.create(ctx, Hash(raw), rec); err != nil {
+		return "", Record{}, err
 	}
 	return raw, rec, nil
 }
@@ -137,69 +146,36 @@ func (s *Store) Lookup(ctx context.Context, raw string) (Record, error) {
 	if !ValidFormat(raw) {
 		return Record{}, ErrFormat
 	}
-	return s.byHash(ctx, Hash(raw))
+	return s.records.byHash(ctx, Hash(raw))
 }
 
 // Get finds a record by key id.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {
-	h, err := s.rdb.Get(ctx, keys.APIKeyID(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return Record{}, ErrNotFound
-	}
+	h, err := s.records.hashOf(ctx, id)
 	if err != nil {
-		return Record{}, fmt.Errorf("find key id: %w", err)
+		return Record{}, err
 	}
-	return s.byHash(ctx, h)
+	return s.records.byHash(ctx, h)
 }
 
 // Revoke marks a key revoked; revoking twice keeps the first time.
 func (s *Store) Revoke(ctx context.Context, id string) (Record, error) {
-	rec, err := s.Get(ctx, id)
+	h, err := s.records.hashOf(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	rec, err := s.records.byHash(ctx, h)
 	if err != nil {
 		return Record{}, err
 	}
 	if rec.Status == StatusRevoked {
 		return rec, nil
 	}
-	h, err := s.rdb.Get(ctx, keys.APIKeyID(id)).Result()
-	if err != nil {
-		return Record{}, fmt.Errorf("find key id: %w", err)
-	}
 	rec.Status, rec.RevokedAt = StatusRevoked, s.now().UTC().Truncate(time.Second)
-	if err := s.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
-		return Record{}, fmt.Errorf("revoke key: %w", err)
+	if err := s.records.save(ctx, h, rec); err != nil {
+		return Record{}, err
 	}
 	return rec, nil
-}
-
-func (s *Store) byHash(ctx context.Context, h string) (Record, error) {
-	m, err := s.rdb.HGetAll(ctx, keys.APIKey(h)).Result()
-	if err != nil {
-		return Record{}, fmt.Errorf("find key: %w", err)
-	}
-	if len(m) == 0 {
-		return Record{}, ErrNotFound
-	}
-	rec := Record{ID: m["id"], UserID: m["user_id"], UserIDNumber: m["user_id_number"] == "1", Tier: m["tier"], Status: m["status"]}
-	rec.TierID, _ = strconv.Atoi(m["tier_id"])
-	rec.CreatedAt = parseTime(m["created_at"])
-	rec.ExpiresAt = parseTime(m["expires_at"])
-	rec.RevokedAt = parseTime(m["revoked_at"])
-	return rec, nil
-}
-
-func toFields(r Record) map[string]any {
-	return map[string]any{
-		"id": r.ID, "user_id": r.UserID, "user_id_number": boolField(r.UserIDNumber), "tier_id": strconv.Itoa(r.TierID), "tier": r.Tier, "status": r.Status,
-		"created_at": formatTime(r.CreatedAt), "expires_at": formatTime(r.ExpiresAt), "revoked_at": formatTime(r.RevokedAt),
-	}
-}
-
-func boolField(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 // Query selects keys to list.
@@ -218,17 +194,13 @@ const maxScan = 2000
 // List returns a page of key records, oldest first, and the cursor of the
 // next page (0: no more).
 func (s *Store) List(ctx context.Context, q Query) ([]Record, int64, error) {
-	index := keys.APIKeyIndex
-	if q.UserID != "" {
-		index = keys.APIKeyUser(q.UserID)
-	}
 	now := s.now()
 	var out []Record
 	cursor := q.Cursor
 	for scanned := 0; len(out) < q.Limit && scanned < maxScan; {
-		ids, err := s.rdb.ZRange(ctx, index, cursor, cursor+int64(q.Limit)-1).Result()
+		ids, err := s.records.page(ctx, q.UserID, cursor, int64(q.Limit))
 		if err != nil {
-			return nil, 0, fmt.Errorf("list keys: %w", err)
+			return nil, 0, err
 		}
 		if len(ids) == 0 {
 			return out, 0, nil
@@ -252,10 +224,167 @@ func (s *Store) List(ctx context.Context, q Query) ([]Record, int64, error) {
 			}
 		}
 	}
-	if n, err := s.rdb.ZCard(ctx, index).Result(); err == nil && cursor >= n {
+	if n, err := s.records.size(ctx, q.UserID); err == nil && cursor >= n {
 		cursor = 0
 	}
 	return out, cursor, nil
+}
+
+type redisRecords struct{ rdb redis.UniversalClient }
+
+func index(userID string) string {
+	if userID != "" {
+		return keys.APIKeyUser(userID)
+	}
+	return keys.APIKeyIndex
+}
+
+func (r redisRecords) create(ctx context.Context, h string, rec Record) error {
+	if err := r.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
+		return fmt.Errorf("store key: %w", err)
+	}
+	if err := r.rdb.Set(ctx, keys.APIKeyID(rec.ID), h, 0).Err(); err != nil {
+		return fmt.Errorf("store key id: %w", err)
+	}
+	// The indexes list keys by creation; one write each, so on a cluster
+	// they may sit in any slot. A key missing from them still works: only
+	// the listing would not show it.
+	score := float64(rec.CreatedAt.Unix())
+	if err := r.rdb.ZAdd(ctx, index(""), redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
+		return fmt.Errorf("index key: %w", err)
+	}
+	if err := r.rdb.ZAdd(ctx, index(rec.UserID), redis.Z{Score: score, Member: rec.ID}).Err(); err != nil {
+		return fmt.Errorf("index key by user: %w", err)
+	}
+	return nil
+}
+
+func (r redisRecords) save(ctx context.Context, h string, rec Record) error {
+	if err := r.rdb.HSet(ctx, keys.APIKey(h), toFields(rec)).Err(); err != nil {
+		return fmt.Errorf("store key: %w", err)
+	}
+	return nil
+}
+
+func (r redisRecords) hashOf(ctx context.Context, id string) (string, error) {
+	h, err := r.rdb.Get(ctx, keys.APIKeyID(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("find key id: %w", err)
+	}
+	return h, nil
+}
+
+func (r redisRecords) byHash(ctx context.Context, h string) (Record, error) {
+	m, err := r.rdb.HGetAll(ctx, keys.APIKey(h)).Result()
+	if err != nil {
+		return Record{}, fmt.Errorf("find key: %w", err)
+	}
+	if len(m) == 0 {
+		return Record{}, ErrNotFound
+	}
+	rec := Record{ID: m["id"], UserID: m["user_id"], UserIDNumber: m["user_id_number"] == "1", Tier: m["tier"], Status: m["status"]}
+	rec.TierID, _ = strconv.Atoi(m["tier_id"])
+	rec.CreatedAt = parseTime(m["created_at"])
+	rec.ExpiresAt = parseTime(m["expires_at"])
+	rec.RevokedAt = parseTime(m["revoked_at"])
+	return rec, nil
+}
+
+func (r redisRecords) page(ctx context.Context, userID string, start, n int64) ([]string, error) {
+	ids, err := r.rdb.ZRange(ctx, index(userID), start, start+n-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return ids, nil
+}
+
+func (r redisRecords) size(ctx context.Context, userID string) (int64, error) {
+	return r.rdb.ZCard(ctx, index(userID)).Result()
+}
+
+func toFields(r Record) map[string]any {
+	return map[string]any{
+		"id": r.ID, "user_id": r.UserID, "user_id_number": boolField(r.UserIDNumber), "tier_id": strconv.Itoa(r.TierID), "tier": r.Tier, "status": r.Status,
+		"created_at": formatTime(r.CreatedAt), "expires_at": formatTime(r.ExpiresAt), "revoked_at": formatTime(r.RevokedAt),
+	}
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// memoryRecords keeps what Redis would, in creation order.
+type memoryRecords struct {
+	mu      sync.Mutex
+	records map[string]Record   // by hash
+	hashes  map[string]string   // key id -> hash
+	all     []string            // key ids by creation
+	byUser  map[string][]string // user id -> key ids by creation
+}
+
+func (m *memoryRecords) create(_ context.Context, h string, rec Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.records[h], m.hashes[rec.ID] = rec, h
+	m.all = append(m.all, rec.ID)
+	m.byUser[rec.UserID] = append(m.byUser[rec.UserID], rec.ID)
+	return nil
+}
+
+func (m *memoryRecords) save(_ context.Context, h string, rec Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.records[h] = rec
+	return nil
+}
+
+func (m *memoryRecords) hashOf(_ context.Context, id string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.hashes[id]
+	if !ok {
+		return "", ErrNotFound
+	}
+	return h, nil
+}
+
+func (m *memoryRecords) byHash(_ context.Context, h string) (Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[h]
+	if !ok {
+		return Record{}, ErrNotFound
+	}
+	return rec, nil
+}
+
+func (m *memoryRecords) index(userID string) []string {
+	if userID != "" {
+		return m.byUser[userID]
+	}
+	return m.all
+}
+
+func (m *memoryRecords) page(_ context.Context, userID string, start, n int64) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := m.index(userID)
+	if start < 0 || start >= int64(len(ids)) {
+		return nil, nil
+	}
+	return slices.Clone(ids[start:min(start+n, int64(len(ids)))]), nil
+}
+
+func (m *memoryRecords) size(_ context.Context, userID string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.index(userID))), nil
 }
 
 func formatTime(t time.Time) string {

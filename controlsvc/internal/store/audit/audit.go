@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,19 +54,37 @@ type Event struct {
 	RuleID   string `json:"rule_id,omitempty"`
 }
 
-// Store appends to and reads the stream.
-type Store struct {
-	rdb redis.UniversalClient
+// Store appends to and reads the streams.
+type Store struct{ streams backend }
+
+// backend keeps the streams: Redis, or this process's memory.
+type backend interface {
+	add(ctx context.Context, evs []Event) error
+	// read returns up to limit events of a stream after the id since ("":
+	// from the oldest kept), oldest first.
+	read(ctx context.Context, stream, since string, limit int) ([]Event, error)
 }
 
-// New returns a store.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+// New returns a store in Redis.
+func New(rdb redis.UniversalClient) *Store { return &Store{redisStreams{rdb}} }
+
+// NewMemory returns a store in this process's memory (redis_enabled =
+// false), each stream capped at MaxLen as Redis caps it.
+func NewMemory(now func() time.Time) *Store {
+	return &Store{&memoryStreams{now: now, streams: map[string][]Event{}}}
+}
 
 // Append adds events (one round trip).
 func (s *Store) Append(ctx context.Context, evs ...Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	return s.streams.add(ctx, evs)
+}
+
+type redisStreams struct{ rdb redis.UniversalClient }
+
+func (s redisStreams) add(ctx context.Context, evs []Event) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range evs {
 			p.XAdd(ctx, &redis.XAddArgs{Stream: stream(evs[i].Type), MaxLen: MaxLen, Approx: true, Values: fields(&evs[i])})
@@ -135,22 +154,79 @@ func (s *Store) List(ctx context.Context, q Query) ([]Event, string, error) {
 // list reads one page of one stream; the cursor is "" when the page was
 // not full.
 func (s *Store) list(ctx context.Context, key string, q Query) ([]Event, string, error) {
-	start := "-"
-	if q.Since != "" {
-		start = "(" + q.Since
-	}
-	msgs, err := s.rdb.XRangeN(ctx, key, start, "+", int64(q.Limit)).Result()
+	out, err := s.streams.read(ctx, key, q.Since, q.Limit)
 	if err != nil {
-		return nil, "", fmt.Errorf("read the audit trail: %w", err)
-	}
-	out := make([]Event, len(msgs))
-	for i, m := range msgs {
-		out[i] = decode(m)
+		return nil, "", err
 	}
 	if len(out) < q.Limit {
 		return out, "", nil
 	}
 	return out, out[len(out)-1].ID, nil
+}
+
+func (s redisStreams) read(ctx context.Context, stream, since string, limit int) ([]Event, error) {
+	start := "-"
+	if since != "" {
+		start = "(" + since
+	}
+	msgs, err := s.rdb.XRangeN(ctx, stream, start, "+", int64(limit)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the audit trail: %w", err)
+	}
+	out := make([]Event, len(msgs))
+	for i, m := range msgs {
+		out[i] = decode(m)
+	}
+	return out, nil
+}
+
+// memoryStreams numbers events as Redis does ("<ms>-<seq>", increasing
+// across both streams).
+type memoryStreams struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	lastMs  int64
+	seq     int64
+	streams map[string][]Event
+}
+
+func (s *memoryStreams) add(_ context.Context, evs []Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range evs {
+		ms := s.now().UnixMilli()
+		if ms > s.lastMs {
+			s.lastMs, s.seq = ms, 0
+		} else {
+			s.seq++
+		}
+		e.ID = strconv.FormatInt(s.lastMs, 10) + "-" + strconv.FormatInt(s.seq, 10)
+		// Stored as Redis returns it: the time at its precision, in UTC.
+		e.At, _ = time.Parse(time.RFC3339Nano, e.At.UTC().Format(time.RFC3339Nano))
+		st := append(s.streams[stream(e.Type)], e)
+		if len(st) > MaxLen {
+			st = slices.Delete(st, 0, len(st)-MaxLen)
+		}
+		s.streams[stream(e.Type)] = st
+	}
+	return nil
+}
+
+func (s *memoryStreams) read(_ context.Context, stream, since string, limit int) ([]Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[stream]
+	i := 0
+	if since != "" {
+		i, _ = slices.BinarySearchFunc(st, since, func(e Event, id string) int {
+			// The first event after since.
+			if compareIDs(e.ID, id) <= 0 {
+				return -1
+			}
+			return 1
+		})
+	}
+	return slices.Clone(st[i:min(i+limit, len(st))]), nil
 }
 
 // compareIDs orders stream ids ("<ms>-<seq>") as Redis does.

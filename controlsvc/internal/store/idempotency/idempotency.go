@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,13 +35,31 @@ var (
 	ErrInFlight = errors.New("a request with this idempotency_key is still being answered; retry it shortly")
 )
 
-// Store keeps claims and answers in Redis.
-type Store struct {
-	rdb redis.UniversalClient
+// Store keeps claims and answers.
+type Store struct{ kv backend }
+
+// backend holds values that expire: Redis, or this process's memory.
+type backend interface {
+	// setNX stores v under k for ttl unless k holds a value; it reports
+	// whether it stored.
+	setNX(ctx context.Context, k string, v []byte, ttl time.Duration) (bool, error)
+	// get returns k's value; nil when there is none.
+	get(ctx context.Context, k string) ([]byte, error)
+	set(ctx context.Context, k string, v []byte, ttl time.Duration) error
 }
 
-// New returns a store.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+// New returns a store in Redis.
+func New(rdb redis.UniversalClient) *Store { return &Store{redisKV{rdb}} }
+
+// NewMemory returns a store in this process's memory (redis_enabled =
+// false), holding at most MaxMemoryKeys keys at once.
+func NewMemory(now func() time.Time) *Store {
+	return &Store{&memoryKV{now: now, m: map[string]memoryValue{}}}
+}
+
+// MaxMemoryKeys bounds the keys a memory store holds: past it (after
+// expired keys are dropped), a new key's claim fails as Redis's would.
+const MaxMemoryKeys = 100_000
 
 // stored is what a key holds: the digest of the checks it was first used for
 // and, once they are answered, the answer (nil while the first request is
@@ -75,14 +95,14 @@ func (s *Store) Claim(ctx context.Context, idemKey, digest string) (*wire.BatchC
 	}
 	// Two rounds: a claim may expire between the SET NX and the GET.
 	for range 2 {
-		ok, err := s.rdb.SetNX(ctx, key, pending, claimTTL).Result()
+		ok, err := s.kv.setNX(ctx, key, pending, claimTTL)
 		if err == nil && ok {
 			return nil, nil
 		}
 		var b []byte
 		if err == nil {
-			b, err = s.rdb.Get(ctx, key).Bytes()
-			if errors.Is(err, redis.Nil) {
+			b, err = s.kv.get(ctx, key)
+			if err == nil && b == nil {
 				continue
 			}
 		}
@@ -108,8 +128,73 @@ func (s *Store) Save(ctx context.Context, idemKey, digest string, answer *wire.B
 	if err != nil {
 		return fmt.Errorf("encode batch answer: %w", err)
 	}
-	if err := s.rdb.Set(ctx, redisKey(idemKey), b, TTL).Err(); err != nil {
+	if err := s.kv.set(ctx, redisKey(idemKey), b, TTL); err != nil {
 		return fmt.Errorf("store batch answer: %w", err)
 	}
+	return nil
+}
+
+type redisKV struct{ rdb redis.UniversalClient }
+
+func (r redisKV) setNX(ctx context.Context, k string, v []byte, ttl time.Duration) (bool, error) {
+	return r.rdb.SetNX(ctx, k, v, ttl).Result()
+}
+
+func (r redisKV) get(ctx context.Context, k string) ([]byte, error) {
+	b, err := r.rdb.Get(ctx, k).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return b, err
+}
+
+func (r redisKV) set(ctx context.Context, k string, v []byte, ttl time.Duration) error {
+	return r.rdb.Set(ctx, k, v, ttl).Err()
+}
+
+type memoryValue struct {
+	v       []byte
+	expires time.Time
+}
+
+type memoryKV struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[string]memoryValue
+}
+
+// errFull is a memory store's answer to a new key past MaxMemoryKeys.
+var errFull = errors.New("too many idempotency keys held in memory; retry once older ones expire")
+
+func (m *memoryKV) setNX(_ context.Context, k string, v []byte, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if old, ok := m.m[k]; ok && now.Before(old.expires) {
+		return false, nil
+	}
+	if len(m.m) >= MaxMemoryKeys {
+		maps.DeleteFunc(m.m, func(_ string, x memoryValue) bool { return !now.Before(x.expires) })
+		if len(m.m) >= MaxMemoryKeys {
+			return false, errFull
+		}
+	}
+	m.m[k] = memoryValue{v: v, expires: now.Add(ttl)}
+	return true, nil
+}
+
+func (m *memoryKV) get(_ context.Context, k string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if x, ok := m.m[k]; ok && m.now().Before(x.expires) {
+		return x.v, nil
+	}
+	return nil, nil
+}
+
+func (m *memoryKV) set(_ context.Context, k string, v []byte, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[k] = memoryValue{v: v, expires: m.now().Add(ttl)}
 	return nil
 }

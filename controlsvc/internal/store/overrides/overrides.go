@@ -43,6 +43,10 @@ func New(rdb redis.UniversalClient) *Store {
 	return &Store{rdb: rdb, m: map[string]Override{}}
 }
 
+// NewMemory returns a store kept only in this process's memory
+// (redis_enabled = false).
+func NewMemory() *Store { return New(nil) }
+
 // Get returns the override of identity and endpoint.
 func (o *Store) Get(identity, endpoint string) (Override, bool) {
 	o.mu.RLock()
@@ -61,12 +65,17 @@ func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override)
 		return fmt.Errorf("encode override: %w", err)
 	}
 	field := keys.OverrideField(identity, endpoint)
-	if err := o.rdb.HSet(ctx, keys.Overrides, field, b).Err(); err != nil {
-		return fmt.Errorf("store override: %w", err)
+	if o.rdb != nil {
+		if err := o.rdb.HSet(ctx, keys.Overrides, field, b).Err(); err != nil {
+			return fmt.Errorf("store override: %w", err)
+		}
 	}
 	o.mu.Lock()
 	o.m[field] = ov
 	o.mu.Unlock()
+	if o.rdb == nil {
+		return nil
+	}
 	// Other replicas reload on the announcement; the override is stored,
 	// so a failed announcement only delays them to their version check.
 	return changes.Bump(ctx, o.rdb)
@@ -75,12 +84,17 @@ func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override)
 // Delete removes an override.
 func (o *Store) Delete(ctx context.Context, identity, endpoint string) error {
 	field := keys.OverrideField(identity, endpoint)
-	if err := o.rdb.HDel(ctx, keys.Overrides, field).Err(); err != nil {
-		return fmt.Errorf("delete override: %w", err)
+	if o.rdb != nil {
+		if err := o.rdb.HDel(ctx, keys.Overrides, field).Err(); err != nil {
+			return fmt.Errorf("delete override: %w", err)
+		}
 	}
 	o.mu.Lock()
 	delete(o.m, field)
 	o.mu.Unlock()
+	if o.rdb == nil {
+		return nil
+	}
 	return changes.Bump(ctx, o.rdb)
 }
 
@@ -108,8 +122,11 @@ func (o *Store) All() []Entry {
 	return out
 }
 
-// Refresh re-reads every override from Redis.
+// Refresh re-reads every override from Redis (in memory: nothing to read).
 func (o *Store) Refresh(ctx context.Context) error {
+	if o.rdb == nil {
+		return nil
+	}
 	all, err := o.rdb.HGetAll(ctx, keys.Overrides).Result()
 	if err != nil {
 		return fmt.Errorf("read overrides: %w", err)

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,13 +55,36 @@ var ErrNotFound = errors.New("no such runtime rule")
 // writing anyway is how two tiers got one name.
 var ErrConflict = errors.New("the rules changed since they were read")
 
-// Store keeps runtime rules and tiers in Redis.
-type Store struct {
-	rdb redis.UniversalClient
+// Store keeps runtime rules and tiers.
+type Store struct{ state backend }
+
+// backend keeps the encoded rules and tiers (by id) and the version that
+// every change moves: Redis, or this process's memory.
+type backend interface {
+	load(ctx context.Context) (version int64, rules, tiers map[string]string, err error)
+	version(ctx context.Context) (int64, error)
+	nextRuleID(ctx context.Context) (int64, error)
+	// change applies e if the version is still version, and moves it on;
+	// deleted reports whether a deletion found its entry.
+	change(ctx context.Context, version int64, e edit) (deleted bool, err error)
 }
 
-// New returns a store.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+// edit is one change: the rule or tier with this id set to value, or
+// deleted (value nil).
+type edit struct {
+	tier  bool
+	id    string
+	value []byte
+}
+
+// New returns a store in Redis.
+func New(rdb redis.UniversalClient) *Store { return &Store{redisState{rdb}} }
+
+// NewMemory returns a store in this process's memory (redis_enabled =
+// false).
+func NewMemory() *Store {
+	return &Store{&memoryState{rules: map[string]string{}, tiers: map[string]string{}}}
+}
 
 // Load reads the whole store. An entry that does not decode is skipped (and
 // reported in the error list's log by the caller): a damaged entry must not
@@ -67,18 +92,12 @@ func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 func (s *Store) Load(ctx context.Context) (Snapshot, []error, error) {
 	var snap Snapshot
 	var bad []error
-	var ruleMap, tierMap *redis.MapStringStringCmd
-	var version *redis.StringCmd
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		version = p.Get(ctx, keys.AdminVersion)
-		ruleMap = p.HGetAll(ctx, keys.AdminRules)
-		tierMap = p.HGetAll(ctx, keys.AdminTiers)
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return Snapshot{}, nil, fmt.Errorf("load rules and tiers: %w", err)
+	version, ruleMap, tierMap, err := s.state.load(ctx)
+	if err != nil {
+		return Snapshot{}, nil, err
 	}
-	snap.Version, _ = version.Int64()
-	for id, v := range ruleMap.Val() {
+	snap.Version = version
+	for id, v := range ruleMap {
 		var r Rule
 		if err := json.Unmarshal([]byte(v), &r); err != nil || r.ID != id {
 			bad = append(bad, fmt.Errorf("runtime rule %q does not decode", id))
@@ -89,7 +108,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, []error, error) {
 		}
 		snap.Rules = append(snap.Rules, r)
 	}
-	for id, v := range tierMap.Val() {
+	for id, v := range tierMap {
 		var t Tier
 		if err := json.Unmarshal([]byte(v), &t); err != nil || strconv.Itoa(t.ID) != id {
 			bad = append(bad, fmt.Errorf("runtime tier %q does not decode", id))
@@ -112,25 +131,10 @@ func cmpID(a, b string) int {
 }
 
 // Version is the store's change counter.
-func (s *Store) Version(ctx context.Context) (int64, error) {
-	v, err := s.rdb.Get(ctx, keys.AdminVersion).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read rules version: %w", err)
-	}
-	return v, nil
-}
+func (s *Store) Version(ctx context.Context) (int64, error) { return s.state.version(ctx) }
 
 // NextRuleID issues a rule id.
-func (s *Store) NextRuleID(ctx context.Context) (int64, error) {
-	id, err := s.rdb.Incr(ctx, keys.AdminRuleSeq).Result()
-	if err != nil {
-		return 0, fmt.Errorf("issue rule id: %w", err)
-	}
-	return id, nil
-}
+func (s *Store) NextRuleID(ctx context.Context) (int64, error) { return s.state.nextRuleID(ctx) }
 
 // Every change below is made against the snapshot version it was
 // validated with (Snapshot.Version) and fails with ErrConflict when the
@@ -142,16 +146,17 @@ func (s *Store) PutRule(ctx context.Context, r Rule, version int64) error {
 	if err != nil {
 		return fmt.Errorf("encode rule: %w", err)
 	}
-	return s.change(ctx, version, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminRules, r.ID, b) })
+	_, err = s.state.change(ctx, version, edit{id: r.ID, value: b})
+	return err
 }
 
 // DeleteRule removes a rule; ErrNotFound when there was none.
 func (s *Store) DeleteRule(ctx context.Context, id string, version int64) error {
-	var del *redis.IntCmd
-	if err := s.change(ctx, version, func(p redis.Pipeliner) { del = p.HDel(ctx, keys.AdminRules, id) }); err != nil {
+	deleted, err := s.state.change(ctx, version, edit{id: id})
+	if err != nil {
 		return err
 	}
-	if del.Val() == 0 {
+	if !deleted {
 		return ErrNotFound
 	}
 	return nil
@@ -163,15 +168,56 @@ func (s *Store) PutTier(ctx context.Context, t Tier, version int64) error {
 	if err != nil {
 		return fmt.Errorf("encode tier: %w", err)
 	}
-	return s.change(ctx, version, func(p redis.Pipeliner) { p.HSet(ctx, keys.AdminTiers, strconv.Itoa(t.ID), b) })
+	_, err = s.state.change(ctx, version, edit{tier: true, id: strconv.Itoa(t.ID), value: b})
+	return err
+}
+
+type redisState struct{ rdb redis.UniversalClient }
+
+func (s redisState) load(ctx context.Context) (int64, map[string]string, map[string]string, error) {
+	var ruleMap, tierMap *redis.MapStringStringCmd
+	var version *redis.StringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		version = p.Get(ctx, keys.AdminVersion)
+		ruleMap = p.HGetAll(ctx, keys.AdminRules)
+		tierMap = p.HGetAll(ctx, keys.AdminTiers)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, nil, nil, fmt.Errorf("load rules and tiers: %w", err)
+	}
+	v, _ := version.Int64()
+	return v, ruleMap.Val(), tierMap.Val(), nil
+}
+
+func (s redisState) version(ctx context.Context) (int64, error) {
+	v, err := s.rdb.Get(ctx, keys.AdminVersion).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read rules version: %w", err)
+	}
+	return v, nil
+}
+
+func (s redisState) nextRuleID(ctx context.Context) (int64, error) {
+	id, err := s.rdb.Incr(ctx, keys.AdminRuleSeq).Result()
+	if err != nil {
+		return 0, fmt.Errorf("issue rule id: %w", err)
+	}
+	return id, nil
 }
 
 // change writes and bumps the version in one transaction, provided the
 // version is still the one the change was validated against (WATCH: the
 // keys share a hash tag, so this holds in cluster mode too), then announces
 // the new version.
-func (s *Store) change(ctx context.Context, version int64, write func(redis.Pipeliner)) error {
-	var next *redis.IntCmd
+func (s redisState) change(ctx context.Context, version int64, e edit) (bool, error) {
+	hash := keys.AdminRules
+	if e.tier {
+		hash = keys.AdminTiers
+	}
+	var next, del *redis.IntCmd
 	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		cur, err := tx.Get(ctx, keys.AdminVersion).Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -181,7 +227,11 @@ func (s *Store) change(ctx context.Context, version int64, write func(redis.Pipe
 			return ErrConflict
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			write(p)
+			if e.value != nil {
+				p.HSet(ctx, hash, e.id, e.value)
+			} else {
+				del = p.HDel(ctx, hash, e.id)
+			}
 			next = p.Incr(ctx, keys.AdminVersion)
 			return nil
 		})
@@ -189,9 +239,55 @@ func (s *Store) change(ctx context.Context, version int64, write func(redis.Pipe
 	}, keys.AdminVersion)
 	switch {
 	case errors.Is(err, ErrConflict), errors.Is(err, redis.TxFailedErr):
-		return ErrConflict
+		return false, ErrConflict
 	case err != nil:
-		return fmt.Errorf("store change: %w", err)
+		return false, fmt.Errorf("store change: %w", err)
 	}
-	return changes.Announce(ctx, s.rdb, next.Val())
+	return del == nil || del.Val() > 0, changes.Announce(ctx, s.rdb, next.Val())
+}
+
+// memoryState is one process's rules and tiers; a change applies at once.
+type memoryState struct {
+	mu           sync.Mutex
+	ver, ruleSeq int64
+	rules, tiers map[string]string
+}
+
+func (s *memoryState) load(context.Context) (int64, map[string]string, map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ver, maps.Clone(s.rules), maps.Clone(s.tiers), nil
+}
+
+func (s *memoryState) version(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ver, nil
+}
+
+func (s *memoryState) nextRuleID(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ruleSeq++
+	return s.ruleSeq, nil
+}
+
+func (s *memoryState) change(_ context.Context, version int64, e edit) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if version != s.ver {
+		return false, ErrConflict
+	}
+	m := s.rules
+	if e.tier {
+		m = s.tiers
+	}
+	_, found := m[e.id]
+	if e.value != nil {
+		m[e.id] = string(e.value)
+	} else {
+		delete(m, e.id)
+	}
+	s.ver++
+	return found || e.value != nil, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -37,9 +38,9 @@ type slot struct {
 
 // Recorder gathers counts and violations between flushes.
 type Recorder struct {
-	rdb   redis.UniversalClient
-	trail *audit.Store
-	log   *slog.Logger
+	counters backend
+	trail    *audit.Store
+	log      *slog.Logger
 
 	mu      sync.Mutex
 	pending map[slot]*counts
@@ -47,9 +48,27 @@ type Recorder struct {
 	dropped int64
 }
 
-// NewRecorder returns a recorder writing to rdb and trail.
-func NewRecorder(rdb redis.UniversalClient, trail *audit.Store, log *slog.Logger) *Recorder {
-	return &Recorder{rdb: rdb, trail: trail, log: log, pending: map[slot]*counts{}}
+// backend keeps the counters: Redis, or this process's memory.
+type backend interface {
+	add(ctx context.Context, pending map[slot]*counts) error
+	read(ctx context.Context, identity string, windowStart, now time.Time) (Report, error)
+}
+
+// Store is where the counters are kept, for a Recorder and a Reader.
+type Store struct{ b backend }
+
+// InRedis keeps the counters in Redis, expiring with Redis's clock.
+func InRedis(rdb redis.UniversalClient) Store { return Store{redisCounters{rdb}} }
+
+// InMemory keeps the counters in this process's memory (redis_enabled =
+// false), each dropped when Redis would have expired it.
+func InMemory(now func() time.Time) Store {
+	return Store{&memoryCounters{now: now, hours: map[slot]counts{}, minutes: map[slot]int64{}}}
+}
+
+// NewRecorder returns a recorder writing to st and trail.
+func NewRecorder(st Store, trail *audit.Store, log *slog.Logger) *Recorder {
+	return &Recorder{counters: st.b, trail: trail, log: log, pending: map[slot]*counts{}}
 }
 
 // Record counts requests admitted for identity at `at`, and a violation
@@ -111,23 +130,32 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		r.log.Warn("usage recorder over its bound; entries dropped", "dropped", dropped)
 	}
 	if len(pending) > 0 {
-		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for k, c := range pending {
-				hk, mk := keys.UsageHour(k.identity, k.minute/60), keys.UsageMinute(k.identity, k.minute)
-				p.HIncrBy(ctx, hk, "requests", c.requests)
-				p.HIncrBy(ctx, mk, "requests", c.requests)
-				if c.violations > 0 {
-					p.HIncrBy(ctx, hk, "violations", c.violations)
-				}
-				p.Expire(ctx, hk, hourTTL)
-				p.Expire(ctx, mk, minuteTTL)
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("write usage: %w", err)
+		if err := r.counters.add(ctx, pending); err != nil {
+			return err
 		}
 	}
 	return r.trail.Append(ctx, events...)
+}
+
+type redisCounters struct{ rdb redis.UniversalClient }
+
+func (r redisCounters) add(ctx context.Context, pending map[slot]*counts) error {
+	if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, c := range pending {
+			hk, mk := keys.UsageHour(k.identity, k.minute/60), keys.UsageMinute(k.identity, k.minute)
+			p.HIncrBy(ctx, hk, "requests", c.requests)
+			p.HIncrBy(ctx, mk, "requests", c.requests)
+			if c.violations > 0 {
+				p.HIncrBy(ctx, hk, "violations", c.violations)
+			}
+			p.Expire(ctx, hk, hourTTL)
+			p.Expire(ctx, mk, minuteTTL)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("write usage: %w", err)
+	}
+	return nil
 }
 
 // Report is what an identity was admitted: in a window that ends at the
@@ -139,15 +167,19 @@ type Report struct {
 }
 
 // Reader reads the counters.
-type Reader struct{ rdb redis.UniversalClient }
+type Reader struct{ counters backend }
 
-// NewReader returns a reader.
-func NewReader(rdb redis.UniversalClient) *Reader { return &Reader{rdb: rdb} }
+// NewReader returns a reader of st.
+func NewReader(st Store) *Reader { return &Reader{counters: st.b} }
 
 // Read sums an identity's counters: the minutes of the window starting at
-// windowStart (minute resolution) and the last 24 hours (hour resolution),
-// in one round trip.
+// windowStart (minute resolution) and the last 24 hours (hour resolution).
 func (r *Reader) Read(ctx context.Context, identity string, windowStart, now time.Time) (Report, error) {
+	return r.counters.read(ctx, identity, windowStart, now)
+}
+
+// read reads in one round trip.
+func (r redisCounters) read(ctx context.Context, identity string, windowStart, now time.Time) (Report, error) {
 	rdb := r.rdb
 	var hours, minutes []*redis.SliceCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -182,4 +214,57 @@ func number(vals []any, i int) int64 {
 	s, _ := vals[i].(string)
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
+}
+
+// maxMemorySlots bounds the minutes a memory store keeps (two hours of
+// them per caller): past it, counts of callers' new minutes are dropped.
+const maxMemorySlots = 1_000_000
+
+// memoryCounters keeps hours (requests and violations) and minutes
+// (requests) by identity, as the Redis hashes do.
+type memoryCounters struct {
+	now     func() time.Time
+	mu      sync.Mutex
+	hours   map[slot]counts // slot.minute holds the Unix hour
+	minutes map[slot]int64
+	swept   time.Time
+}
+
+func (m *memoryCounters) add(_ context.Context, pending map[slot]*counts) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, c := range pending {
+		if _, ok := m.minutes[k]; !ok && len(m.minutes) >= maxMemorySlots {
+			continue // bounded: a new caller's minute is not counted
+		}
+		h := slot{k.identity, k.minute / 60}
+		hc := m.hours[h]
+		hc.requests += c.requests
+		hc.violations += c.violations
+		m.hours[h] = hc
+		m.minutes[k] += c.requests
+	}
+	// Drop what Redis would have expired (hourTTL, minuteTTL), once a minute.
+	if now := m.now(); now.Sub(m.swept) >= time.Minute {
+		m.swept = now
+		maps.DeleteFunc(m.hours, func(k slot, _ counts) bool { return now.Unix()/3600-k.minute > int64(hourTTL/time.Hour) })
+		maps.DeleteFunc(m.minutes, func(k slot, _ int64) bool { return now.Unix()/60-k.minute > int64(minuteTTL/time.Minute) })
+	}
+	return nil
+}
+
+func (m *memoryCounters) read(_ context.Context, identity string, windowStart, now time.Time) (Report, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out Report
+	h := now.Unix() / 3600
+	for i := int64(0); i < 24; i++ {
+		c := m.hours[slot{identity, h - i}]
+		out.DayRequests += c.requests
+		out.DayViolations += c.violations
+	}
+	for mn := windowStart.Unix() / 60; mn <= now.Unix()/60; mn++ {
+		out.WindowRequests += m.minutes[slot{identity, mn}]
+	}
+	return out, nil
 }
