@@ -42,11 +42,18 @@ var epoch = time.Unix(1_800_000_000, 0)
 
 func newEnv(t *testing.T, config string, vms int) *env {
 	t.Helper()
+	return newEnvWith(t, config, vms, nil)
+}
+
+// newEnvWith is newEnv with the VMs' environment (vm_config's
+// environment_variables), "KEY=value" each.
+func newEnvWith(t *testing.T, config string, vms int, environ []string) *env {
+	t.Helper()
 	ctx := context.Background()
 	c := &clock{now: epoch}
 	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{
 		PluginConfig: []byte(config), Clusters: []string{"controlsvc"},
-		Now: c.Now, CompilationCache: compCache, WASI: envoyWASI,
+		Now: c.Now, CompilationCache: compCache, WASI: envoyWASI, Env: environ,
 	})
 	if err != nil {
 		t.Fatal(err)

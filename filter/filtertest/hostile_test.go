@@ -137,6 +137,41 @@ func TestForgedHeadersStrippedInOnePass(t *testing.T) {
 	}
 }
 
+// The credential can come from the VM's environment (a Kubernetes Secret
+// through Istio's vmConfig.env), never written in the plugin configuration;
+// an unset variable or a token given both ways stops the plugin.
+func TestDecisionTokenFromTheEnvironment(t *testing.T) {
+	e := newEnvWith(t, `{"control_cluster":"controlsvc","decision_token_env":"TOLLGATE_DECISION_TOKEN"}`, 1,
+		[]string{"OTHER=x", "TOLLGATE_DECISION_TOKEN=from-the-secret"})
+	e.start(req{})
+	if c, _ := e.callout(0); c.Headers.Value("authorization") != "Bearer from-the-secret" {
+		t.Fatalf("callout headers %v", c.Headers)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		config  string
+		environ []string
+		want    string
+	}{
+		{`{"decision_token_env":"TOLLGATE_DECISION_TOKEN"}`, nil, "decision_token_env: TOLLGATE_DECISION_TOKEN is not set"},
+		{`{"decision_token_env":"TOLLGATE_DECISION_TOKEN"}`, []string{"TOLLGATE_DECISION_TOKEN="}, "is not set"},
+		{`{"decision_token_env":"TOLLGATE_DECISION_TOKEN"}`, []string{"TOLLGATE_DECISION_TOKEN=a b"}, "decision_token_env: must be printable ASCII"},
+		{`{"decision_token_env":"T","decision_token":"x"}`, []string{"T=y"}, "decision_token_env: is set beside decision_token"},
+		{`{"decision_token_env":"1BAD"}`, nil, "decision_token_env:"},
+		{`{"decision_token_env":"A=B"}`, nil, "decision_token_env:"},
+	} {
+		h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(tc.config), Clusters: []string{"controlsvc"}, CompilationCache: compCache, WASI: envoyWASI, Env: tc.environ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.NewVM(ctx)
+		h.Close(ctx)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s with %v: got %v; want a refusal containing %q", tc.config, tc.environ, err, tc.want)
+		}
+	}
+}
+
 // The filter sends its service credential, and bounds what it believes of
 // an answer: never a larger lease than it asked for, never an identity it
 // could not write safely.

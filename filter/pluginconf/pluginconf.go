@@ -43,6 +43,11 @@ type Config struct {
 	// DecisionToken is the service credential sent to the control service
 	// as "Authorization: Bearer ..." (its TOLLGATE_DECISION_TOKEN). Never logged.
 	DecisionToken string `json:"decision_token,omitempty"`
+	// DecisionTokenEnv names the VM's environment variable that holds the
+	// token instead (Envoy's vm_config.environment_variables, Istio's
+	// WasmPlugin vmConfig.env), so that it can come from a Kubernetes
+	// Secret and stay out of the plugin configuration. See ResolveToken.
+	DecisionTokenEnv string `json:"decision_token_env,omitempty"`
 	// XFFTrustedHops is how many trusted proxies stand in front of Envoy,
 	// each appending to X-Forwarded-For; Envoy appends the last entry itself
 	// (use_remote_address: true). 0, the default, never reads the header and
@@ -242,9 +247,55 @@ func (c *Config) validateControl() *fielderr.Error {
 	if c.FailureMode != FailOpen && c.FailureMode != FailClosed {
 		return fielderr.New("failure_mode", "%q must be %q or %q", c.FailureMode, FailOpen, FailClosed)
 	}
-	if t := c.DecisionToken; t != "" && (len(t) > 1024 || strings.ContainsAny(t, " \t\r\n,") || !isPrintableASCII(t)) {
-		return fielderr.New("decision_token", "must be printable ASCII without spaces or commas, at most 1024 bytes")
+	if err := checkToken("decision_token", c.DecisionToken); err != nil {
+		return err
 	}
+	if e := c.DecisionTokenEnv; e != "" {
+		if c.DecisionToken != "" {
+			return fielderr.New("decision_token_env", "is set beside decision_token: give the token one way")
+		}
+		if !validEnvName(e) {
+			return fielderr.New("decision_token_env", "%q is not an environment variable name (letters, digits and _, not first a digit, at most 128)", e)
+		}
+	}
+	return nil
+}
+
+func checkToken(field, t string) *fielderr.Error {
+	if t != "" && (len(t) > 1024 || strings.ContainsAny(t, " \t\r\n,") || !isPrintableASCII(t)) {
+		return fielderr.New(field, "must be printable ASCII without spaces or commas, at most 1024 bytes")
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" || len(s) > 128 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ResolveToken reads the decision token from the environment variable
+// decision_token_env names, with lookup (os.LookupEnv in the VM). A variable
+// that is unset or empty is an error: a filter started without its
+// credential would only fail every callout later.
+func (c *Config) ResolveToken(lookup func(string) (string, bool)) *fielderr.Error {
+	if c.DecisionTokenEnv == "" {
+		return nil
+	}
+	t, ok := lookup(c.DecisionTokenEnv)
+	if !ok || t == "" {
+		return fielderr.New("decision_token_env", "%s is not set in the VM's environment (Envoy's vm_config.environment_variables; Istio's WasmPlugin vmConfig.env)", c.DecisionTokenEnv)
+	}
+	if err := checkToken("decision_token_env", t); err != nil {
+		return err
+	}
+	c.DecisionToken = t
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,9 @@ type Options struct {
 	// WASI selects the WASI the module gets: wazero's whole (default) or
 	// Envoy's partial one (see WASIEnvoy).
 	WASI WASI
+	// Env is the VM's environment, "KEY=value" each: what Envoy's
+	// vm_config.environment_variables give it.
+	Env []string
 }
 
 // LogLevel is a proxy-wasm log level.
@@ -167,6 +171,11 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		WithRandSource(rand.Reader).
 		WithWalltime(func() (int64, int32) { t := now(); return t.Unix(), int32(t.Nanosecond()) }, sys.ClockResolution(1)).
 		WithNanotime(func() int64 { return now().UnixNano() }, sys.ClockResolution(1))
+	for _, kv := range h.opts.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			cfg = cfg.WithEnv(k, v)
+		}
+	}
 	vm := &VM{host: h, calls: map[string]int{},
 		Core: hostmodel.NewCore(hostmodel.CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.bgCtx = context.WithValue(context.Background(), vmKey{}, vm)

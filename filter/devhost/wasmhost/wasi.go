@@ -113,7 +113,7 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	def := func(name string, params int, f func(vm *VM, m api.Module, s []uint64) uint32) {
 		export(b, name, i32s(params), errnoNosys, f)
 	}
-	defineWASIArgs(def)
+	defineWASIArgs(def, h.opts.Env)
 	defineWASIFiles(def)
 	h.defineWASIRuntime(b, def)
 	_, err := b.Instantiate(ctx)
@@ -127,19 +127,36 @@ type wasiDefiner func(name string, params int, f func(vm *VM, m api.Module, s []
 func wasiOK(*VM, api.Module, []uint64) uint32    { return errnoSuccess }
 func wasiNosys(*VM, api.Module, []uint64) uint32 { return errnoNosys }
 
-// defineWASIArgs: no arguments and no environment.
-func defineWASIArgs(def wasiDefiner) {
-	zeroCounts := func(_ *VM, m api.Module, s []uint64) uint32 {
+// defineWASIArgs: no arguments; the environment Envoy gives the VM
+// (vm_config.environment_variables), as "KEY=value" strings.
+func defineWASIArgs(def wasiDefiner, env []string) {
+	size := 0
+	for _, kv := range env {
+		size += len(kv) + 1
+	}
+	counts := func(n, size int) func(_ *VM, m api.Module, s []uint64) uint32 {
+		return func(_ *VM, m api.Module, s []uint64) uint32 {
+			mem := m.Memory()
+			if !mem.WriteUint32Le(uint32(s[0]), uint32(n)) || !mem.WriteUint32Le(uint32(s[1]), uint32(size)) {
+				return errnoBadf
+			}
+			return errnoSuccess
+		}
+	}
+	def("args_sizes_get", 2, counts(0, 0))
+	def("environ_sizes_get", 2, counts(len(env), size))
+	def("args_get", 2, wasiOK)
+	def("environ_get", 2, func(_ *VM, m api.Module, s []uint64) uint32 {
 		mem := m.Memory()
-		if !mem.WriteUint32Le(uint32(s[0]), 0) || !mem.WriteUint32Le(uint32(s[1]), 0) {
-			return errnoBadf
+		ptrs, buf := uint32(s[0]), uint32(s[1])
+		for i, kv := range env {
+			if !mem.WriteUint32Le(ptrs+uint32(4*i), buf) || !mem.Write(buf, append([]byte(kv), 0)) {
+				return errnoBadf
+			}
+			buf += uint32(len(kv) + 1)
 		}
 		return errnoSuccess
-	}
-	def("args_sizes_get", 2, zeroCounts)
-	def("environ_sizes_get", 2, zeroCounts)
-	def("args_get", 2, wasiOK)
-	def("environ_get", 2, wasiOK)
+	})
 }
 
 // defineWASIFiles: stdout and stderr, no files and no preopened directories.

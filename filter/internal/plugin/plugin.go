@@ -4,6 +4,7 @@
 package plugin
 
 import (
+	"os"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/fallback"
@@ -56,6 +57,11 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	cfg, err := pluginconf.Parse(data)
+	if err == nil {
+		if terr := cfg.ResolveToken(os.LookupEnv); terr != nil {
+			err = terr
+		}
+	}
 	if err != nil {
 		proxywasm.LogCritical("tollgate: invalid plugin configuration: " + err.Error())
 		return types.OnPluginStartStatusFailed
