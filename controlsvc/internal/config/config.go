@@ -84,6 +84,9 @@ type Config struct {
 	RLSIETFHeaders bool `toml:"rls_ietf_headers"`
 	// ThrottleMaxWaitMs bounds the delay of a throttle rule.
 	ThrottleMaxWaitMs int `toml:"throttle_max_wait_ms"`
+	// RetryAfterJitter lengthens each refusal's Retry-After by a random
+	// share of it, up to this fraction.
+	RetryAfterJitter float64 `toml:"retry_after_jitter"`
 	// Enabled false turns refusing off: every check is decided and counted
 	// as usual, and a denial is answered as a log-only pass.
 	Enabled bool `toml:"enabled"`

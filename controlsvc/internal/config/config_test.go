@@ -120,6 +120,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		want       string
 	}{
 		{"bad failure mode", `failure_mode = "maybe"`, nil, "failure_mode:"},
+		{"jitter above 1", "retry_after_jitter = 1.5", nil, "retry_after_jitter:"},
+		{"negative jitter", "", map[string]string{"TOLLGATE_RETRY_AFTER_JITTER": "-0.1"}, "retry_after_jitter"},
 		{"in memory with replicas", "redis_enabled = false\nreplicas = 2", nil, "replicas: is 2, but redis_enabled = false"},
 		{"in memory with penalties", "redis_enabled = false\n[penalties]\nenabled = true", nil, "penalties.enabled:"},
 		{"in memory, not a boolean", "", map[string]string{"TOLLGATE_REDIS_ENABLED": "no"}, "TOLLGATE_REDIS_ENABLED:"},

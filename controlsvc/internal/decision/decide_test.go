@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -665,5 +666,46 @@ action = "throttle"
 				t.Fatalf("past the bound: waited %v, answered %+v", f.slept, resp)
 			}
 		})
+	}
+}
+
+// retry_after_jitter spreads refused callers' Retry-After evenly over
+// [wait, wait x (1 + jitter)]: never sooner than admitted, no value favoured
+// (a chi-square test over the whole seconds it can land on).
+func TestRetryAfterJitter(t *testing.T) {
+	one, ten := int64(1), int64(10)
+	req := wire.CheckRequest{UserID: "u", Endpoint: "/x", Limit: &one, WindowSeconds: &ten}
+	f := newFixture(t, "", nil)
+	if _, err := f.check(t, req); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := f.check(t, req); r.Allowed || r.RetryAfter != 10 {
+		t.Fatalf("without jitter: %+v, want retry after 10 s", r)
+	}
+	f = newFixture(t, "retry_after_jitter = 0.5", nil)
+	f.svc.rand = rand.New(rand.NewPCG(1, 2)).Float64
+	if _, err := f.check(t, req); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	counts := map[int64]int{}
+	for range n {
+		r, err := f.check(t, req)
+		if err != nil || r.Allowed {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if r.RetryAfter < 10 || r.RetryAfter > 15 {
+			t.Fatalf("retry after %d s, outside 10..15", r.RetryAfter)
+		}
+		counts[r.RetryAfter]++
+	}
+	// 10 + 5U rounded up lands on 11..15, each a fifth of the time.
+	chi := 0.0
+	for s := int64(11); s <= 15; s++ {
+		d := float64(counts[s]) - n/5.0
+		chi += d * d / (n / 5.0)
+	}
+	if chi > 18.47 { // p = 0.001 for 4 degrees of freedom
+		t.Fatalf("retry-after spread %v: chi-square %.1f, not uniform", counts, chi)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,7 @@ type Service struct {
 	live      atomic.Pointer[view]
 	breaker   *breaker.Breaker
 	local     LocalCounters // nil: no local counting while Redis is away
+	rand      func() float64
 }
 
 // BreakerOpen reports whether Redis calls are being skipped.
@@ -112,6 +114,9 @@ type Deps struct {
 	// Local counts while Redis cannot be reached and the failure mode is
 	// fail_open (memlimit); nil lets such requests pass uncounted.
 	Local LocalCounters
+	// Rand returns a number in [0, 1) for Retry-After's jitter; nil is
+	// math/rand/v2's.
+	Rand func() float64
 }
 
 // LocalCounters decide a counter's request in this process only.
@@ -122,9 +127,12 @@ type LocalCounters interface {
 // New returns a service deciding with policy p and settings set.
 func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local}
+		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local, rand: d.Rand}
 	if s.sleep == nil {
 		s.sleep = sleepCtx
+	}
+	if s.rand == nil {
+		s.rand = rand.Float64
 	}
 	s.SetPolicy(p, set)
 	return s
@@ -536,7 +544,13 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 	switch {
 	case denied:
 		result = metrics.Denied
-		resp.RetryAfter = max(1, ceilSeconds(decider.res.RetryAfter))
+		wait := decider.res.RetryAfter
+		if f := p.RetryAfterJitter; f > 0 {
+			// Callers refused together come back spread over the next
+			// f x wait, not in one wave; never sooner than admitted.
+			wait += time.Duration(float64(wait) * f * s.rand())
+		}
+		resp.RetryAfter = max(1, ceilSeconds(wait))
 		// Reset never names a time before a retry would be admitted (a
 		// sliding window's end can come before the weighted wait ends): a
 		// client that comes back at Reset must not be refused, and counted

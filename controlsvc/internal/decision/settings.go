@@ -21,12 +21,15 @@ type Settings struct {
 	Disabled bool
 	// ThrottleMaxWait bounds how long a throttle rule delays a request.
 	ThrottleMaxWait time.Duration
+	// RetryAfterJitter is the largest share a refusal's wait is lengthened
+	// by, at random (retry_after_jitter).
+	RetryAfterJitter float64
 }
 
 // SettingsOf takes the decision's settings from a loaded configuration.
 func SettingsOf(cfg *config.Config) Settings {
 	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled,
-		ThrottleMaxWait: time.Duration(cfg.ThrottleMaxWaitMs) * time.Millisecond}
+		ThrottleMaxWait: time.Duration(cfg.ThrottleMaxWaitMs) * time.Millisecond, RetryAfterJitter: cfg.RetryAfterJitter}
 	if pc := cfg.Penalties; pc.Enabled {
 		s.Penalty = &limiter.Penalty{
 			Window:      time.Duration(pc.DetectionWindowSeconds) * time.Second,
