@@ -99,6 +99,9 @@ type Rule struct {
 	Enabled *bool `json:"enabled,omitempty" toml:"enabled"`
 	// PerEndpoint counts each path separately instead of across the rule.
 	PerEndpoint bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
+	// Response is the rule's own answer to what it refuses (nil: the
+	// standard 429 with the RATE_LIMIT_EXCEEDED envelope).
+	Response *Response `json:"response,omitempty" toml:"response"`
 }
 
 // IsEnabled reports whether the rule takes part in matching.
@@ -245,6 +248,11 @@ func (r *Rule) ValidateAs(n Names) error {
 	case "", ActionReject, ActionLogOnly, ActionThrottle:
 	default:
 		return bad("action", "%q must be %q, %q or %q", r.Action, ActionReject, ActionLogOnly, ActionThrottle)
+	}
+	if r.Response != nil {
+		if err := r.Response.Validate(); err != nil {
+			return err.In("response")
+		}
 	}
 	return nil
 }

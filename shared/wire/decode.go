@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"math"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -75,6 +76,15 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 		return p.boolean(&d.Degraded)
 	case EqualFoldASCII(key, "log_only"):
 		return p.boolean(&d.LogOnly)
+	case EqualFoldASCII(key, "refusal"):
+		if p.null() {
+			d.Refusal = nil
+			return nil
+		}
+		if d.Refusal == nil {
+			d.Refusal = &rules.Response{}
+		}
+		return p.refusal(d.Refusal)
 	case EqualFoldASCII(key, "lease"):
 		if p.null() {
 			return nil
@@ -93,6 +103,66 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 		})
 	}
 	return p.skip(0)
+}
+
+// DecodeRefusal reads a refusal AppendRefusal wrote (a cached denial's).
+func DecodeRefusal(b []byte, r *rules.Response) error {
+	p := parser{b: b}
+	p.ws()
+	if err := p.refusal(r); err != nil {
+		return err
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return ErrSyntax
+	}
+	return nil
+}
+
+// refusal reads a rules.Response object into r as encoding/json would
+// (into what r already holds: a repeated key merges).
+func (p *parser) refusal(r *rules.Response) error {
+	return p.object(func(k []byte) error {
+		if !ascii(k) {
+			return ErrSyntax
+		}
+		switch {
+		case EqualFoldASCII(k, "status"):
+			var n int64
+			if p.null() {
+				return nil
+			}
+			if err := p.integer(&n); err != nil {
+				return err
+			}
+			r.Status = int(n)
+			return nil
+		case EqualFoldASCII(k, "body"):
+			return p.str(&r.Body)
+		case EqualFoldASCII(k, "headers"):
+			if p.null() {
+				r.Headers = nil
+				return nil
+			}
+			if r.Headers == nil {
+				r.Headers = map[string]string{}
+			}
+			return p.object(func(name []byte) error {
+				n := string(name)
+				if p.null() {
+					r.Headers[n] = "" // encoding/json stores the zero value
+					return nil
+				}
+				v := r.Headers[n]
+				if err := p.str(&v); err != nil {
+					return err
+				}
+				r.Headers[n] = v
+				return nil
+			})
+		}
+		return p.skip(0)
+	})
 }
 
 func ascii(b []byte) bool {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"math"
 	"reflect"
 	"testing"
@@ -9,7 +10,8 @@ import (
 
 var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, RetryAfter: 0,
 	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000},
-	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true}
+	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true,
+	Refusal: &rules.Response{Status: 403, Body: `{"e":"{{retry_after}}"}`, Headers: map[string]string{"x-a": "1", "content-type": "text/plain"}}}
 
 func TestDecodeCheckResponseRoundTrip(t *testing.T) {
 	for _, d := range []CheckResponse{sampleDecision, {}, {Limit: math.MaxInt64, Remaining: math.MinInt64, RuleID: "\x01\n\t</>&"}} {
@@ -44,6 +46,9 @@ func FuzzDecodeCheckResponse(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"ALLOWED":true,"lease":null,"x":{"y":[{}]},"tier":"\ud83d\ude00 \ud800"}`))
 	f.Add([]byte(`{"limit":-0,"rule_id":null}`))
+	f.Add([]byte(`{"refusal":{"status":429,"headers":{"a":"b","a":null}},"Refusal":{"BODY":"x","headers":{"c":"d"}}}`))
+	f.Add([]byte(`{"refusal":{"status":1.5}}`))
+	f.Add([]byte(`{"refusal":null,"refusal":{"headers":null}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckResponse
 		if err := DecodeCheckResponse(b, &mine); err != nil {

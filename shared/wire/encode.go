@@ -1,6 +1,9 @@
 package wire
 
 import (
+	"sort"
+
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"strconv"
 	"unicode/utf8"
 )
@@ -40,6 +43,39 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	}
 	if d.LogOnly {
 		b = append(b, `,"log_only":true`...)
+	}
+	if d.Refusal != nil {
+		b = AppendRefusal(append(b, `,"refusal":`...), d.Refusal)
+	}
+	return append(b, '}')
+}
+
+// AppendRefusal appends r as encoding/json writes it (header names sorted).
+func AppendRefusal(b []byte, r *rules.Response) []byte {
+	b = append(b, '{')
+	sep := ""
+	if r.Status != 0 {
+		b = appendInt(b, `"status":`, int64(r.Status))
+		sep = ","
+	}
+	if r.Body != "" {
+		b = appendString(append(b, sep+`"body":`...), r.Body)
+		sep = ","
+	}
+	if len(r.Headers) > 0 {
+		b = append(b, sep+`"headers":{`...)
+		names := make([]string, 0, len(r.Headers))
+		for k := range r.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for i, k := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(append(appendString(b, k), ':'), r.Headers[k])
+		}
+		b = append(b, '}')
 	}
 	return append(b, '}')
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"reflect"
 	"testing"
 )
@@ -15,6 +16,12 @@ func FuzzAppendCheckResponse(f *testing.F) {
 		d := CheckResponse{Allowed: allowed, Limit: limit, Quota: quota, Remaining: remaining, ResetAt: limit ^ remaining,
 			RetryAfter: quota, Strategy: strategy, WindowSeconds: remaining, RuleID: rule, Lease: Lease{Granted: limit, TTLMs: quota},
 			Identity: id, Tier: tier, Degraded: flag, LogOnly: !flag && allowed}
+		if !allowed {
+			d.Refusal = &rules.Response{Status: int(quota % 1000), Body: id}
+			if flag {
+				d.Refusal.Headers = map[string]string{strategy: tier, rule: id}
+			}
+		}
 		want, err := json.Marshal(&d)
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,8 @@
 // types, so a field renamed here is renamed on both sides at once.
 package wire
 
+import "github.com/tollgate-rl/tollgate/shared/rules"
+
 // Paths of the decision API.
 const (
 	PathCheck      = "/v1/rate-limit/check"
@@ -92,6 +94,9 @@ type CheckResponse struct {
 	Degraded bool `json:"degraded,omitempty"`
 	// LogOnly is true when a log_only rule would have denied the request.
 	LogOnly bool `json:"log_only,omitempty"`
+	// Refusal is the deciding rule's own response on a denial (its body a
+	// template of rules.ResponseFields), for the filter to answer with.
+	Refusal *rules.Response `json:"refusal,omitempty"`
 }
 
 // BatchCheckRequest runs several checks in one round trip. A repeated

@@ -1,7 +1,9 @@
 package admin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -35,30 +37,34 @@ type RuleBody struct {
 	Cost            *int64   `json:"cost"`
 	Action          *string  `json:"action"`
 	PerEndpoint     *bool    `json:"per_endpoint"`
+	// Response is the rule's own refusal: an object sets it, null removes
+	// it, absent keeps it.
+	Response json.RawMessage `json:"response"`
 }
 
 // RuleView is a rule as the admin API shows it. rule_id is a number for a
 // rule made through the API and the file's id (a string) for a rule of the
 // config file, which is read-only here.
 type RuleView struct {
-	RuleID          any        `json:"rule_id"`
-	TierID          int        `json:"tier_id,omitempty"`
-	TierName        string     `json:"tier_name,omitempty"`
-	EndpointPattern string     `json:"endpoint_pattern"`
-	Algorithm       string     `json:"algorithm"`
-	Limit           int64      `json:"limit"`
-	WindowSeconds   int64      `json:"window_seconds"`
-	Priority        int        `json:"priority"`
-	IsActive        bool       `json:"is_active"`
-	Scope           string     `json:"scope"`
-	Methods         []string   `json:"methods,omitempty"`
-	Burst           int64      `json:"burst,omitempty"`
-	Cost            int64      `json:"cost,omitempty"`
-	Action          string     `json:"action"`
-	PerEndpoint     bool       `json:"per_endpoint"`
-	ReadOnly        bool       `json:"read_only"`
-	CreatedAt       *time.Time `json:"created_at,omitempty"`
-	UpdatedAt       *time.Time `json:"updated_at,omitempty"`
+	RuleID          any             `json:"rule_id"`
+	TierID          int             `json:"tier_id,omitempty"`
+	TierName        string          `json:"tier_name,omitempty"`
+	EndpointPattern string          `json:"endpoint_pattern"`
+	Algorithm       string          `json:"algorithm"`
+	Limit           int64           `json:"limit"`
+	WindowSeconds   int64           `json:"window_seconds"`
+	Priority        int             `json:"priority"`
+	IsActive        bool            `json:"is_active"`
+	Scope           string          `json:"scope"`
+	Methods         []string        `json:"methods,omitempty"`
+	Burst           int64           `json:"burst,omitempty"`
+	Cost            int64           `json:"cost,omitempty"`
+	Action          string          `json:"action"`
+	PerEndpoint     bool            `json:"per_endpoint"`
+	Response        *rules.Response `json:"response,omitempty"`
+	ReadOnly        bool            `json:"read_only"`
+	CreatedAt       *time.Time      `json:"created_at,omitempty"`
+	UpdatedAt       *time.Time      `json:"updated_at,omitempty"`
 }
 
 // RuleList is a page of rules.
@@ -319,6 +325,18 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 		r.Action = rules.Action(*b.Action)
 	}
 	set(&r.PerEndpoint, b.PerEndpoint)
+	if b.Response != nil {
+		r.Response = nil
+		if string(b.Response) != "null" {
+			var resp rules.Response
+			d := json.NewDecoder(bytes.NewReader(b.Response))
+			d.DisallowUnknownFields()
+			if err := d.Decode(&resp); err != nil {
+				return apierr.Invalid("response", "must be an object of status, body and headers: "+err.Error())
+			}
+			r.Response = &resp
+		}
+	}
 	return nil
 }
 
@@ -379,7 +397,7 @@ func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
 		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost,
-		Action: string(r.Action), PerEndpoint: r.PerEndpoint, ReadOnly: !runtimeID(r.ID),
+		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Response: r.Response, ReadOnly: !runtimeID(r.ID),
 	}
 	if v.Action == "" {
 		v.Action = string(rules.ActionReject)

@@ -709,3 +709,38 @@ func TestRetryAfterJitter(t *testing.T) {
 		t.Fatalf("retry-after spread %v: chi-square %.1f, not uniform", counts, chi)
 	}
 }
+
+// A rule's own response goes with its denials, not with its admissions nor
+// with another rule's denials; a disabled service sends none.
+func TestRefusalGoesWithTheDenyingRule(t *testing.T) {
+	const toml = `
+[[rules]]
+id = "custom"
+path = "/api/*"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 1
+window_seconds = 60
+[rules.response]
+status = 403
+body = '{"msg":"over {{limit}}, retry in {{retry_after}}s"}'
+headers = {x-why = "quota"}
+`
+	f := newFixture(t, toml, nil)
+	req := wire.CheckRequest{UserID: "u", Endpoint: "/api/x"}
+	if r, _ := f.check(t, req); !r.Allowed || r.Refusal != nil {
+		t.Fatalf("admitted with a refusal: %+v", r)
+	}
+	r, _ := f.check(t, req)
+	if r.Allowed || r.Refusal == nil || r.Refusal.StatusCode() != 403 || r.Refusal.Headers["x-why"] != "quota" {
+		t.Fatalf("denial %+v, refusal %+v", r, r.Refusal)
+	}
+	if r, _ := f.check(t, wire.CheckRequest{UserID: "u", Endpoint: "/other"}); r.Refusal != nil {
+		t.Fatalf("another rule's answer carries the refusal: %+v", r)
+	}
+	off := newFixture(t, "enabled = false\n"+toml, nil)
+	off.check(t, req)
+	if r, _ := off.check(t, req); !r.Allowed || !r.LogOnly || r.Refusal != nil {
+		t.Fatalf("disabled service: %+v", r)
+	}
+}

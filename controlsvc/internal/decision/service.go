@@ -389,7 +389,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	if p.Disabled && !resp.Allowed {
 		// Rate limiting is off: the request passes as a log-only rule's
 		// would, its numbers saying what would have happened.
-		resp.Allowed, resp.LogOnly, resp.RetryAfter, result = true, true, 0, metrics.LogOnly
+		resp.Allowed, resp.LogOnly, resp.RetryAfter, resp.Refusal, result = true, true, 0, nil, metrics.LogOnly
 	}
 	s.record(c, &resp)
 	if !c.refused || !resp.Allowed {
@@ -551,6 +551,9 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 			wait += time.Duration(float64(wait) * f * s.rand())
 		}
 		resp.RetryAfter = max(1, ceilSeconds(wait))
+		// The deciding rule's own refusal goes with the answer, for the
+		// filter (or the caller of this API) to answer the client with.
+		resp.Refusal = decider.req.Rule.Response
 		// Reset never names a time before a retry would be admitted (a
 		// sliding window's end can come before the weighted wait ends): a
 		// client that comes back at Reset must not be refused, and counted
