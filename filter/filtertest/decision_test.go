@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -231,6 +232,54 @@ func TestBurstQuotaBothWays(t *testing.T) {
 		if s.Local == nil || s.Local.Status != 429 || s.Local.Headers.Value("ratelimit-policy") != `"tier_free";q=3;w=60` ||
 			!strings.Contains(string(s.Local.Body), "rate limit of 3 requests per minute") {
 			t.Fatalf("denied (fresh %v): %+v", fresh, s.Local)
+		}
+	}
+}
+
+// A rule's own response answers its denials, fresh and cached, in every VM
+// of the proxy: its status, its body rendered with the denial's numbers
+// and the request's id, its headers, and the rate-limit fields it cannot
+// override. A refusal that would not pass the service's checks is never
+// sent: the standard 429 answers instead.
+func TestDeniedWithTheRulesOwnResponse(t *testing.T) {
+	denial := func(r *rules.Response) string {
+		d := wire.CheckResponse{Allowed: false, Limit: 100, Remaining: 0, ResetAt: epoch.Unix() + 60, RetryAfter: 17, Strategy: "gcra",
+			WindowSeconds: 60, RuleID: "llm_budget", Identity: "user:alice", Tier: "free", Refusal: r}
+		return string(wire.AppendCheckResponse(nil, &d))
+	}
+	custom := &rules.Response{Status: 403, Body: `{"error":"budget","limit":{{limit}},"retry":{{retry_after}},"rule":"{{rule_id}}","id":"{{request_id}}"}`,
+		Headers: map[string]string{"x-why": "quota", "content-type": "application/problem+json"}}
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":5}}`, 2)
+	s, _ := e.start(req{headers: wasmhost.Headers{{"x-request-id", "req-1"}}})
+	e.answer(0, "429", denial(custom))
+	check := func(what string, s *wasmhost.Stream) {
+		t.Helper()
+		if s.Local == nil || s.Local.Status != 403 {
+			t.Fatalf("%s: %+v", what, s.Local)
+		}
+		h := s.Local.Headers
+		for k, v := range map[string]string{"x-why": "quota", "content-type": "application/problem+json", "retry-after": "17", "x-ratelimit-remaining": "0"} {
+			if got := h.Values(k); len(got) != 1 || got[0] != v {
+				t.Errorf("%s: header %s = %v, want exactly %q", what, k, got, v)
+			}
+		}
+		b := mustJSON(t, s.Local.Body)
+		if b["error"] != "budget" || b["limit"] != 100.0 || b["retry"] != 17.0 || b["rule"] != "llm_budget" || b["id"] != "req-1" {
+			t.Fatalf("%s: body %s", what, s.Local.Body)
+		}
+	}
+	check("fresh denial", s)
+	s, _ = e.start(req{vm: 1, headers: wasmhost.Headers{{"x-request-id", "req-1"}}})
+	e.noCallout(1)
+	check("cached denial in another VM", s)
+
+	// A refusal the service would have refused is not sent as it is.
+	for _, bad := range []*rules.Response{{Status: 200, Body: "ok"}, {Headers: map[string]string{"content-length": "0"}}, {Body: "{{identity}}"}} {
+		e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
+		s, _ := e.start(req{})
+		e.answer(0, "429", denial(bad))
+		if s.Local == nil || s.Local.Status != 429 || !strings.Contains(string(s.Local.Body), "RATE_LIMIT_EXCEEDED") {
+			t.Fatalf("bad refusal %+v answered %+v", bad, s.Local)
 		}
 	}
 }

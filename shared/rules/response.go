@@ -15,9 +15,10 @@ type Response struct {
 	// Status is 429 (the default when 0), 403 or 503.
 	Status int `json:"status,omitempty" toml:"status"`
 	// Body is a template: each {{name}} of ResponseFields is replaced by
-	// the refusal's value (numbers, and names from closed alphabets, so
-	// nothing a client chose reaches the body). Empty: the standard
-	// RATE_LIMIT_EXCEEDED envelope.
+	// the refusal's value (numbers, and names from closed alphabets: the
+	// request id, which a client may choose, is cut to letters, digits and
+	// ._:-, so nothing a client sends can break out of a JSON string or
+	// HTML text). Empty: the standard RATE_LIMIT_EXCEEDED envelope.
 	Body string `json:"body,omitempty" toml:"body"`
 	// Headers are added to the refusal (content-type among them: the
 	// default is application/json).
@@ -58,9 +59,30 @@ func (v *ResponseValues) value(name string) string {
 	case "strategy":
 		return v.Strategy
 	case "request_id":
-		return v.RequestID
+		return safeID(v.RequestID)
 	}
 	return ""
+}
+
+var idSafe = ascii.NewSet("A-Za-z0-9._:-")
+
+// safeID keeps a request id to letters, digits and ._:- (others become _),
+// at most 128 bytes: a client may choose its x-request-id, and the body may
+// be JSON or HTML.
+func safeID(s string) string {
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	if idSafe.Match(s, 0, 128) {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !idSafe[c] {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 var (

@@ -57,6 +57,11 @@ func TestResponseRender(t *testing.T) {
 	if got != want {
 		t.Fatalf("\n got %s\nwant %s", got, want)
 	}
+	hostile := (&Response{Body: `{"id":"{{request_id}}"}`}).Render(ResponseValues{RequestID: `x","admin":true,"y":"<script>` + strings.Repeat("a", 200)})
+	id := strings.TrimSuffix(strings.TrimPrefix(hostile, `{"id":"`), `"}`)
+	if len(id) != 128 || strings.ContainsAny(id, `"<>,\ `) || !strings.HasPrefix(id, "x___admin_:true__y_:__script_") {
+		t.Fatalf("a hostile request id rendered as %s", hostile)
+	}
 	if (&Response{}).StatusCode() != 429 {
 		t.Fatal("the default status is not 429")
 	}

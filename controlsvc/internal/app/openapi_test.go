@@ -96,6 +96,18 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	call("GET", "/admin/v1/rate-limit-rules/"+id, nil, true)
 	call("GET", "/admin/v1/rate-limit-rules/login", nil, true)
 	call("PUT", "/admin/v1/rate-limit-rules/"+id, map[string]any{"limit": 6}, true)
+	// A rule's own response: set, shown, sent with a denial, refused when
+	// bad, removed with null.
+	custom := map[string]any{"endpoint_pattern": "/custom", "limit": 1, "window_seconds": 60,
+		"response": map[string]any{"status": 403, "body": `{"retry":{{retry_after}}}`, "headers": map[string]string{"x-why": "quota"}}}
+	withResponse := call("POST", "/admin/v1/rate-limit-rules", custom, true)
+	customID := fmt.Sprint(withResponse["rule_id"])
+	call("POST", "/v1/rate-limit/check", map[string]any{"user_id": "carol", "endpoint": "/custom"}, false)
+	if denied := call("POST", "/v1/rate-limit/check", map[string]any{"user_id": "carol", "endpoint": "/custom"}, false); denied["refusal"] == nil {
+		t.Errorf("a denial by a rule with a response carries no refusal: %v", denied)
+	}
+	call("PUT", "/admin/v1/rate-limit-rules/"+customID, map[string]any{"response": map[string]any{"status": 200}}, true)
+	call("PUT", "/admin/v1/rate-limit-rules/"+customID, map[string]any{"response": nil}, true)
 	call("PUT", "/admin/v1/rate-limit-rules/login", map[string]any{"limit": 6}, true)
 	call("DELETE", "/admin/v1/rate-limit-rules/"+id, nil, true)
 	call("DELETE", "/admin/v1/rate-limit-rules/"+id, nil, true)

@@ -60,6 +60,12 @@ const _ = uint(maxField - len(identity.KindUser+":") - identity.MaxIDLen)
 // The length prefix is a uint16: maxField must fit it.
 const _ = uint16(maxField)
 
+// maxRefusal bounds an entry's Refusal: a rule's response is at most a 4 KiB
+// body and 16 headers of 64 + 512 bytes, with its JSON escapes.
+const maxRefusal = 32 << 10
+
+const _ = uint16(maxRefusal)
+
 // maxCASRetries bounds the retries of one operation under contention.
 const maxCASRetries = 8
 
@@ -81,6 +87,10 @@ type Entry struct {
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
 	RuleID, Identity, Tier, Strategy                            string
+	// Refusal is a denial's own response (wire.AppendRefusal's JSON; ""
+	// for the standard 429), so that every VM answers a cached denial as
+	// the service's answer said.
+	Refusal string
 	// FallbackStartMs and FallbackCount count the requests let through by
 	// Fallback in its current window, across the proxy's VMs.
 	FallbackStartMs, FallbackCount int64
@@ -281,7 +291,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 // client can cause at will. An entry whose strings do not fit is refused
 // with ErrTooLarge and nothing is cached.
 func (c *Cache) Put(e Entry, nowMs int64) error {
-	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField {
+	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField || len(e.Refusal) > maxRefusal {
 		return ErrTooLarge
 	}
 	e.Tokens = max(e.Tokens, 0)
@@ -423,21 +433,21 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
-// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID, Identity, Tier and Strategy, each as a uint16
-// length and its bytes. Lengths above maxField never occur (Put refuses
-// them), so decode treats them as a damaged slot.
+// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID, Identity, Tier, Strategy and Refusal, each as a uint16
+// length and its bytes. Lengths above maxField (maxRefusal for Refusal)
+// never occur (Put refuses them), so decode treats them as a damaged slot.
 const (
 	offTokens  = 16
 	offSpent   = 88
 	offFbStart = 96
 	offFbCount = 104
 	fixedLen   = 16 + 12*8
-	numStrings = 4
+	numStrings = 5
 	minLen     = fixedLen + numStrings*2
 )
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy))
+	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.Refusal))
 	copy(b, e.Owner[:])
 	le := binary.LittleEndian
 	le.PutUint64(b[16:], uint64(e.Tokens))
@@ -456,6 +466,7 @@ func encode(e Entry) []byte {
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
 	b = appendField(b, e.Strategy)
+	b = appendField(b, e.Refusal)
 	return b
 }
 
@@ -471,12 +482,12 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		return Entry{}, false
 	}
 	rest := b[fixedLen:]
-	for range numStrings {
+	for i := range numStrings {
 		if len(rest) < 2 {
 			return Entry{}, false
 		}
 		n := int(binary.LittleEndian.Uint16(rest))
-		if n > maxField || len(rest) < 2+n {
+		if n > maxField && (i < numStrings-1 || n > maxRefusal) || len(rest) < 2+n {
 			return Entry{}, false
 		}
 		rest = rest[2+n:]
@@ -520,7 +531,7 @@ func viewStrings(b []byte, e *Entry) {
 		}
 		rest = rest[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy = f[0], f[1], f[2], f[3]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.Refusal = f[0], f[1], f[2], f[3], f[4]
 }
 
 // decodeStrings fills e's strings from a slot decode has checked, with one
@@ -532,5 +543,5 @@ func decodeStrings(b []byte, e *Entry) {
 		n := int(s[0]) | int(s[1])<<8
 		f[i], s = s[2:2+n], s[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy = f[0], f[1], f[2], f[3]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.Refusal = f[0], f[1], f[2], f[3], f[4]
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -19,6 +20,10 @@ import (
 type verdict struct {
 	limits         wire.Limits
 	identity, tier string
+	// refusal is the deciding rule's own response on a denial, as JSON
+	// (wire.AppendRefusal; "": the standard 429). Kept encoded: it is
+	// cached with the denial and read only when a request is refused.
+	refusal string
 }
 
 // verdictOf is the verdict of the control service's answer for this
@@ -27,7 +32,11 @@ type verdict struct {
 // same fields whether a request was answered from the cache or not.
 func (h *httpContext) verdictOf(d *wire.CheckResponse) verdict {
 	l := d.Limits()
-	return verdict{limits: l, identity: cmp.Or(d.Identity, h.ident()), tier: cmp.Or(d.Tier, h.tier)}
+	v := verdict{limits: l, identity: cmp.Or(d.Identity, h.ident()), tier: cmp.Or(d.Tier, h.tier)}
+	if d.Refusal != nil && !d.Allowed {
+		v.refusal = string(wire.AppendRefusal(nil, d.Refusal))
+	}
+	return v
 }
 
 // cachedVerdict is the verdict a lease cache entry was stored with.
@@ -35,7 +44,7 @@ func cachedVerdict(e *leasecache.Entry) verdict {
 	return verdict{
 		limits: wire.Limits{RuleID: e.RuleID, Strategy: e.Strategy, Limit: e.Limit, Quota: e.Quota, Remaining: e.Remaining, ResetAt: e.ResetAt,
 			WindowSeconds: e.WindowSeconds, RetryAfter: e.RetryAfter},
-		identity: e.Identity, tier: e.Tier,
+		identity: e.Identity, tier: e.Tier, refusal: e.Refusal,
 	}
 }
 
@@ -44,7 +53,8 @@ func cachedVerdict(e *leasecache.Entry) verdict {
 func (v *verdict) entry(owner leasecache.Owner) leasecache.Entry {
 	l := &v.limits
 	return leasecache.Entry{Owner: owner, Limit: l.Limit, Quota: l.Quota, Remaining: l.Remaining, ResetAt: l.ResetAt,
-		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Strategy: l.Strategy, Identity: v.identity, Tier: v.tier}
+		WindowSeconds: l.WindowSeconds, RetryAfter: l.RetryAfter, RuleID: l.RuleID, Strategy: l.Strategy, Identity: v.identity, Tier: v.tier,
+		Refusal: v.refusal}
 }
 
 // allow lets the request through with the identity headers upstream; a
@@ -72,9 +82,19 @@ func (h *httpContext) allowLeased(e *leasecache.Entry) {
 }
 
 // deny answers 429 itself, with the RATE_LIMIT_EXCEEDED envelope the control
-// service sends (wire.Exceeded), Retry-After and the rate-limit header fields.
+// service sends (wire.Exceeded), Retry-After and the rate-limit header
+// fields; or, when the deciding rule has its own response, with that.
 func (h *httpContext) deny(v verdict) {
 	h.p.m.denied.Increment(1)
+	if v.refusal != "" {
+		var r rules.Response
+		// An answer is the service's, but a refusal that would not pass
+		// the service's own checks (a 200, a framing header) is never sent.
+		if err := wire.DecodeRefusal([]byte(v.refusal), &r); err == nil && r.Validate() == nil {
+			h.denyWith(&r, v)
+			return
+		}
+	}
 	e := wire.Exceeded(&v.limits)
 	e.RequestID = h.requestID
 	body, _ := json.Marshal(wire.ErrorEnvelope{Error: e})
@@ -103,4 +123,24 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // selects (Retry-After wins over the IETF t= on a 429).
 func (h *httpContext) limitHeaders(dst [][2]string, v *verdict, denied bool) [][2]string {
 	return wire.AppendHeaders(dst, &v.limits, h.p.headerSet, h.now().Unix(), denied)
+}
+
+// denyWith answers a denial with the rule's own response: its status, its
+// body rendered with this refusal's numbers, its headers, then Retry-After
+// and the rate-limit fields (which it cannot override).
+func (h *httpContext) denyWith(r *rules.Response, v verdict) {
+	l := &v.limits
+	body := r.Render(rules.ResponseValues{Limit: l.SustainedQuota(), Remaining: l.Remaining, ResetAt: l.ResetAt, RetryAfter: l.RetryAfter,
+		WindowSeconds: l.WindowSeconds, RuleID: l.RuleID, Strategy: l.Strategy, RequestID: h.requestID})
+	headers := make([][2]string, 0, len(r.Headers)+8)
+	if _, ok := r.Headers["content-type"]; !ok {
+		headers = append(headers, [2]string{"content-type", "application/json"})
+	}
+	for name, value := range r.Headers {
+		headers = append(headers, [2]string{name, value})
+	}
+	headers = append(headers, [2]string{"retry-after", strconv.FormatInt(l.RetryAfter, 10)})
+	headers = h.limitHeaders(headers, &v, true)
+	h.localReply = true
+	_ = proxywasm.SendHttpResponse(uint32(r.StatusCode()), headers, []byte(body), -1)
 }
