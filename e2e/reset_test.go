@@ -38,12 +38,12 @@ func TestResetReachesARefusedClient(t *testing.T) {
 	}
 }
 
-// With enabled = false nothing is refused through the gateway, and the
-// answers still say what would have happened (remaining 0, decision
-// log_only upstream).
-func TestDisabledThroughTheGateway(t *testing.T) {
+// With shadow_mode nothing is refused through the gateway, and the answers
+// still say what would have happened (remaining 0, decision log_only
+// upstream).
+func TestShadowModeThroughTheGateway(t *testing.T) {
 	r := redistest.Start(t)
-	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\n", "TOLLGATE_ENABLED=false")
+	ctl := startControlEnv(t, r.Addr, "[[tiers]]\nname = \"free\"\nlimit = 2\nwindow_seconds = 60\n", "TOLLGATE_SHADOW_MODE=true")
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":2000,"lease":{"request":0}}`)
 	for i := 0; i < 4; i++ {

@@ -131,11 +131,11 @@ func TestHeaderPrefix(t *testing.T) {
 	}
 }
 
-// enabled = false turns refusing off without removing the filter: checks
-// are decided and counted as usual, and a denial is answered as a log-only
-// pass whose numbers say what would have happened.
-func TestDisabledRefusesNothing(t *testing.T) {
-	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_ENABLED": "false"})
+// shadow_mode turns refusing off without removing the filter: checks are
+// decided and counted as usual, and a denial is answered as a log-only pass
+// whose numbers say what would have happened.
+func TestShadowModeRefusesNothing(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_SHADOW_MODE": "true"})
 	for i := 0; i < 3; i++ {
 		r := s.check(map[string]any{"user_id": "u", "endpoint": "/x"})
 		m := r.json(t)
@@ -145,6 +145,28 @@ func TestDisabledRefusesNothing(t *testing.T) {
 	}
 	if got := metricValue(t, s, `tollgate_decisions_total{result="log_only",rule="tier_free",tier="free"}`); got != 2 {
 		t.Fatalf("%v log-only decisions, want the 2 that would have been denied", got)
+	}
+}
+
+// enabled = false turns rate limiting off: every check is admitted as
+// exempt and nothing reaches Redis; bad input is still refused.
+func TestDisabledCountsNothing(t *testing.T) {
+	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_ENABLED": "false"})
+	for i := 0; i < 3; i++ {
+		r := s.check(map[string]any{"user_id": "u", "endpoint": "/x"})
+		m := r.json(t)
+		if r.status != 200 || m["allowed"] != true || m["rule_id"] != "exempt" || m["log_only"] != nil {
+			t.Fatalf("check %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if n := s.dbsize(); n != 0 {
+		t.Fatalf("%d keys in Redis with rate limiting off", n)
+	}
+	if got := metricValue(t, s, `tollgate_decisions_total{result="disabled",rule="exempt",tier="free"}`); got != 3 {
+		t.Fatalf("%v disabled decisions, want 3", got)
+	}
+	if r := s.check(map[string]any{"user_id": "a\r\nb", "endpoint": "/x"}); r.status != 400 {
+		t.Fatalf("bad input with rate limiting off: %d %s", r.status, r.body)
 	}
 }
 

@@ -30,7 +30,7 @@ const (
 
 // rlsSettings are the rate limit service's settings in cfg.
 func rlsSettings(cfg *config.Config) rls.Settings {
-	return rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen, Shadow: !cfg.Enabled, Digests: credential.Of(cfg.DecisionTokens()),
+	return rls.Settings{FailOpen: cfg.FailureMode == config.FailOpen, Shadow: cfg.ShadowMode, Disabled: !cfg.Enabled, Digests: credential.Of(cfg.DecisionTokens()),
 		Headers: wire.HeaderSet{XRateLimit: true, Strategy: true, IETF: cfg.RLSIETFHeaders}.WithPrefix(cfg.HeaderPrefix)}
 }
 

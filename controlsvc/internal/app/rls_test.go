@@ -153,9 +153,9 @@ func hasHeader(r *rlspb.RateLimitResponse, name string) bool {
 	return false
 }
 
-// enabled = false: everything is counted, nothing answered OVER_LIMIT.
-func TestRLSDisabled(t *testing.T) {
-	_, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_ENABLED": "false"})
+// shadow_mode: everything is counted, nothing answered OVER_LIMIT.
+func TestRLSShadowMode(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_SHADOW_MODE": "true"})
 	for i := 0; i < 5; i++ {
 		r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "off")}})
 		if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK {
@@ -164,6 +164,20 @@ func TestRLSDisabled(t *testing.T) {
 		if i == 4 && r.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("the descriptor no longer says it is past its limit: %v", r)
 		}
+	}
+}
+
+// enabled = false: every descriptor OK, nothing counted.
+func TestRLSDisabled(t *testing.T) {
+	s, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_ENABLED": "false"})
+	for i := 0; i < 5; i++ {
+		r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "off"), desc("daily", "d")}})
+		if err != nil || r.OverallCode != rlspb.RateLimitResponse_OK || len(r.Statuses) != 2 || r.Statuses[0].Code != rlspb.RateLimitResponse_OK {
+			t.Fatalf("call %d with rate limiting off: %v %v", i, r, err)
+		}
+	}
+	if n := s.dbsize(); n != 0 {
+		t.Fatalf("%d keys in Redis with rate limiting off", n)
 	}
 }
 

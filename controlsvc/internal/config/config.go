@@ -87,9 +87,12 @@ type Config struct {
 	// RetryAfterJitter lengthens each refusal's Retry-After by a random
 	// share of it, up to this fraction.
 	RetryAfterJitter float64 `toml:"retry_after_jitter"`
-	// Enabled false turns refusing off: every check is decided and counted
-	// as usual, and a denial is answered as a log-only pass.
+	// Enabled false turns rate limiting off: every check is admitted
+	// without counting (seed 001's global switch).
 	Enabled bool `toml:"enabled"`
+	// ShadowMode counts and logs every check, refuses none: a denial is
+	// answered as a log-only pass.
+	ShadowMode bool `toml:"shadow_mode"`
 
 	Lease     Lease     `toml:"lease"`
 	Penalties Penalties `toml:"penalties"`

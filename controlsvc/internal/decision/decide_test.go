@@ -711,7 +711,7 @@ func TestRetryAfterJitter(t *testing.T) {
 }
 
 // A rule's own response goes with its denials, not with its admissions nor
-// with another rule's denials; a disabled service sends none.
+// with another rule's denials; in shadow mode none is sent.
 func TestRefusalGoesWithTheDenyingRule(t *testing.T) {
 	const toml = `
 [[rules]]
@@ -738,9 +738,9 @@ headers = {x-why = "quota"}
 	if r, _ := f.check(t, wire.CheckRequest{UserID: "u", Endpoint: "/other"}); r.Refusal != nil {
 		t.Fatalf("another rule's answer carries the refusal: %+v", r)
 	}
-	off := newFixture(t, "enabled = false\n"+toml, nil)
+	off := newFixture(t, "shadow_mode = true\n"+toml, nil)
 	off.check(t, req)
 	if r, _ := off.check(t, req); !r.Allowed || !r.LogOnly || r.Refusal != nil {
-		t.Fatalf("disabled service: %+v", r)
+		t.Fatalf("shadow mode: %+v", r)
 	}
 }

@@ -268,6 +268,11 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 	if aerr != nil {
 		return wire.CheckResponse{}, aerr
 	}
+	if p.Disabled {
+		// Rate limiting is off: admitted as exempt, nothing counted.
+		s.m.Decided(metrics.Disabled, c.tier, rules.IDExempt)
+		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier}, nil
+	}
 	if req.APIKey != "" {
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
 			var ae *apierr.Error
@@ -386,9 +391,9 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			result = metrics.Degraded
 		}
 	}
-	if p.Disabled && !resp.Allowed {
-		// Rate limiting is off: the request passes as a log-only rule's
-		// would, its numbers saying what would have happened.
+	if p.Shadow && !resp.Allowed {
+		// Shadow mode: the request passes as a log-only rule's would, its
+		// numbers saying what would have happened.
 		resp.Allowed, resp.LogOnly, resp.RetryAfter, resp.Refusal, result = true, true, 0, nil, metrics.LogOnly
 	}
 	s.record(c, &resp)

@@ -17,8 +17,11 @@ type Settings struct {
 	MaxAdhocLimit int64
 	FailureMode   string
 	MaxBatch      int
-	// Disabled answers every denial as a log-only pass (enabled = false).
+	// Disabled admits every check as exempt without counting (enabled =
+	// false).
 	Disabled bool
+	// Shadow answers every denial as a log-only pass (shadow_mode).
+	Shadow bool
 	// ThrottleMaxWait bounds how long a throttle rule delays a request.
 	ThrottleMaxWait time.Duration
 	// RetryAfterJitter is the largest share a refusal's wait is lengthened
@@ -28,7 +31,7 @@ type Settings struct {
 
 // SettingsOf takes the decision's settings from a loaded configuration.
 func SettingsOf(cfg *config.Config) Settings {
-	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled,
+	s := Settings{Lease: cfg.Lease, MaxAdhocLimit: cfg.MaxAdhocLimit, FailureMode: cfg.FailureMode, MaxBatch: cfg.MaxBatch, Disabled: !cfg.Enabled, Shadow: cfg.ShadowMode,
 		ThrottleMaxWait: time.Duration(cfg.ThrottleMaxWaitMs) * time.Millisecond, RetryAfterJitter: cfg.RetryAfterJitter}
 	if pc := cfg.Penalties; pc.Enabled {
 		s.Penalty = &limiter.Penalty{

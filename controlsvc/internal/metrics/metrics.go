@@ -15,6 +15,7 @@ const (
 	Degraded = "degraded"
 	Exempt   = "exempt"
 	LogOnly  = "log_only"
+	Disabled = "disabled" // enabled = false: admitted uncounted
 )
 
 // Metrics holds every collector.
@@ -46,7 +47,7 @@ func New(pool func() *redis.PoolStats) *Metrics {
 		Registry: reg,
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_decisions_total",
-			Help: "Rate-limit decisions by result (allowed, denied, degraded, exempt, log_only), tier and deciding rule.",
+			Help: "Rate-limit decisions by result (allowed, denied, degraded, exempt, log_only, disabled), tier and deciding rule.",
 		}, []string{"result", "tier", "rule"}),
 		CheckDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_check_duration_seconds",

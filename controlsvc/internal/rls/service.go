@@ -104,7 +104,10 @@ type Settings struct {
 	// FailOpen answers OK when Redis fails; otherwise Unavailable.
 	FailOpen bool
 	Headers  wire.HeaderSet
-	// Shadow answers nothing OVER_LIMIT (enabled = false): everything is
+	// Disabled answers every descriptor OK without counting (enabled =
+	// false).
+	Disabled bool
+	// Shadow answers nothing OVER_LIMIT (shadow_mode): everything is
 	// counted, and refusals are reported only in metrics.
 	Shadow bool
 }
@@ -152,6 +155,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if err != nil {
 		return nil, err
 	}
+	if set.Disabled {
+		return disabledAnswer(req), nil
+	}
 	var resp *rlspb.RateLimitResponse
 	if req.Domain == TollgateDomain {
 		resp, err = s.tollgate(ctx, req, entries, hits, trust, set)
@@ -165,6 +171,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// disabledAnswer admits every descriptor, counting nothing (enabled =
+// false).
+func disabledAnswer(req *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	}
+	return resp
 }
 
 // Tap refuses a call without the decision token (when tokens are set)
