@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
@@ -49,5 +51,39 @@ headers = {x-tollgate-why = "reports", content-type = "application/vnd.busy+json
 	}
 	if res := get(t, gw, "/api/v1/items", other...); res.status != 429 {
 		t.Fatalf("tier refusal: %d %s", res.status, res.body)
+	}
+}
+
+// Through the gateway, a daily quota in a time zone refuses past its limit
+// (leases on) and names the zone's next midnight as its reset.
+func TestDailyQuotaThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, controlConfig+`
+[[rules]]
+id = "daily"
+path = "/api/v1/reports"
+scope = "ip"
+algorithm = "fixed_window"
+limit = 2
+period = "day"
+time_zone = "America/Sao_Paulo"
+`)
+	up := newUpstream(t)
+	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":500,"lease":{"request":5}}`)
+	ip := []string{"X-Forwarded-For", "203.0.113.90"}
+	for i := range 2 { // under the free tier's 3 a minute
+		if res := get(t, gw, "/api/v1/reports", ip...); res.status != 200 {
+			t.Fatalf("request %d: %d %s", i, res.status, res.body)
+		}
+	}
+	res := get(t, gw, "/api/v1/reports", ip...)
+	zone, err := time.LoadLocation("America/Sao_Paulo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := time.Now().In(zone)
+	midnight := time.Date(n.Year(), n.Month(), n.Day()+1, 0, 0, 0, 0, zone)
+	if res.status != 429 || res.header.Get("X-RateLimit-Reset") != strconv.FormatInt(midnight.Unix(), 10) {
+		t.Fatalf("over the daily quota: %d reset %s (want %d) %s", res.status, res.header.Get("X-RateLimit-Reset"), midnight.Unix(), res.body)
 	}
 }

@@ -60,6 +60,46 @@ const (
 	ActionThrottle Action = "throttle"
 )
 
+// Period is a calendar period a rule may count instead of a window.
+type Period string
+
+// Periods.
+const (
+	PeriodDay   Period = "day"
+	PeriodMonth Period = "month"
+)
+
+var tzChars = ascii.NewSet("A-Za-z0-9_+/-")
+
+// validatePeriod checks the window or the calendar period. Whether the time
+// zone exists is the service's to check (it loads it; the filter never
+// does).
+func (r *Rule) validatePeriod() error {
+	switch r.Period {
+	case "":
+		if r.TimeZone != "" {
+			return fielderr.New("time_zone", "is only read with a period")
+		}
+		if r.WindowSeconds < MinWindowSeconds || r.WindowSeconds > MaxWindowSeconds {
+			return fielderr.New("window_seconds", "%d must be in %d..%d", r.WindowSeconds, MinWindowSeconds, MaxWindowSeconds)
+		}
+		return nil
+	case PeriodDay, PeriodMonth:
+	default:
+		return fielderr.New("period", "%q must be %q or %q", r.Period, PeriodDay, PeriodMonth)
+	}
+	if r.WindowSeconds != 0 {
+		return fielderr.New("window_seconds", "is given beside period %q: a rule counts one or the other", r.Period)
+	}
+	if r.Algorithm != FixedWindow {
+		return fielderr.New("algorithm", "%q: a calendar period is counted as a fixed window (algorithm fixed_window)", r.Algorithm)
+	}
+	if r.TimeZone != "" && !tzChars.Match(r.TimeZone, 1, 64) {
+		return fielderr.New("time_zone", "%q is not an IANA time zone name", r.TimeZone)
+	}
+	return nil
+}
+
 // Window bounds, in seconds: a second to an hour.
 const (
 	MinWindowSeconds = 1
@@ -99,6 +139,11 @@ type Rule struct {
 	Enabled *bool `json:"enabled,omitempty" toml:"enabled"`
 	// PerEndpoint counts each path separately instead of across the rule.
 	PerEndpoint bool `json:"per_endpoint,omitempty" toml:"per_endpoint"`
+	// Period counts a calendar day or month (fixed_window, aligned to the
+	// period's start in TimeZone, an IANA name; default UTC) instead of
+	// WindowSeconds.
+	Period   Period `json:"period,omitempty" toml:"period"`
+	TimeZone string `json:"time_zone,omitempty" toml:"time_zone"`
 	// Response is the rule's own answer to what it refuses (nil: the
 	// standard 429 with the RATE_LIMIT_EXCEEDED envelope).
 	Response *Response `json:"response,omitempty" toml:"response"`
@@ -232,8 +277,8 @@ func (r *Rule) ValidateAs(n Names) error {
 	if r.Limit <= 0 || r.Limit > MaxQuantity {
 		return bad("limit", "%d must be in 1..%d", r.Limit, MaxQuantity)
 	}
-	if r.WindowSeconds < MinWindowSeconds || r.WindowSeconds > MaxWindowSeconds {
-		return bad("window_seconds", "%d must be in %d..%d", r.WindowSeconds, MinWindowSeconds, MaxWindowSeconds)
+	if err := r.validatePeriod(); err != nil {
+		return err
 	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)

@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	// Calendar quotas name IANA time zones; the image has no zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"

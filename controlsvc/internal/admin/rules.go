@@ -37,6 +37,10 @@ type RuleBody struct {
 	Cost            *int64   `json:"cost"`
 	Action          *string  `json:"action"`
 	PerEndpoint     *bool    `json:"per_endpoint"`
+	// Period ("day", "month"; "" removes it) and TimeZone (IANA; "" is
+	// UTC) count a calendar period instead of window_seconds.
+	Period   *string `json:"period"`
+	TimeZone *string `json:"time_zone"`
 	// Response is the rule's own refusal: an object sets it, null removes
 	// it, absent keeps it.
 	Response json.RawMessage `json:"response"`
@@ -61,6 +65,8 @@ type RuleView struct {
 	Cost            int64           `json:"cost,omitempty"`
 	Action          string          `json:"action"`
 	PerEndpoint     bool            `json:"per_endpoint"`
+	Period          string          `json:"period,omitempty"`
+	TimeZone        string          `json:"time_zone,omitempty"`
 	Response        *rules.Response `json:"response,omitempty"`
 	ReadOnly        bool            `json:"read_only"`
 	CreatedAt       *time.Time      `json:"created_at,omitempty"`
@@ -138,7 +144,7 @@ func (s *Service) Rule(ctx context.Context, id string) (RuleView, error) {
 // CreateRule adds a rule. An invalid rule is refused with its field named and
 // changes nothing.
 func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, error) {
-	for field, missing := range map[string]bool{"endpoint_pattern": body.EndpointPattern == nil, "limit": body.Limit == nil, "window_seconds": body.WindowSeconds == nil} {
+	for field, missing := range map[string]bool{"endpoint_pattern": body.EndpointPattern == nil, "limit": body.Limit == nil, "window_seconds": body.WindowSeconds == nil && body.Period == nil} {
 		if missing {
 			return RuleView{}, apierr.Invalid(field, "is required")
 		}
@@ -146,6 +152,9 @@ func (s *Service) CreateRule(ctx context.Context, body *RuleBody) (RuleView, err
 	p := s.live()
 	now := s.now().UTC().Truncate(time.Second)
 	r := ruleset.Rule{Rule: rules.Rule{Scope: rules.ScopeIdentity, Algorithm: p.DefaultAlgorithm()}, CreatedAt: now, UpdatedAt: now}
+	if body.Period != nil && body.Algorithm == nil {
+		r.Algorithm = rules.FixedWindow // a calendar period is a fixed window
+	}
 	if aerr := apply(&r, body, p); aerr != nil {
 		return RuleView{}, aerr
 	}
@@ -325,6 +334,13 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 		r.Action = rules.Action(*b.Action)
 	}
 	set(&r.PerEndpoint, b.PerEndpoint)
+	if b.Period != nil {
+		r.Period = rules.Period(*b.Period)
+		if r.Period != "" && b.WindowSeconds == nil {
+			r.WindowSeconds = 0 // a period replaces the window
+		}
+	}
+	set(&r.TimeZone, b.TimeZone)
 	if b.Response != nil {
 		r.Response = nil
 		if string(b.Response) != "null" {
@@ -397,7 +413,7 @@ func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
 		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost,
-		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Response: r.Response, ReadOnly: !runtimeID(r.ID),
+		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Period: string(r.Period), TimeZone: r.TimeZone, Response: r.Response, ReadOnly: !runtimeID(r.ID),
 	}
 	if v.Action == "" {
 		v.Action = string(rules.ActionReject)

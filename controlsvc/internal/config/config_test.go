@@ -120,6 +120,12 @@ func TestInvalidNamesTheField(t *testing.T) {
 		want       string
 	}{
 		{"bad failure mode", `failure_mode = "maybe"`, nil, "failure_mode:"},
+		{"period of a week", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"week\"", nil, "rules[0].period:"},
+		{"period beside a window", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\nwindow_seconds = 60", nil, "rules[0].window_seconds:"},
+		{"period with a token bucket", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"token_bucket\"\nperiod = \"month\"", nil, "rules[0].algorithm:"},
+		{"unknown time zone", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\ntime_zone = \"Mars/Olympus_Mons\"", nil, "rules[0].time_zone:"},
+		{"time zone path", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\ntime_zone = \"../../etc/passwd\"", nil, "rules[0].time_zone:"},
+		{"time zone without a period", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nwindow_seconds = 60\ntime_zone = \"UTC\"", nil, "rules[0].time_zone:"},
 		{"jitter above 1", "retry_after_jitter = 1.5", nil, "retry_after_jitter:"},
 		{"negative jitter", "", map[string]string{"TOLLGATE_RETRY_AFTER_JITTER": "-0.1"}, "retry_after_jitter"},
 		{"in memory with replicas", "redis_enabled = false\nreplicas = 2", nil, "replicas: is 2, but redis_enabled = false"},

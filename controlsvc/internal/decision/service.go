@@ -253,8 +253,10 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 		matched = p.Match(buf[:0], t.rulesRequest())
 	}
 	out := make([]applied, len(matched))
+	now := s.now()
 	for i, r := range matched {
-		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint}}
+		r, origin := inPeriod(r, now)
+		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint, Origin: origin}}
 	}
 	return out
 }
@@ -564,8 +566,14 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 		// client that comes back at Reset must not be refused, and counted
 		// as another violation.
 		resp.ResetAt = max(resp.ResetAt, ceilUnix(now.Add(decider.res.RetryAfter)))
+
 	case logOnly:
 		result = metrics.LogOnly
+	}
+	if o := decider.req.Origin; o > 0 {
+		// A calendar period resets at its end, to the second: what the
+		// clocks' difference would round past it is not a wait.
+		resp.ResetAt = o/1000 + decider.req.Rule.WindowSeconds
 	}
 	// decide gave every rule the same grant.
 	if g := rs[0].res.Granted; g > 0 && !denied && !logOnly {

@@ -67,6 +67,10 @@ type Request struct {
 	WarmLeaseOnly bool
 	// Penalty is nil when progressive penalties are off.
 	Penalty *Penalty
+	// Origin is the start of a calendar period (Unix ms; 0: none): the
+	// rule's window is then that period's length, counted from Origin
+	// (fixed_window only), in a counter of its own.
+	Origin int64
 }
 
 // Key is the request's counter. The counter of a limit a check names itself
@@ -78,8 +82,13 @@ func (r *Request) Key() string {
 		ep = r.Endpoint
 	}
 	window := r.Rule.WindowSeconds
-	if r.Rule.ID == rules.IDRequest {
+	switch {
+	case r.Rule.ID == rules.IDRequest:
 		window = 0
+	case r.Origin > 0:
+		// One counter per period, named for its start: a day's length
+		// varies with daylight saving, a month's with the month.
+		window = r.Origin / 1000
 	}
 	return keys.Counter(r.Owner, r.Rule.ID, ep, string(r.Rule.Algorithm), window)
 }
@@ -276,6 +285,12 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 		ks = []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)}
 	} else {
 		ks = []string{r.Key()}
+	}
+	if r.Origin > 0 {
+		if r.Penalty == nil {
+			args = append(args, "0", 0, 0, "")
+		}
+		args = append(args, r.Origin) // ARGV[13]
 	}
 	return s, ks, args, nil
 }

@@ -98,6 +98,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: full}
 	}
 	start := now.Truncate(window)
+	if r.Origin > 0 {
+		start = time.UnixMilli(r.Origin) // a calendar period's start
+	}
 	if !c.stamp.Equal(start) {
 		c.prev = 0
 		if c.stamp.Equal(start.Add(-window)) {

@@ -189,6 +189,15 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 			}
 			return err
 		}
+		if r.Period != "" {
+			if _, err := Zone(r.TimeZone); err != nil {
+				fe := fielderr.New("time_zone", "%q is not a time zone this service knows", r.TimeZone)
+				if i < n.fileRules {
+					return fe.In(fmt.Sprintf("rules[%d]", i))
+				}
+				return fe
+			}
+		}
 		// An empty path matches every path: the file may say so by leaving
 		// it out, the admin API must say "/**" (an empty endpoint_pattern
 		// sent by mistake would otherwise cover the whole API).

@@ -1,7 +1,12 @@
 -- Fixed window: a counter per window index. State: the window index, the
 -- count, and the tokens leased in this window (the most that may be given back).
+-- ARGV[13], when sent, is a calendar period's start (ms): the window is that
+-- period, index 0 from its start (a request a moment before it, by the
+-- service's clock against Redis's, counts in it too).
+local origin = tonumber(ARGV[13] or '0')
 local function decide()
   local idx = math.floor(now / window)
+  if origin > 0 then idx = math.max(0, math.floor((now - origin) / window)) end
   local w, c, lg = load('<ddd', 'w', 'c', 'lg')
   c, lg = c or 0, lg or 0
   if w == nil or idx > w then
@@ -14,7 +19,7 @@ local function decide()
     credited = r
     c, lg = c - r, lg - r
   end
-  local reset = math.max(1, math.ceil((idx + 1) * window - now))
+  local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
   local allowed, granted, retry = 0, 0, 0
   if c + cost <= limit then
     allowed = 1
