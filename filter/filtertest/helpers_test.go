@@ -88,6 +88,7 @@ type req struct {
 	headers      wasmhost.Headers
 	source       string
 	vm           int
+	body         bool // a body follows the headers (end_of_stream false)
 }
 
 // start runs request headers; it returns the stream and the action.
@@ -108,7 +109,7 @@ func (e *env) start(r req) (*wasmhost.Stream, wasmhost.Action) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	act, err := s.OnRequestHeaders(context.Background(), true)
+	act, err := s.OnRequestHeaders(context.Background(), !r.body)
 	if err != nil {
 		e.t.Fatalf("request headers: %v (logs %v)", err, vm.Logs())
 	}

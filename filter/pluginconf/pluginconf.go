@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,6 +63,10 @@ type Config struct {
 	APIKeyHeader string  `json:"api_key_header"`
 	JWT          *JWT    `json:"jwt,omitempty"`
 	Headers      Headers `json:"headers"`
+	// CostHeaders are the request headers whose values the filter sends
+	// with each check (lower-case names, at most 8): a rule's cost_from
+	// request_header:<name> reads its cost from one.
+	CostHeaders []string `json:"cost_headers,omitempty"`
 	// ExcludedPaths (globs) pass without rate limiting.
 	ExcludedPaths []string `json:"excluded_paths"`
 	// MethodOverride says what the filter does with a method override
@@ -314,6 +319,18 @@ func (c *Config) validateCallers() *fielderr.Error {
 	if !headerChars.Match(c.APIKeyHeader, 1, 64) || strings.HasPrefix(c.APIKeyHeader, "x-tollgate-") {
 		return fielderr.New("api_key_header", "%q must be a lower-case header name outside x-tollgate-*", c.APIKeyHeader)
 	}
+	if len(c.CostHeaders) > MaxCostHeaders {
+		return fielderr.New("cost_headers", "at most %d headers", MaxCostHeaders)
+	}
+	for i, h := range c.CostHeaders {
+		field := "cost_headers[" + strconv.Itoa(i) + "]"
+		switch {
+		case !headerChars.Match(h, 1, 64) || h != strings.ToLower(h):
+			return fielderr.New(field, "%q must be a lower-case header name", h)
+		case slices.Contains(c.CostHeaders[:i], h):
+			return fielderr.New(field, "%q is listed twice", h)
+		}
+	}
 	for i, p := range c.ExcludedPaths {
 		if err := rules.ValidateGlob(p); err != nil {
 			return fielderr.At("excluded_paths["+strconv.Itoa(i)+"]", err)
@@ -321,6 +338,9 @@ func (c *Config) validateCallers() *fielderr.Error {
 	}
 	return nil
 }
+
+// MaxCostHeaders bounds cost_headers (the service takes as many).
+const MaxCostHeaders = 8
 
 // between is the error of a setting outside lo..hi, or nil.
 func between[T ~int | ~int64 | ~uint32](field string, v, lo, hi T) *fielderr.Error {

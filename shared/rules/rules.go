@@ -131,7 +131,11 @@ type Rule struct {
 	WindowSeconds int64     `json:"window_seconds" toml:"window_seconds"`
 	Burst         int64     `json:"burst,omitempty" toml:"burst"`
 	// Cost is what one request spends (0 means 1).
-	Cost   int64  `json:"cost,omitempty" toml:"cost"`
+	Cost int64 `json:"cost,omitempty" toml:"cost"`
+	// CostFrom takes each request's cost from the request instead:
+	// "request_header:<name>" (an integer header; absent: Cost) or
+	// "request_body_bytes" (the body's size). See CostSource.
+	CostFrom string `json:"cost_from,omitempty" toml:"cost_from"`
 	Action Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
@@ -278,6 +282,9 @@ func (r *Rule) ValidateAs(n Names) error {
 		return bad("limit", "%d must be in 1..%d", r.Limit, MaxQuantity)
 	}
 	if err := r.validatePeriod(); err != nil {
+		return err
+	}
+	if _, _, err := ParseCostFrom(r.CostFrom); err != nil {
 		return err
 	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {

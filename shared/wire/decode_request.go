@@ -17,7 +17,7 @@ func DecodeCheckRequest(b []byte, r *CheckRequest) error {
 
 // requestFields are the check's keys, in the order of their seen bits.
 var requestFields = [...]string{"user_id", "endpoint", "method", "strategy", "limit", "window_seconds", "tier", "tenant",
-	"api_key", "cost", "lease", "returned", "spent", "client_address", "method_override"}
+	"api_key", "cost", "lease", "returned", "spent", "client_address", "method_override", "body_bytes", "cost_headers"}
 
 func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 	i := 0
@@ -59,6 +59,28 @@ func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 		return p.str(&r.ClientAddress)
 	case string(key) == "method_override":
 		return p.str(&r.MethodOverride)
+	case string(key) == "body_bytes":
+		return p.optionalInteger(&r.BodyBytes)
+	case string(key) == "cost_headers":
+		if p.null() {
+			r.CostHeaders = nil
+			return nil
+		}
+		if r.CostHeaders == nil {
+			r.CostHeaders = map[string]string{}
+		}
+		return p.object(func(name []byte) error {
+			n := string(name)
+			if _, repeated := r.CostHeaders[n]; repeated || p.null() {
+				return ErrSyntax // strict: a name once, a string value
+			}
+			var v string
+			if err := p.str(&v); err != nil {
+				return err
+			}
+			r.CostHeaders[n] = v
+			return nil
+		})
 	}
 	return ErrSyntax
 }

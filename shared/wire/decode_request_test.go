@@ -45,6 +45,9 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add(sampleCheck)
 	f.Add([]byte(`{"limit":null,"Limit":7,"window_seconds":-0,"x":[{}]}`))
 	f.Add([]byte(`{"user_id":"user:a","client_address":"192.0.2.1"}`))
+	f.Add([]byte(`{"user_id":"u","body_bytes":1024,"cost_headers":{"x-tokens":"250","x-b":"\u0041"}}`))
+	f.Add([]byte(`{"cost_headers":{"a":"1","a":"2"}}`))
+	f.Add([]byte(`{"cost_headers":null,"body_bytes":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckRequest
 		if DecodeCheckRequest(b, &mine) != nil {

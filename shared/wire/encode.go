@@ -63,19 +63,7 @@ func AppendRefusal(b []byte, r *rules.Response) []byte {
 		sep = ","
 	}
 	if len(r.Headers) > 0 {
-		b = append(b, sep+`"headers":{`...)
-		names := make([]string, 0, len(r.Headers))
-		for k := range r.Headers {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for i, k := range names {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(append(appendString(b, k), ':'), r.Headers[k])
-		}
-		b = append(b, '}')
+		b = appendStringMap(append(b, sep+`"headers":`...), r.Headers)
 	}
 	return append(b, '}')
 }
@@ -171,6 +159,29 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)
+	if r.BodyBytes != nil {
+		b = appendInt(b, `,"body_bytes":`, *r.BodyBytes)
+	}
+	if len(r.CostHeaders) > 0 {
+		b = appendStringMap(append(b, `,"cost_headers":`...), r.CostHeaders)
+	}
+	return append(b, '}')
+}
+
+// appendStringMap writes m as encoding/json does: keys sorted.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	b = append(b, '{')
+	for i, k := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(append(appendString(b, k), ':'), m[k])
+	}
 	return append(b, '}')
 }
 

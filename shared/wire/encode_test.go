@@ -63,6 +63,8 @@ func FuzzAppendCheckRequest(f *testing.F) {
 			Cost: cost, Lease: lease, Returned: returned, Spent: returned ^ lease, ClientAddress: address, MethodOverride: strategy + method}
 		if hasLimit {
 			r.Limit, r.WindowSeconds = &limit, &cost
+			r.BodyBytes = &lease
+			r.CostHeaders = map[string]string{tier: tenant, key: address}
 		}
 		want, err := json.Marshal(&r)
 		if err != nil {

@@ -52,6 +52,14 @@ type CheckRequest struct {
 	// (X-HTTP-Method-Override...) names, where the upstream may honour it:
 	// rules on either method count the request.
 	MethodOverride string `json:"method_override,omitempty"`
+	// BodyBytes is the request body's size (its Content-Length, 0 without a
+	// body; nil when unknown, a chunked body): what a rule's cost_from
+	// request_body_bytes spends.
+	BodyBytes *int64 `json:"body_bytes,omitempty"`
+	// CostHeaders are the values of the request headers the filter is
+	// configured to send (cost_headers), by lower-case name: what a rule's
+	// cost_from request_header:<name> spends.
+	CostHeaders map[string]string `json:"cost_headers,omitempty"`
 }
 
 // Lease is the part of a decision the filter may spend locally.

@@ -35,6 +35,7 @@ type RuleBody struct {
 	Methods         []string `json:"methods"`
 	Burst           *int64   `json:"burst"`
 	Cost            *int64   `json:"cost"`
+	CostFrom        *string  `json:"cost_from"`
 	Action          *string  `json:"action"`
 	PerEndpoint     *bool    `json:"per_endpoint"`
 	// Period ("day", "month"; "" removes it) and TimeZone (IANA; "" is
@@ -63,6 +64,7 @@ type RuleView struct {
 	Methods         []string        `json:"methods,omitempty"`
 	Burst           int64           `json:"burst,omitempty"`
 	Cost            int64           `json:"cost,omitempty"`
+	CostFrom        string          `json:"cost_from,omitempty"`
 	Action          string          `json:"action"`
 	PerEndpoint     bool            `json:"per_endpoint"`
 	Period          string          `json:"period,omitempty"`
@@ -330,6 +332,7 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 	}
 	set(&r.Burst, b.Burst)
 	set(&r.Cost, b.Cost)
+	set(&r.CostFrom, b.CostFrom)
 	if b.Action != nil {
 		r.Action = rules.Action(*b.Action)
 	}
@@ -412,7 +415,7 @@ func (s *Service) unavailable(op string, err error) error {
 func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
-		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost,
+		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost, CostFrom: r.CostFrom,
 		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Period: string(r.Period), TimeZone: r.TimeZone, Response: r.Response, ReadOnly: !runtimeID(r.ID),
 	}
 	if v.Action == "" {

@@ -744,3 +744,74 @@ headers = {x-why = "quota"}
 		t.Fatalf("shadow mode: %+v", r)
 	}
 }
+
+// A rule's cost_from takes each request's cost from the request: a header's
+// integer or the body's size, never less than 1, never a lease (each such
+// request is counted here), and bad or unknown values refused with their
+// field named before anything is spent.
+func TestCostFromTheRequest(t *testing.T) {
+	const toml = `
+[[rules]]
+id = "tokens"
+path = "/llm/*"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 100
+window_seconds = 60
+cost_from = "request_header:x-tokens"
+[[rules]]
+id = "upload"
+path = "/upload"
+scope = "identity"
+algorithm = "fixed_window"
+limit = 1000
+window_seconds = 60
+cost_from = "request_body_bytes"
+`
+	f := newFixture(t, toml, nil)
+	llm := func(h map[string]string) wire.CheckRequest {
+		return wire.CheckRequest{UserID: "u", Endpoint: "/llm/chat", CostHeaders: h, Lease: 10}
+	}
+	for _, step := range []struct {
+		headers   map[string]string
+		allowed   bool
+		remaining int64
+	}{
+		{map[string]string{"x-tokens": "40"}, true, 60},
+		{map[string]string{"x-tokens": "0"}, true, 59}, // never free
+		{nil, true, 58},                                // absent: the rule's cost, 1
+		{map[string]string{"x-tokens": "70"}, false, 58},
+		{map[string]string{"x-tokens": "58"}, true, 0},
+	} {
+		r, err := f.check(t, llm(step.headers))
+		if err != nil || r.Allowed != step.allowed || r.Remaining != step.remaining || r.Lease.Granted != 0 {
+			t.Fatalf("%v: %+v %v; want allowed %v, %d left, no lease", step.headers, r, err, step.allowed, step.remaining)
+		}
+	}
+	for _, bad := range []struct {
+		req   wire.CheckRequest
+		field string
+	}{
+		{llm(map[string]string{"x-tokens": "12abc"}), `cost_headers["x-tokens"]`},
+		{llm(map[string]string{"x-tokens": "-5"}), `cost_headers["x-tokens"]`},
+		{llm(map[string]string{"x-tokens": "101"}), "cost"},
+		{wire.CheckRequest{UserID: "u", Endpoint: "/upload"}, "body_bytes"},
+		{wire.CheckRequest{UserID: "u", Endpoint: "/upload", BodyBytes: ptr(int64(-1))}, "body_bytes"},
+		{wire.CheckRequest{UserID: "u", Endpoint: "/upload", BodyBytes: ptr(int64(5000))}, "cost"},
+		{wire.CheckRequest{UserID: "u", Endpoint: "/x", CostHeaders: map[string]string{"a": "", "b": "", "c": "", "d": "", "e": "", "f": "", "g": "", "h": "", "i": ""}}, "cost_headers"},
+	} {
+		_, err := f.check(t, bad.req)
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || ae.Details["field"] != bad.field {
+			t.Errorf("%+v: %v; want a refusal naming %s", bad.req, err, bad.field)
+		}
+	}
+	if r, err := f.check(t, wire.CheckRequest{UserID: "u", Endpoint: "/upload", BodyBytes: ptr(int64(600))}); err != nil || !r.Allowed || r.Remaining != 400 {
+		t.Fatalf("600 bytes: %+v %v", r, err)
+	}
+	if r, _ := f.check(t, wire.CheckRequest{UserID: "u", Endpoint: "/upload", BodyBytes: ptr(int64(500))}); r.Allowed {
+		t.Fatalf("500 bytes more admitted past 1000: %+v", r)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
@@ -86,6 +87,48 @@ type caller struct {
 	// refused: the request is answered with its key's refusal whatever the
 	// rules say, so it is counted but never recorded as admitted usage.
 	refused bool
+	// What rules with a cost_from read: the body's size (nil: unknown) and
+	// the cost headers the filter sent.
+	bodyBytes   *int64
+	costHeaders map[string]string
+}
+
+// maxCostHeaders bounds the cost headers a check may carry.
+const maxCostHeaders = 8
+
+// ruleCost is what this request spends from rule r's counter: the rule's
+// cost_from read from the request, or the check's cost times the rule's.
+// A value from the request is never below 1: a client choosing 0 or
+// leaving the header out gets no free request.
+func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
+	src, name, _ := rules.ParseCostFrom(r.CostFrom) // validated with the policy
+	var n int64
+	switch src {
+	case rules.CostRequestHeader:
+		v, ok := c.costHeaders[name]
+		if !ok {
+			return c.cost * r.EffectiveCost(), nil
+		}
+		var err error
+		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 || n > rules.MaxQuantity {
+			return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%q is not a whole number of 0 or more (rule %s takes its cost from it)", truncate(v, 32), r.ID))
+		}
+	case rules.CostBodyBytes:
+		if c.bodyBytes == nil {
+			return 0, apierr.Invalid("body_bytes", "is unknown (a chunked body): rule "+r.ID+" counts the body's bytes; send Content-Length")
+		}
+		n = *c.bodyBytes
+	default:
+		return c.cost * r.EffectiveCost(), nil
+	}
+	return max(n, 1), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // target validates a subject. An untrusted caller is refused any field only
@@ -200,6 +243,13 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		c.lease = 0
 	}
 	c.returned, c.spent = req.Returned, req.Spent
+	if req.BodyBytes != nil && (*req.BodyBytes < 0 || *req.BodyBytes > rules.MaxQuantity) {
+		return nil, apierr.Invalid("body_bytes", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
+	}
+	if len(req.CostHeaders) > maxCostHeaders {
+		return nil, apierr.Invalid("cost_headers", fmt.Sprintf("at most %d headers", maxCostHeaders))
+	}
+	c.bodyBytes, c.costHeaders = req.BodyBytes, req.CostHeaders
 	r, aerr := p.ownLimit(req.Strategy, req.Limit, req.WindowSeconds)
 	if aerr != nil {
 		return nil, aerr

@@ -326,12 +326,32 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// but an empty answer must still be a decision.
 		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
+	var costs [8]int64
+	metered := false // a rule takes its cost from the request
 	for i := range rs {
 		// Refuse before anything is spent: a rejected request touches
 		// nothing. Compared by division: the product of a request's cost
 		// and a rule's (up to 2^53) would overflow.
-		if r := rs[i].req.Rule; c.cost > r.Capacity()/r.EffectiveCost() {
+		r := rs[i].req.Rule
+		if r.CostFrom != "" {
+			metered = true
+			n, aerr := c.ruleCost(r)
+			if aerr != nil {
+				return wire.CheckResponse{}, aerr
+			}
+			if n > r.Capacity() {
+				return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d, from the request, is more than rule %s can ever allow (%d)", n, r.ID, r.Capacity()))
+			}
+			if i < len(costs) {
+				costs[i] = n
+			}
+			continue
+		}
+		if c.cost > r.Capacity()/r.EffectiveCost() {
 			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d (times the rule's cost %d) is more than rule %s can ever allow (%d)", c.cost, r.EffectiveCost(), r.ID, r.Capacity()))
+		}
+		if i < len(costs) {
+			costs[i] = c.cost * r.EffectiveCost()
 		}
 	}
 	// A lease is one bucket of the filter's, spent only on requests every
@@ -340,11 +360,19 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	// least (every grant, when the request is refused) is given back at
 	// once. So the filter never spends a token some counter did not take.
 	want := c.lease
+	if metered {
+		// Leased tokens are spent one a request: a request whose cost the
+		// request says must come here each time.
+		want = 0
+	}
 	throttled, degraded := false, false
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
 		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
+		if i < len(costs) {
+			lr.Cost = costs[i]
+		}
 		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
 		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty

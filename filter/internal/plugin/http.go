@@ -56,6 +56,11 @@ type httpContext struct {
 	// report can be matched with the proxy's logs.
 	requestID string
 
+	// What rules with a cost_from read, sent with the check: the body's
+	// size (nil: unknown, a chunked body) and the configured cost headers.
+	bodyBytes   *int64
+	costHeaders map[string]string
+
 	verdict    verdict // for the response headers, when hasVerdict
 	hasVerdict bool
 	localReply bool
@@ -69,7 +74,7 @@ func (h *httpContext) now() time.Time { return time.Now() }
 // OnHttpRequestHeaders decides the request: from the lease cache when it
 // can, else by a callout to the control service (the request pauses until
 // onCheckResponse).
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	p := h.p
 	rq, err := h.readRequest()
 	if err != nil {
@@ -143,6 +148,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 			return act
 		}
 	}
+	h.meter(&rq, endOfStream)
 	return h.callOut(rq.method, override, path, returned, spent, now)
 }
 
@@ -213,6 +219,21 @@ type request struct {
 	overrides        int
 	overrideNames    [4]string
 	overrideConflict bool
+	// contentLength is the Content-Length header ("" when absent; the
+	// lengths joined with "," when repeated); cost holds the values of the
+	// configured cost headers, by their index (repeats joined with ",").
+	contentLength string
+	cost          [pluginconf.MaxCostHeaders]string
+	costSeen      [pluginconf.MaxCostHeaders]bool
+}
+
+// join keeps one header's values: a repeat is joined with ",", which no
+// number holds, so a service reading it as a number refuses it.
+func join(old string, seen bool, v string) string {
+	if !seen {
+		return v
+	}
+	return old + "," + v
 }
 
 // readRequest reads the request headers in one pass; the API key goes to
@@ -225,7 +246,13 @@ func (h *httpContext) readRequest() (request, error) {
 		return rq, err
 	}
 	apiKeyHeader := h.p.cfg.APIKeyHeader
+	costHeaders := h.p.cfg.CostHeaders
 	err = headermap.Walk(hm, func(k, v string) bool {
+		for i, name := range costHeaders {
+			if equalFold(k, name) {
+				rq.cost[i], rq.costSeen[i] = join(rq.cost[i], rq.costSeen[i], v), true
+			}
+		}
 		switch {
 		case headerHasPrefix(k, headerPrefix):
 			rq.forged++
@@ -248,6 +275,8 @@ func (h *httpContext) readRequest() (request, error) {
 			rq.xff = v
 		case equalFold(k, "x-real-ip"):
 			rq.realIP = v
+		case equalFold(k, "content-length"):
+			rq.contentLength = join(rq.contentLength, rq.contentLength != "", v)
 		case equalFold(k, "x-request-id"):
 			if ascii.Printable.Match(v, 1, maxRequestID) {
 				h.requestID = v
@@ -302,6 +331,33 @@ func (h *httpContext) spendLease(now time.Time) (returned, spent int64, act type
 	return returned, e.Spent, 0, false
 }
 
+// meter keeps what a rule's cost_from may read: the body's size (0 when the
+// headers end the request; Content-Length when it is one plain number;
+// unknown otherwise) and the configured cost headers present.
+func (h *httpContext) meter(rq *request, endOfStream bool) {
+	switch {
+	case endOfStream:
+		var zero int64
+		h.bodyBytes = &zero
+	case rq.contentLength != "" && len(rq.contentLength) <= 15:
+		if n, err := strconv.ParseInt(rq.contentLength, 10, 64); err == nil && n >= 0 && rq.contentLength[0] != '+' {
+			h.bodyBytes = &n
+		}
+	}
+	for i, name := range h.p.cfg.CostHeaders {
+		if rq.costSeen[i] {
+			if h.costHeaders == nil {
+				h.costHeaders = make(map[string]string, len(h.p.cfg.CostHeaders))
+			}
+			v := rq.cost[i]
+			if len(v) > 64 {
+				v = v[:64] // the service refuses it either way; bounded
+			}
+			h.costHeaders[name] = v
+		}
+	}
+}
+
 // callOut asks the control service and pauses the request until
 // onCheckResponse (or applies the failure mode when it cannot ask).
 func (h *httpContext) callOut(method, override, path string, returned, spent int64, now time.Time) types.Action {
@@ -316,6 +372,7 @@ func (h *httpContext) callOut(method, override, path string, returned, spent int
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, Spent: spent, ClientAddress: address, MethodOverride: override,
+		BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
 	})
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
