@@ -136,7 +136,7 @@ type Rule struct {
 	// "request_header:<name>" (an integer header; absent: Cost) or
 	// "request_body_bytes" (the body's size). See CostSource.
 	CostFrom string `json:"cost_from,omitempty" toml:"cost_from"`
-	Action Action `json:"action,omitempty" toml:"action"`
+	Action   Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
 	// Enabled defaults to true when absent.

@@ -779,7 +779,7 @@ cost_from = "request_body_bytes"
 	}{
 		{map[string]string{"x-tokens": "40"}, true, 60},
 		{map[string]string{"x-tokens": "0"}, true, 59}, // never free
-		{nil, true, 58},                                // absent: the rule's cost, 1
+		{nil, true, 58}, // absent: the rule's cost, 1
 		{map[string]string{"x-tokens": "70"}, false, 58},
 		{map[string]string{"x-tokens": "58"}, true, 0},
 	} {
