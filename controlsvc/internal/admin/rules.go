@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -348,10 +347,13 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 		r.Response = nil
 		if string(b.Response) != "null" {
 			var resp rules.Response
-			d := json.NewDecoder(bytes.NewReader(b.Response))
-			d.DisallowUnknownFields()
-			if err := d.Decode(&resp); err != nil {
-				return apierr.Invalid("response", "must be an object of status, body and headers: "+err.Error())
+			// As strict as the body around it: no key in another case,
+			// none given twice, none unknown.
+			if err := wire.Decode(b.Response, &resp, true); err != nil {
+				if fe, ok := fielderr.As(err); ok {
+					return apierr.InvalidValue(fe.In("response").Field, fe.Reason)
+				}
+				return apierr.Invalid("response", err.Error())
 			}
 			r.Response = &resp
 		}

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,9 +150,10 @@ func TestShadowModeRefusesNothing(t *testing.T) {
 }
 
 // enabled = false turns rate limiting off: every check is admitted as
-// exempt and nothing reaches Redis; bad input is still refused.
+// exempt and nothing is counted; bad input is still refused, and API keys
+// are still required where they are (access control, not rate limiting).
 func TestDisabledCountsNothing(t *testing.T) {
-	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_ENABLED": "false"})
+	s := startService(t, "api_key_required_paths = [\"/secure/**\"]\n[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\n", map[string]string{"TOLLGATE_ENABLED": "false"})
 	for i := 0; i < 3; i++ {
 		r := s.check(map[string]any{"user_id": "u", "endpoint": "/x"})
 		m := r.json(t)
@@ -167,6 +169,21 @@ func TestDisabledCountsNothing(t *testing.T) {
 	}
 	if r := s.check(map[string]any{"user_id": "a\r\nb", "endpoint": "/x"}); r.status != 400 {
 		t.Fatalf("bad input with rate limiting off: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"", http.StatusUnauthorized}, {"ak_live_bogus", http.StatusBadRequest}, {"ak_live_" + strings.Repeat("x", 43), http.StatusUnauthorized}} {
+		body := map[string]any{"user_id": "ip:192.0.2.4", "endpoint": "/secure/x"}
+		if tc.key != "" {
+			body["api_key"] = tc.key
+		}
+		if r := s.check(body); r.status != tc.want {
+			t.Fatalf("key %q on a key-required path with rate limiting off: %d %s", tc.key, r.status, r.body)
+		}
+	}
+	if n := s.dbsize(); n != 0 {
+		t.Fatalf("%d keys in Redis after refused keys with rate limiting off", n)
 	}
 }
 

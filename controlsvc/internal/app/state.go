@@ -44,9 +44,14 @@ type state struct {
 	usage     usage.Store
 }
 
+// inMemoryCounters bounds the counters of a service without Redis: ten
+// times the outage limiter's, since these are all its counters (about 250
+// bytes each).
+const inMemoryCounters = 1_000_000
+
 func openState(cfg *config.Config, log *slog.Logger) (*state, error) {
 	if !cfg.RedisEnabled {
-		return &state{topology: "none (in memory)", counters: memlimit.Counters{L: memlimit.New(1, time.Now)},
+		return &state{topology: "none (in memory)", counters: memlimit.Counters{L: memlimit.NewSized(1, inMemoryCounters, time.Now)},
 			overrides: overrides.NewMemory(), ruleset: ruleset.NewMemory(), trail: audit.NewMemory(time.Now),
 			keys: apikeys.NewMemory(time.Now), replays: idempotency.NewMemory(time.Now), usage: usage.InMemory(time.Now)}, nil
 	}

@@ -37,7 +37,7 @@ type Setting struct {
 
 // Settings declares every single-valued setting.
 var Settings = []Setting{
-	boolean("enabled", true, "`false` turns rate limiting off: every check is admitted as exempt, nothing counted, Redis not asked (the filter stays in place)", func(c *Config) *bool { return &c.Enabled }),
+	boolean("enabled", true, "`false` turns rate limiting off: every check is admitted as exempt and nothing is counted (the filter stays in place); API keys are still checked where they are required, as access control", func(c *Config) *bool { return &c.Enabled }),
 	boolean("shadow_mode", false, "`true` counts and logs every check and refuses none: a denial is answered as a log-only pass (`log_only: true`, with the numbers that would have refused it; `x-tollgate-decision: log_only` upstream; `log_only` in the decisions metric)", func(c *Config) *bool { return &c.ShadowMode }),
 	text("listen", "127.0.0.1:8081", "HTTP address", func(c *Config) *string { return &c.Listen }, hostPort),
 	text("redis_url", "redis://127.0.0.1:6379/0", "`redis://` or `rediss://` (single), `redis-sentinel://h1:p1,h2:p2/0?master=NAME`, `redis-cluster://h1:p1,h2:p2`",

@@ -815,3 +815,19 @@ cost_from = "request_body_bytes"
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A violation keeps at most 256 bytes of the client's endpoint: a caller
+// refused at its limit cannot fill the trail with 8 KiB paths.
+func TestViolationEventsAreBounded(t *testing.T) {
+	f := newFixture(t, "", nil)
+	one, sixty := int64(1), int64(60)
+	long := "/" + strings.Repeat("p", 5000)
+	req := wire.CheckRequest{UserID: "u", Endpoint: long, Limit: &one, WindowSeconds: &sixty}
+	f.check(t, req)
+	if r, _ := f.check(t, req); r.Allowed {
+		t.Fatal("second check admitted")
+	}
+	if n := len(f.usage.events); n != 1 || len(f.usage.events[0].Endpoint) != 259 || !strings.HasSuffix(f.usage.events[0].Endpoint, "...") {
+		t.Fatalf("violation events %d, endpoint of %d bytes", n, len(f.usage.events[0].Endpoint))
+	}
+}

@@ -170,6 +170,7 @@ type memUsage struct {
 	mu         sync.Mutex
 	requests   map[string]int64
 	violations map[string]int
+	events     []audit.Event
 }
 
 func (u *memUsage) Record(id string, _ time.Time, n int64, v *audit.Event) {
@@ -181,6 +182,7 @@ func (u *memUsage) Record(id string, _ time.Time, n int64, v *audit.Event) {
 	u.requests[id] += n
 	if v != nil {
 		u.violations[id]++
+		u.events = append(u.events, *v)
 	}
 }
 

@@ -23,6 +23,18 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
+// maxTrailField bounds what a violation event keeps of a client-chosen
+// string.
+const maxTrailField = 256
+
+// clip cuts s to n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
 // Input bounds.
 const (
 	MaxCost     = 1_000_000
@@ -270,11 +282,6 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 	if aerr != nil {
 		return wire.CheckResponse{}, aerr
 	}
-	if p.Disabled {
-		// Rate limiting is off: admitted as exempt, nothing counted.
-		s.m.Decided(metrics.Disabled, c.tier, rules.IDExempt)
-		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier}, nil
-	}
 	if req.APIKey != "" {
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
 			var ae *apierr.Error
@@ -288,6 +295,13 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 		return s.refuseKey(ctx, p, c, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
 			"This endpoint requires an API key (X-API-Key header)"))
 	}
+	if p.Disabled {
+		// Rate limiting is off: admitted as exempt, nothing counted. API
+		// keys are access control, not rate limiting: they were checked
+		// above all the same.
+		s.m.Decided(metrics.Disabled, c.tier, rules.IDExempt)
+		return wire.CheckResponse{Allowed: true, RuleID: rules.IDExempt, Identity: c.name, Tier: c.tier}, nil
+	}
 	return s.decide(ctx, p, c)
 }
 
@@ -298,7 +312,7 @@ func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust
 // callout and a Redis lookup. Once the address is spent the answer is its
 // 429; until then, the key's refusal.
 func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *apierr.Error) (wire.CheckResponse, error) {
-	if c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value {
+	if p.Disabled || c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value {
 		return wire.CheckResponse{}, refusal
 	}
 	// The lease, its refund and its report belong to the key's bucket, not
@@ -472,8 +486,11 @@ func (s *Service) giveBack(ctx context.Context, r limiter.Request, n int64) {
 func (s *Service) record(c *caller, resp *wire.CheckResponse) {
 	now := s.now()
 	if !resp.Allowed {
+		// The endpoint is the client's choice, up to 8 KiB: the trail keeps
+		// its first 256 bytes, so that a caller refused at its limit cannot
+		// fill the trail's memory with long paths.
 		s.usage.Record(c.name, now, c.spent, &audit.Event{At: now, Type: audit.TypeViolation,
-			Identity: c.name, Endpoint: c.endpoint, RuleID: resp.RuleID})
+			Identity: clip(c.name, maxTrailField), Endpoint: clip(c.endpoint, maxTrailField), RuleID: resp.RuleID})
 		return
 	}
 	if !c.refused {

@@ -20,14 +20,23 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
-// MaxCounters bounds the counters kept; the least recently used goes first
-// (it restarts whole if it comes back: under-counting one caller, never
-// growing without bound under a flood of new callers).
+// MaxCounters bounds the counters kept by default. At the bound, a
+// counter that is whole again (its bucket refilled, its windows past) goes
+// first, found among the least recently used; only when none of those is
+// whole does the least recently used go, restarting whole if it comes back:
+// under-counting one caller rather than growing without bound under a flood
+// of new callers. A caller can therefore get a counter forgotten only by
+// making more than the bound of other live counters meanwhile.
 const MaxCounters = 100_000
+
+// evictScan is how many of the least recently used counters are looked at
+// for a whole one.
+const evictScan = 64
 
 // Limiter is the in-memory limiter; it is safe for concurrent use.
 type Limiter struct {
 	mu       sync.Mutex
+	max      int
 	replicas int64
 	now      func() time.Time
 	counters map[string]*list.Element
@@ -42,11 +51,18 @@ type counter struct {
 	tokens float64
 	stamp  time.Time
 	prev   float64
+	// wholeAt is when the counter holds nothing any more (a full bucket,
+	// windows past): forgetting it then loses nothing.
+	wholeAt time.Time
 }
 
-// New returns a limiter dividing every limit by replicas (at least 1).
-func New(replicas int64, now func() time.Time) *Limiter {
-	return &Limiter{replicas: max(replicas, 1), now: now, counters: map[string]*list.Element{}, lru: list.New()}
+// New returns a limiter dividing every limit by replicas (at least 1),
+// keeping at most MaxCounters counters.
+func New(replicas int64, now func() time.Time) *Limiter { return NewSized(replicas, MaxCounters, now) }
+
+// NewSized is New keeping at most n counters.
+func NewSized(replicas int64, n int, now func() time.Time) *Limiter {
+	return &Limiter{max: max(n, 1), replicas: max(replicas, 1), now: now, counters: map[string]*list.Element{}, lru: list.New()}
 }
 
 // SetReplicas changes the divisor (a configuration reload).
@@ -89,12 +105,14 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 		if c.tokens < cost || r.Peek && c.tokens < 1 {
 			wait := time.Duration((cost - c.tokens) / rate * float64(time.Second))
+			c.wholeAt = now.Add(full)
 			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
 		}
 		if !r.Peek {
 			c.tokens -= cost
 			full = time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 		}
+		c.wholeAt = now.Add(full)
 		return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: full}
 	}
 	start := now.Truncate(window)
@@ -110,6 +128,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	}
 	elapsed := now.Sub(start)
 	reset := window - elapsed
+	c.wholeAt = start.Add(2 * window) // the next window still weighs this one
 	// The sliding estimate: what the previous window spent, weighted by how
 	// much of it the sliding window still overlaps, plus this window's.
 	fading := 0.0
@@ -146,6 +165,7 @@ func (l *Limiter) Count(key string, hits, windowSeconds int64) limiter.HitCount 
 		c.tokens, c.stamp = 0, start
 	}
 	c.tokens += float64(max(hits, 0))
+	c.wholeAt = start.Add(window)
 	return limiter.HitCount{Count: int64(c.tokens), ResetSeconds: int64(math.Ceil(start.Add(window).Sub(now).Seconds()))}
 }
 
@@ -167,8 +187,14 @@ func (l *Limiter) get(key string, now time.Time) *counter {
 		l.lru.MoveToFront(e)
 		return e.Value.(*counter)
 	}
-	if len(l.counters) >= MaxCounters {
+	if len(l.counters) >= l.max {
 		old := l.lru.Back()
+		for e, i := old, 0; e != nil && i < evictScan; e, i = e.Prev(), i+1 {
+			if !e.Value.(*counter).wholeAt.After(now) {
+				old = e // whole again: forgetting it loses nothing
+				break
+			}
+		}
 		l.lru.Remove(old)
 		delete(l.counters, old.Value.(*counter).key)
 	}

@@ -129,3 +129,35 @@ func TestCountAndReset(t *testing.T) {
 		t.Fatal("refused after a reset")
 	}
 }
+
+// At the bound, a counter that is whole again goes before one still
+// holding a caller's spend, even a less recently used one: a flood of other
+// callers does not reset a caller who is out of quota while idle counters
+// remain to be forgotten.
+func TestEvictionKeepsLiveCounters(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	l := NewSized(1, 100, c.now)
+	victim := req(rules.FixedWindow, 1, 0, "victim")
+	victim.Rule.WindowSeconds = 3600
+	l.Do(victim)
+	// 60 callers in a 1 s window, long past by the flood: whole again.
+	for i := range 60 {
+		r := req(rules.FixedWindow, 5, 0, "old"+strconv.Itoa(i))
+		r.Rule.WindowSeconds = 1
+		l.Do(r)
+	}
+	c.t = c.t.Add(10 * time.Second)
+	// 90 new callers: the victim is the least recently used, but the whole
+	// ones make room.
+	for i := range 90 {
+		r := req(rules.FixedWindow, 5, 0, "new"+strconv.Itoa(i))
+		r.Rule.WindowSeconds = 3600
+		l.Do(r)
+	}
+	if l.Len() != 100 {
+		t.Fatalf("%d counters kept, want the bound", l.Len())
+	}
+	if l.Do(victim).Allowed {
+		t.Fatal("the victim's spent counter was forgotten while whole ones were kept")
+	}
+}
