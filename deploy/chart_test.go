@@ -14,8 +14,9 @@ import (
 	egv1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3" // the EnvoyFilter's typed_config
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3" // the ratelimit filter's typed_config
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3" // the gRPC cluster's protocol options
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	istioext "istio.io/api/extensions/v1alpha1"
@@ -62,7 +63,7 @@ var valueSets = map[string][]string{
 	"external redis":           {"--set", "redis.url=redis-sentinel://s1:26379\\,s2:26379/0?master=mymaster"},
 	"trial redis with istio":   {"--set", "redis.trial.enabled=true", "--set", "istio.enabled=true", "--set", "istio.rateLimitService.enabled=true"},
 	"istio, external service":  {"--set", "redis.url=redis://r:6379/0", "--set", "istio.enabled=true", "--set", "istio.externalHost=tollgate.example.com"},
-	"envoy gateway, autoscale": {"--set", "redis.url=redis-cluster://c1:6379\\,c2:6379", "--set", "envoyGateway.enabled=true", "--set", "controlsvc.autoscaling.enabled=true"},
+	"envoy gateway, autoscale": {"--set", "redis.url=redis-cluster://c1:6379\\,c2:6379", "--set", "envoyGateway.enabled=true", "--set", "envoyGateway.rateLimitService.enabled=true", "--set", "controlsvc.autoscaling.enabled=true"},
 }
 
 func TestChartLints(t *testing.T) {
@@ -257,7 +258,22 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 					for _, jp := range p.Spec.JSONPatches {
 						var v any
 						json.Unmarshal(jp.Operation.Value.Raw, &v)
-						envoyJSON(t, "EnvoyPatchPolicy cluster", v, &clusterv3.Cluster{})
+						switch jp.Type {
+						case egv1.ClusterEnvoyResourceType:
+							envoyJSON(t, "EnvoyPatchPolicy cluster", v, &clusterv3.Cluster{})
+						case egv1.ListenerEnvoyResourceType:
+							envoyJSON(t, "EnvoyPatchPolicy listener filter", v, &hcmv3.HttpFilter{})
+						case egv1.RouteConfigurationEnvoyResourceType:
+							actions, _ := v.([]any)
+							if len(actions) == 0 {
+								t.Fatalf("route patch %v: want rate limit actions", v)
+							}
+							for _, a := range actions {
+								envoyJSON(t, "EnvoyPatchPolicy route rate limit", a, &routev3.RateLimit{})
+							}
+						default:
+							t.Errorf("unexpected patch of %s", jp.Type)
+						}
 					}
 				default:
 					t.Errorf("rendered %s %s, which no test decodes", o.kind, o.name)
