@@ -11,6 +11,8 @@ package memlimit
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sync"
@@ -171,6 +173,10 @@ func (l *Limiter) Count(key string, hits, windowSeconds int64) limiter.HitCount 
 
 // Reset forgets key's counter, reporting whether there was one.
 func (l *Limiter) Reset(key string) bool {
+	if len(key) > maxKey {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.counters[key]
@@ -181,8 +187,16 @@ func (l *Limiter) Reset(key string) bool {
 	return ok
 }
 
+// maxKey bounds a counter's name in memory: a longer one (a client's 8 KiB
+// path in a per-endpoint counter) is kept under its SHA-256.
+const maxKey = 256
+
 // get returns key's counter, created or refreshed as most recently used.
 func (l *Limiter) get(key string, now time.Time) *counter {
+	if len(key) > maxKey {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
 	if e, ok := l.counters[key]; ok {
 		l.lru.MoveToFront(e)
 		return e.Value.(*counter)

@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +160,25 @@ func TestEvictionKeepsLiveCounters(t *testing.T) {
 	}
 	if l.Do(victim).Allowed {
 		t.Fatal("the victim's spent counter was forgotten while whole ones were kept")
+	}
+}
+
+// A long counter name (a client's path) is kept under its digest, counted
+// and reset like any other.
+func TestLongKeys(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	l := New(1, c.now)
+	r := req(rules.FixedWindow, 1, 0, strings.Repeat("p", 5000))
+	l.Do(r)
+	if l.Do(r).Allowed {
+		t.Fatal("a long key was not counted")
+	}
+	for k := range l.counters {
+		if len(k) > 256 {
+			t.Fatalf("a key of %d bytes kept", len(k))
+		}
+	}
+	if !l.Reset(r.Key()) || !l.Do(r).Allowed {
+		t.Fatal("a long key was not reset")
 	}
 }

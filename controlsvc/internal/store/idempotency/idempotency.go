@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -57,9 +56,15 @@ func NewMemory(now func() time.Time) *Store {
 	return &Store{&memoryKV{now: now, m: map[string]memoryValue{}}}
 }
 
-// MaxMemoryKeys bounds the keys a memory store holds: past it (after
-// expired keys are dropped), a new key's claim fails as Redis's would.
-const MaxMemoryKeys = 100_000
+// MaxMemoryKeys and MaxMemoryBytes bound what a memory store holds: past
+// either (after expired keys are dropped), a new key's claim or answer fails
+// as Redis's would when full. Expired keys are also dropped every
+// sweepEvery writes, so answers do not outlive their TTL in memory.
+const (
+	MaxMemoryKeys  = 100_000
+	MaxMemoryBytes = 64 << 20
+	sweepEvery     = 1024
+)
 
 // stored is what a key holds: the digest of the checks it was first used for
 // and, once they are answered, the answer (nil while the first request is
@@ -158,9 +163,32 @@ type memoryValue struct {
 }
 
 type memoryKV struct {
-	now func() time.Time
-	mu  sync.Mutex
-	m   map[string]memoryValue
+	now    func() time.Time
+	mu     sync.Mutex
+	m      map[string]memoryValue
+	bytes  int // held in values
+	writes int
+}
+
+// sweep drops expired keys. mu is held.
+func (m *memoryKV) sweep(now time.Time) {
+	for k, x := range m.m {
+		if !now.Before(x.expires) {
+			m.bytes -= len(x.v)
+			delete(m.m, k)
+		}
+	}
+}
+
+// room makes room for n more bytes under a new or replaced key, reporting
+// whether there is. mu is held.
+func (m *memoryKV) room(now time.Time, n int, newKey bool) bool {
+	m.writes++
+	full := func() bool { return m.bytes+n > MaxMemoryBytes || newKey && len(m.m) >= MaxMemoryKeys }
+	if m.writes%sweepEvery == 0 || full() {
+		m.sweep(now)
+	}
+	return !full()
 }
 
 // errFull is a memory store's answer to a new key past MaxMemoryKeys.
@@ -170,15 +198,15 @@ func (m *memoryKV) setNX(_ context.Context, k string, v []byte, ttl time.Duratio
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if old, ok := m.m[k]; ok && now.Before(old.expires) {
+	old, ok := m.m[k]
+	if ok && now.Before(old.expires) {
 		return false, nil
 	}
-	if len(m.m) >= MaxMemoryKeys {
-		maps.DeleteFunc(m.m, func(_ string, x memoryValue) bool { return !now.Before(x.expires) })
-		if len(m.m) >= MaxMemoryKeys {
-			return false, errFull
-		}
+	if !m.room(now, len(v)-len(old.v), !ok) {
+		return false, errFull
 	}
+	old = m.m[k] // the sweep may have dropped it
+	m.bytes += len(v) - len(old.v)
 	m.m[k] = memoryValue{v: v, expires: now.Add(ttl)}
 	return true, nil
 }
@@ -195,6 +223,13 @@ func (m *memoryKV) get(_ context.Context, k string) ([]byte, error) {
 func (m *memoryKV) set(_ context.Context, k string, v []byte, ttl time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.m[k] = memoryValue{v: v, expires: m.now().Add(ttl)}
+	now := m.now()
+	old, ok := m.m[k]
+	if !m.room(now, len(v)-len(old.v), !ok) {
+		return errFull
+	}
+	old = m.m[k] // the sweep may have dropped it
+	m.bytes += len(v) - len(old.v)
+	m.m[k] = memoryValue{v: v, expires: now.Add(ttl)}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,35 @@ func TestMemoryStore(t *testing.T) {
 	now = now.Add(claimTTL)
 	if _, err := s.Claim(ctx, "one more", "d"); err != nil {
 		t.Fatalf("once the claims expired: %v", err)
+	}
+}
+
+// Answers are bounded in bytes too, and expired ones leave memory without
+// waiting for the store to fill.
+func TestMemoryStoreBytes(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := NewMemory(func() time.Time { return now })
+	kv := s.kv.(*memoryKV)
+	ctx := context.Background()
+	big := &wire.BatchCheckResponse{Results: make([]wire.BatchResult, 1)}
+	big.Results[0].UserID = strings.Repeat("u", 1<<20) // about 1 MiB once encoded
+	n := 0
+	for ; n < 100; n++ {
+		if _, err := s.Claim(ctx, "k"+strconv.Itoa(n), "d"); err != nil {
+			break
+		}
+		if err := s.Save(ctx, "k"+strconv.Itoa(n), "d", big); err != nil {
+			break
+		}
+	}
+	if n >= 100 || kv.bytes > MaxMemoryBytes {
+		t.Fatalf("held %d answers of 1 MiB (%d bytes): want the store full before 64 MiB", n, kv.bytes)
+	}
+	now = now.Add(TTL)
+	for i := range sweepEvery {
+		s.Claim(ctx, "small"+strconv.Itoa(i), "d")
+	}
+	if kv.bytes > 1<<20 {
+		t.Fatalf("%d bytes still held after every answer expired", kv.bytes)
 	}
 }

@@ -66,5 +66,5 @@ redis://{{ include "tollgate.redis" . }}.{{ .Release.Namespace }}.svc.cluster.lo
 install time (never from values); offline rendering shows a placeholder. */}}
 {{- define "tollgate.rlsToken" -}}
 {{- $s := lookup "v1" "Secret" .Release.Namespace .Values.controlsvc.secretName -}}
-{{- if and $s $s.data (index $s.data "decision-token") -}}{{ index $s.data "decision-token" | b64dec }}{{- else -}}SET-AT-INSTALL-FROM-THE-SECRET{{- end -}}
+{{- if and $s $s.data (index $s.data "decision-token") -}}{{ index $s.data "decision-token" | b64dec | splitList "," | first | trim }}{{- else -}}SET-AT-INSTALL-FROM-THE-SECRET{{- end -}}
 {{- end -}}
