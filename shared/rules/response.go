@@ -90,8 +90,33 @@ var (
 	// Fields the proxy or the refusal itself owns: framing, connection,
 	// pseudo-headers, and the ones every refusal sets.
 	reservedHeaders = []string{"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer",
-		"proxy-connection", "host", "retry-after", "set-cookie"}
+		"proxy-connection", "host", "retry-after", "set-cookie", "refresh", "clear-site-data", "location"}
 )
+
+// MaxResponseEncoded bounds a response as its JSON travels with a denial
+// (every '<' is six bytes there): well inside what the filter reads of an
+// answer and keeps with a cached denial.
+const MaxResponseEncoded = 16 << 10
+
+// encodedLen is about what r's JSON takes: each byte JSON escapes as
+// \u00XX counts six.
+func (r *Response) encodedLen() int {
+	n := len(`{"status":429,"body":"","headers":{}}`)
+	size := func(s string) int {
+		m := len(s) + 3
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c == '<' || c == '>' || c == '&' || c == '"' || c == '\\' {
+				m += 5
+			}
+		}
+		return m
+	}
+	n += size(r.Body)
+	for k, v := range r.Headers {
+		n += size(k) + size(v)
+	}
+	return n
+}
 
 // Validate checks a response, naming the bad field ("status",
 // "headers[\"x\"]", "body").
@@ -115,11 +140,15 @@ func (r *Response) Validate() *fielderr.Error {
 		switch {
 		case !headerNameChars.Match(name, 1, 64):
 			return fielderr.New(field, "a field name is 1 to 64 lower-case letters, digits and '-'")
-		case containsString(reservedHeaders, name) || strings.HasPrefix(name, "x-ratelimit-") || strings.HasPrefix(name, "ratelimit"):
+		case containsString(reservedHeaders, name) || strings.HasPrefix(name, "x-ratelimit-") || strings.HasPrefix(name, "ratelimit") ||
+			strings.HasPrefix(name, "x-tollgate-"):
 			return fielderr.New(field, "is set by the proxy or by every refusal; it cannot be given")
 		case len(v) > maxHeaderValue || !printable(v):
 			return fielderr.New(field, "the value must be printable ASCII, at most %d bytes", maxHeaderValue)
 		}
+	}
+	if n := r.encodedLen(); n > MaxResponseEncoded {
+		return fielderr.New("body", "with the headers takes %d bytes as JSON (each <, >, &, \" and \\ takes six); at most %d", n, MaxResponseEncoded)
 	}
 	return nil
 }

@@ -27,6 +27,10 @@ func TestResponseValidate(t *testing.T) {
 		{Response{Headers: map[string]string{"x-ratelimit-remaining": "999"}}, `headers["x-ratelimit-remaining"]`},
 		{Response{Headers: map[string]string{":status": "200"}}, `headers[":status"]`},
 		{Response{Headers: map[string]string{"x-a": strings.Repeat("v", 513)}}, `headers["x-a"]`},
+		{Response{Body: strings.Repeat("<", 4000)}, "body: with the headers takes"},
+		{Response{Headers: map[string]string{"x-tollgate-decision": "allowed"}}, `headers["x-tollgate-decision"]`},
+		{Response{Headers: map[string]string{"refresh": "0;url=https://evil.example"}}, `headers["refresh"]`},
+		{Response{Headers: map[string]string{"clear-site-data": `"*"`}}, `headers["clear-site-data"]`},
 	} {
 		err := tc.r.Validate()
 		switch {

@@ -124,6 +124,7 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"period beside a window", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\nwindow_seconds = 60", nil, "rules[0].window_seconds:"},
 		{"period with a token bucket", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"token_bucket\"\nperiod = \"month\"", nil, "rules[0].algorithm:"},
 		{"unknown time zone", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\ntime_zone = \"Mars/Olympus_Mons\"", nil, "rules[0].time_zone:"},
+		{"the host's time zone", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\ntime_zone = \"Local\"", nil, "rules[0].time_zone:"},
 		{"time zone path", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nperiod = \"day\"\ntime_zone = \"../../etc/passwd\"", nil, "rules[0].time_zone:"},
 		{"time zone without a period", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nwindow_seconds = 60\ntime_zone = \"UTC\"", nil, "rules[0].time_zone:"},
 		{"cost from a response", "[[rules]]\nid = \"q\"\nscope = \"user\"\nlimit = 5\nalgorithm = \"fixed_window\"\nwindow_seconds = 60\ncost_from = \"response_json:usage.total_tokens\"", nil, "rules[0].cost_from: \"response_json:usage.total_tokens\": costs known only after the response are not supported yet"},

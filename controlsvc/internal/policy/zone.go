@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,6 +15,11 @@ var zones sync.Map
 func Zone(name string) (*time.Location, error) {
 	if name == "" {
 		return time.UTC, nil
+	}
+	if name == "Local" || name == "posixrules" || strings.HasPrefix(name, "right/") {
+		// The host's own, or files of the host's database only: a rule
+		// must mean the same on every machine (the image has no zoneinfo).
+		return nil, fmt.Errorf("time zone %q depends on the host", name)
 	}
 	if z, ok := zones.Load(name); ok {
 		return z.(*time.Location), nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
@@ -136,7 +137,11 @@ func (h *httpContext) denyWith(r *rules.Response, v verdict) {
 	if _, ok := r.Headers["content-type"]; !ok {
 		headers = append(headers, [2]string{"content-type", "application/json"})
 	}
+	prefix := strings.ToLower(h.p.cfg.Headers.Prefix)
 	for name, value := range r.Headers {
+		if prefix != "" && strings.HasPrefix(name, prefix) {
+			continue // the rate-limit fields are the filter's, under any prefix
+		}
 		headers = append(headers, [2]string{name, value})
 	}
 	headers = append(headers, [2]string{"retry-after", strconv.FormatInt(l.RetryAfter, 10)})
