@@ -66,3 +66,18 @@ func TestCalendarPeriod(t *testing.T) {
 		t.Fatalf("next period: %+v %v", res, err)
 	}
 }
+
+// When Redis's clock is past the period's end while the service's is still
+// in it, the period keeps its one window: no second quota at midnight.
+func TestCalendarPeriodUnderClockSkew(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.FixedWindow, "skew", 2, 86400)
+	r.Origin = time.Now().Add(-24*time.Hour - 2*time.Second).UnixMilli() // ended 2 s ago by Redis's clock
+	for i := range 3 {
+		res, err := l.Do(ctx, r)
+		if err != nil || res.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v %v", i+1, res, err)
+		}
+	}
+}

@@ -1,12 +1,13 @@
 -- Fixed window: a counter per window index. State: the window index, the
 -- count, and the tokens leased in this window (the most that may be given back).
 -- ARGV[13], when sent, is a calendar period's start (ms): the window is that
--- period, index 0 from its start (a request a moment before it, by the
--- service's clock against Redis's, counts in it too).
+-- period, in a counter of its own, always index 0: the service chose the
+-- period by its clock, and Redis's clock on either side of the boundary
+-- never opens a second window in it (that would be a second quota).
 local origin = tonumber(ARGV[13] or '0')
 local function decide()
   local idx = math.floor(now / window)
-  if origin > 0 then idx = math.max(0, math.floor((now - origin) / window)) end
+  if origin > 0 then idx = 0 end
   local w, c, lg = load('<ddd', 'w', 'c', 'lg')
   c, lg = c or 0, lg or 0
   if w == nil or idx > w then
