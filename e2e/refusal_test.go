@@ -25,7 +25,7 @@ window_seconds = 60
 [rules.response]
 status = 503
 body = '{"message":"reports are busy","retry_in":{{retry_after}},"rule":"{{rule_id}}","request":"{{request_id}}"}'
-headers = {x-tollgate-why = "reports", content-type = "application/vnd.busy+json"}
+headers = {x-refused-why = "reports", content-type = "application/vnd.busy+json"}
 `)
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":500,"lease":{"request":5}}`)
@@ -39,7 +39,7 @@ headers = {x-tollgate-why = "reports", content-type = "application/vnd.busy+json
 		res := get(t, gw, "/api/v1/reports", ip...)
 		var body map[string]any
 		if err := json.Unmarshal(res.body, &body); err != nil || res.status != 503 || body["message"] != "reports are busy" || body["rule"] != "reports" ||
-			body["retry_in"] == nil || res.header.Get("X-Tollgate-Why") != "reports" || res.header.Get("Content-Type") != "application/vnd.busy+json" ||
+			body["retry_in"] == nil || res.header.Get("X-Refused-Why") != "reports" || res.header.Get("Content-Type") != "application/vnd.busy+json" ||
 			res.header.Get("Retry-After") == "" || res.header.Get("X-RateLimit-Remaining") != "0" {
 			t.Fatalf("refusal %d: %d %v %s", i, res.status, res.header, res.body)
 		}
