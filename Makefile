@@ -5,12 +5,12 @@ MODULES := shared testkit controlsvc filter deploy
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
-.PHONY: help deps peer build images test run bench reliability soak lint ci fuzz clean
+.PHONY: help deps peer helm build images test run bench reliability soak lint ci fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-deps: ## install what the tests and `make run` need (redis-server, sentinel, tools, curl, skopeo, umoci, prometheus, helm)
+deps: ## install what the tests and `make run` need (redis-server, sentinel, tools, curl, skopeo, umoci, prometheus)
 	@missing=""; \
 	for b in redis-server:redis-server redis-sentinel:redis-sentinel redis-benchmark:redis-tools redis-cli:redis-tools curl:curl python3:python3 \
 	  skopeo:skopeo umoci:umoci prometheus:prometheus promtool:prometheus; do \
@@ -21,10 +21,13 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi; \
 	redis-server --version
-	@$(GO) version -m bin/helm 2>/dev/null | grep -q "$(HELM_VERSION)" || GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
-# Helm, for the chart's tests (helm lint, helm template): from its module.
+# Helm, for the chart's tests (helm lint, helm template): from its module,
+# for make test only (make run does not need it).
 HELM_VERSION := v3.22.0
+
+helm: ## build bin/helm, for the chart's tests
+	@$(GO) version -m bin/helm 2>/dev/null | grep -q "$(HELM_VERSION)" || GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 # The reference rate limit service, for the differential test and the
 # benchmarks: its public module, at the commit Envoy Gateway 1.6 and 1.7 ship
@@ -46,7 +49,7 @@ images: build ## OCI images of the filter and the control service under build/im
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o build/controlsvc-linux-amd64 ./controlsvc/cmd/controlsvc
 	$(GO) run ./deploy/cmd/tollgate-images -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" -created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
-test: deps peer ## run every module's tests with -race (installs redis-server and friends, and builds the peer, first)
+test: deps peer helm ## run every module's tests with -race (installs redis-server and friends, and builds the peer, first)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 run: deps build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops
