@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -140,10 +141,10 @@ func (r *Response) Validate() *fielderr.Error {
 		switch {
 		case !headerNameChars.Match(name, 1, 64):
 			return fielderr.New(field, "a field name is 1 to 64 lower-case letters, digits and '-'")
-		case containsString(reservedHeaders, name) || strings.HasPrefix(name, "x-ratelimit-") || strings.HasPrefix(name, "ratelimit") ||
+		case slices.Contains(reservedHeaders, name) || strings.HasPrefix(name, "x-ratelimit-") || strings.HasPrefix(name, "ratelimit") ||
 			strings.HasPrefix(name, "x-tollgate-"):
 			return fielderr.New(field, "is set by the proxy or by every refusal; it cannot be given")
-		case len(v) > maxHeaderValue || !printable(v):
+		case !ascii.Printable.Match(v, 0, maxHeaderValue):
 			return fielderr.New(field, "the value must be printable ASCII, at most %d bytes", maxHeaderValue)
 		}
 	}
@@ -162,7 +163,7 @@ func checkTemplate(t string) *fielderr.Error {
 		}
 		rest = rest[i+2:]
 		name, after, ok := strings.Cut(rest, "}}")
-		if !ok || !containsString(ResponseFields, name) {
+		if !ok || !slices.Contains(ResponseFields, name) {
 			return fielderr.New("body", "{{%s is not one of the fields %v written as {{name}}", cut(rest, 20), ResponseFields)
 		}
 		rest = after
@@ -174,24 +175,6 @@ func cut(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // StatusCode is the refusal's status.
@@ -215,7 +198,7 @@ func (r *Response) Render(v ResponseValues) string {
 		}
 		b.WriteString(rest[:i])
 		name, after, ok := strings.Cut(rest[i+2:], "}}")
-		if !ok || !containsString(ResponseFields, name) {
+		if !ok || !slices.Contains(ResponseFields, name) {
 			b.WriteString(rest[i:]) // never for a validated template
 			return b.String()
 		}

@@ -111,7 +111,7 @@ func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
 		}
 		var err error
 		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 || n > rules.MaxQuantity {
-			return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%q is not a whole number of 0 or more (rule %s takes its cost from it)", truncate(v, 32), r.ID))
+			return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%q is not a whole number of 0 or more (rule %s takes its cost from it)", clip(v, 32), r.ID))
 		}
 	case rules.CostBodyBytes:
 		if c.bodyBytes == nil {
@@ -122,13 +122,6 @@ func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
 		return c.cost * r.EffectiveCost(), nil
 	}
 	return max(n, 1), nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // target validates a subject. An untrusted caller is refused any field only

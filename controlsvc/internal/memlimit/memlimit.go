@@ -173,10 +173,7 @@ func (l *Limiter) Count(key string, hits, windowSeconds int64) limiter.HitCount 
 
 // Reset forgets key's counter, reporting whether there was one.
 func (l *Limiter) Reset(key string) bool {
-	if len(key) > maxKey {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
-	}
+	key = stored(key)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.counters[key]
@@ -191,12 +188,19 @@ func (l *Limiter) Reset(key string) bool {
 // path in a per-endpoint counter) is kept under its SHA-256.
 const maxKey = 256
 
+// stored is the name a counter is kept under: key, or its digest when
+// longer than maxKey.
+func stored(key string) string {
+	if len(key) <= maxKey {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // get returns key's counter, created or refreshed as most recently used.
 func (l *Limiter) get(key string, now time.Time) *counter {
-	if len(key) > maxKey {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
-	}
+	key = stored(key)
 	if e, ok := l.counters[key]; ok {
 		l.lru.MoveToFront(e)
 		return e.Value.(*counter)
