@@ -134,7 +134,11 @@ type Rule struct {
 	Cost int64 `json:"cost,omitempty" toml:"cost"`
 	// CostFrom takes each request's cost from the request instead:
 	// "request_header:<name>" (an integer header; absent: Cost) or
-	// "request_body_bytes" (the body's size). See CostSource.
+	// "request_body_bytes" (the body's size); or from the response:
+	// "response_header:<name>", "response_json:<path>[+<path>...]"
+	// (admission spends 1, the rest is charged after the response, and
+	// Cost is then what a response that reports nothing is charged; see
+	// UnreportedCost). See CostSource.
 	CostFrom string `json:"cost_from,omitempty" toml:"cost_from"`
 	Action   Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
@@ -284,8 +288,12 @@ func (r *Rule) ValidateAs(n Names) error {
 	if err := r.validatePeriod(); err != nil {
 		return err
 	}
-	if _, _, err := ParseCostFrom(r.CostFrom); err != nil {
+	src, _, err := ParseCostFrom(r.CostFrom)
+	if err != nil {
 		return err
+	}
+	if src.AfterResponse() && !slices.Contains(chargeable, r.Algorithm) {
+		return bad("algorithm", "%q cannot take a cost charged after the response; use one of %v", r.Algorithm, chargeable)
 	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)

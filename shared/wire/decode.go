@@ -85,6 +85,8 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 			d.Refusal = &rules.Response{}
 		}
 		return p.refusal(d.Refusal)
+	case EqualFoldASCII(key, "charges"):
+		return p.charges(&d.Charges)
 	case EqualFoldASCII(key, "lease"):
 		if p.null() {
 			return nil

@@ -11,7 +11,8 @@ import (
 var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, RetryAfter: 0,
 	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000},
 	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true,
-	Refusal: &rules.Response{Status: 403, Body: `{"e":"{{retry_after}}"}`, Headers: map[string]string{"x-a": "1", "content-type": "text/plain"}}}
+	Refusal: &rules.Response{Status: 403, Body: `{"e":"{{retry_after}}"}`, Headers: map[string]string{"x-a": "1", "content-type": "text/plain"}},
+	Charges: []Charge{{RuleID: "llm", CostFrom: "response_json:usage.total_tokens"}, {RuleID: "x\u00e9", CostFrom: "response_header:x-usage"}}}
 
 func TestDecodeCheckResponseRoundTrip(t *testing.T) {
 	for _, d := range []CheckResponse{sampleDecision, {}, {Limit: math.MaxInt64, Remaining: math.MinInt64, RuleID: "\x01\n\t</>&"}} {
@@ -49,6 +50,8 @@ func FuzzDecodeCheckResponse(f *testing.F) {
 	f.Add([]byte(`{"refusal":{"status":429,"headers":{"a":"b","a":null}},"Refusal":{"BODY":"x","headers":{"c":"d"}}}`))
 	f.Add([]byte(`{"refusal":{"status":1.5}}`))
 	f.Add([]byte(`{"refusal":null,"refusal":{"headers":null}}`))
+	f.Add([]byte(`{"charges":[{"rule_id":"a","cost_from":"b"},null,{"RULE_ID":"c"}],"charges":[{"cost_from":"d"}],"Charges":[]}`))
+	f.Add([]byte(`{"charges":null,"charges":[{"x":[1]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckResponse
 		if err := DecodeCheckResponse(b, &mine); err != nil {

@@ -47,6 +47,7 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	if d.Refusal != nil {
 		b = AppendRefusal(append(b, `,"refusal":`...), d.Refusal)
 	}
+	b = appendCharges(b, d.Charges)
 	return append(b, '}')
 }
 

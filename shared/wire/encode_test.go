@@ -16,6 +16,9 @@ func FuzzAppendCheckResponse(f *testing.F) {
 		d := CheckResponse{Allowed: allowed, Limit: limit, Quota: quota, Remaining: remaining, ResetAt: limit ^ remaining,
 			RetryAfter: quota, Strategy: strategy, WindowSeconds: remaining, RuleID: rule, Lease: Lease{Granted: limit, TTLMs: quota},
 			Identity: id, Tier: tier, Degraded: flag, LogOnly: !flag && allowed}
+		if allowed && flag {
+			d.Charges = []Charge{{RuleID: rule, CostFrom: strategy}, {RuleID: tier}}
+		}
 		if !allowed {
 			d.Refusal = &rules.Response{Status: int(quota % 1000), Body: id}
 			if flag {

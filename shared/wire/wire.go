@@ -12,6 +12,7 @@ const (
 	PathStatus     = "/v1/rate-limit/status" // + "/{id}/{endpoint}"
 	PathReset      = "/v1/rate-limit/reset"
 	PathConfig     = "/v1/rate-limit/config"
+	PathCharge     = "/v1/rate-limit/charge"
 )
 
 // CheckRequest asks whether one request may pass. Only UserID and Endpoint are
@@ -105,6 +106,81 @@ type CheckResponse struct {
 	// Refusal is the deciding rule's own response on a denial (its body a
 	// template of rules.ResponseFields), for the filter to answer with.
 	Refusal *rules.Response `json:"refusal,omitempty"`
+	// Charges are the rules that counted an admitted request and take the
+	// rest of its cost from the response (cost_from response_*): the
+	// caller reads each one's cost there and sends it to PathCharge.
+	Charges []Charge `json:"charges,omitempty"`
+}
+
+// Charge names a rule whose cost is read from the response, and where.
+type Charge struct {
+	RuleID string `json:"rule_id"`
+	// CostFrom is the rule's cost_from: "response_header:<name>" or
+	// "response_json:<path>[+<path>...]".
+	CostFrom string `json:"cost_from"`
+}
+
+// MaxCharges bounds the charges of one check or charge request.
+const MaxCharges = 8
+
+// ChargeRequest charges an admitted request the cost its response
+// reported. It names the caller with the same fields as its check, so the
+// service finds the same counters; only the decision credential's holder
+// may send it.
+type ChargeRequest struct {
+	UserID         string `json:"user_id"`
+	Endpoint       string `json:"endpoint"`
+	Method         string `json:"method,omitempty"`
+	Tier           string `json:"tier,omitempty"`
+	Tenant         string `json:"tenant,omitempty"`
+	APIKey         string `json:"api_key,omitempty"`
+	ClientAddress  string `json:"client_address,omitempty"`
+	MethodOverride string `json:"method_override,omitempty"`
+	// Charges are what the response reported, one per Charge of the
+	// check's answer.
+	Charges []ChargeItem `json:"charges"`
+}
+
+// ChargeItem is one rule's cost as the response reported it.
+type ChargeItem struct {
+	RuleID string `json:"rule_id"`
+	// Cost is the request's whole cost (the admission's 1 included): what
+	// the response reported. Absent when it reported nothing usable;
+	// Unreported then says why, and the rule's unreported cost is charged.
+	Cost       *int64 `json:"cost,omitempty"`
+	Unreported string `json:"unreported,omitempty"`
+}
+
+// Why a response's cost was not reported (ChargeItem.Unreported).
+const (
+	UnreportedMissing   = "missing"   // no such header or field
+	UnreportedInvalid   = "invalid"   // not a number of 0 or more
+	UnreportedMalformed = "malformed" // the body is not JSON
+	UnreportedEncoded   = "encoded"   // a content-encoded body (gzip...)
+	UnreportedTooLarge  = "too_large" // the body passed the filter's bound
+	UnreportedCut       = "cut"       // the response ended before its end
+)
+
+// ChargeResponse answers a ChargeRequest, one result per charge in order.
+type ChargeResponse struct {
+	Results []ChargeResult `json:"results"`
+}
+
+// ChargeResult is where one rule stands after its charge.
+type ChargeResult struct {
+	RuleID string `json:"rule_id"`
+	// Charged is what was spent now: the cost less the admission's 1, less
+	// what would have taken the balance below minus the capacity (Clamped).
+	Charged int64 `json:"charged"`
+	Clamped int64 `json:"clamped,omitempty"`
+	// Limit, Remaining and ResetAt are the rule's numbers after the
+	// charge, as a check reports them.
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	ResetAt   int64 `json:"reset_at"`
+	// Error is set instead when this rule could not be charged (it no
+	// longer applies to the request, or Redis failed).
+	Error string `json:"error,omitempty"`
 }
 
 // BatchCheckRequest runs several checks in one round trip. A repeated

@@ -20,7 +20,8 @@ import (
 // (and to its errors), each answer validated against the document, and
 // every operation of the document exercised.
 func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
-	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n", nil)
+	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n"+
+		"[[rules]]\nid = \"llm\"\npath = \"/llm\"\nscope = \"user\"\nalgorithm = \"token_bucket\"\nlimit = 1000\nwindow_seconds = 60\ncost_from = \"response_json:usage.total_tokens\"\n", nil)
 	spec := s.do("GET", "/openapi.yaml", nil)
 	if spec.status != 200 || spec.header.Get("Content-Type") != "application/yaml" {
 		t.Fatalf("/openapi.yaml: %d %s", spec.status, spec.header.Get("Content-Type"))
@@ -75,6 +76,14 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	call("POST", "/v1/rate-limit/check", check, false) // 429
 	call("POST", "/v1/rate-limit/check", map[string]any{"user_id": "", "endpoint": "/x"}, false)
 	call("POST", "/v1/rate-limit/batch-check", map[string]any{"idempotency_key": "k1", "checks": []any{check, map[string]any{"user_id": "a"}}}, false)
+	// A cost charged after the response: the check lists the rule, the
+	// charge answers where it stands; a bad charge is refused.
+	if admitted := call("POST", "/v1/rate-limit/check", map[string]any{"user_id": "dave", "endpoint": "/llm"}, false); admitted["charges"] == nil {
+		t.Errorf("an admission under a response cost lists no charges: %v", admitted)
+	}
+	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "cost": 250}}}, false)
+	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "unreported": "cut"}, map[string]any{"rule_id": "login", "cost": 1}}}, false)
+	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "cost": -1}}}, false)
 	call("GET", "/v1/rate-limit/status/alice/items?method=GET", nil, false)
 	call("GET", "/v1/rate-limit/status/alice/items?colour=red", nil, false)
 	call("POST", "/v1/rate-limit/reset", map[string]any{"user_id": "alice", "endpoint": "/items"}, true)

@@ -113,6 +113,10 @@ func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
 		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 || n > rules.MaxQuantity {
 			return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%q is not a whole number of 0 or more (rule %s takes its cost from it)", clip(v, 32), r.ID))
 		}
+	case rules.CostResponseHeader, rules.CostResponseJSON:
+		// Known after the response: admission spends 1, the charge the
+		// rest (Charge).
+		return 1, nil
 	case rules.CostBodyBytes:
 		if c.bodyBytes == nil {
 			return 0, apierr.Invalid("body_bytes", "is unknown (a chunked body): rule "+r.ID+" counts the body's bytes; send Content-Length")

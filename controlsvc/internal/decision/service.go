@@ -440,6 +440,9 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// numbers saying what would have happened.
 		resp.Allowed, resp.LogOnly, resp.RetryAfter, resp.Refusal, result = true, true, 0, nil, metrics.LogOnly
 	}
+	if resp.Allowed && !c.refused {
+		resp.Charges = charges(rs)
+	}
 	s.record(c, &resp)
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered

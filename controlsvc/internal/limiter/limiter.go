@@ -67,6 +67,11 @@ type Request struct {
 	WarmLeaseOnly bool
 	// Penalty is nil when progressive penalties are off.
 	Penalty *Penalty
+	// Charge spends Cost whatever is left (a cost known after the response
+	// of a request already admitted), down to a balance of minus the rule's
+	// capacity at most; Result.Charged says what was spent. No lease, no
+	// refund, no penalty goes with it.
+	Charge bool
 	// Origin is the start of a calendar period (Unix ms; 0: none): the
 	// rule's window is then that period's length, counted from Origin
 	// (fixed_window only), in a counter of its own.
@@ -119,6 +124,9 @@ type Result struct {
 	// Credited is what the request's Returned really gave back: never more
 	// than the counter still had leased.
 	Credited int64
+	// Charged is what a Charge spent: its cost, less what would have taken
+	// the balance below minus the capacity.
+	Charged int64
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -212,14 +220,15 @@ func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
 	} else {
 		v, err = l.batch.run(ctx, s, ks, args)
 	}
-	return scriptResult(r.Rule, v, err)
+	return scriptResult(r.Rule, r.Charge, v, err)
 }
 
 // PendingDo is a queued Do.
 type PendingDo struct {
-	rule *rules.Rule
-	c    *call
-	done *Result // decided already (Decided)
+	rule   *rules.Rule
+	charge bool
+	c      *call
+	done   *Result // decided already (Decided)
 }
 
 // Decided is a Do decided without Redis (memlimit), for callers that take a
@@ -240,7 +249,7 @@ func (l *Limiter) DoAsync(ctx context.Context, r Request) (*PendingDo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue %s script: %w", r.Rule.Algorithm, err)
 	}
-	return &PendingDo{rule: r.Rule, c: c}, nil
+	return &PendingDo{rule: r.Rule, charge: r.Charge, c: c}, nil
 }
 
 // Wait returns the counter's answer.
@@ -249,7 +258,7 @@ func (p *PendingDo) Wait(ctx context.Context) (Result, error) {
 		return *p.done, nil
 	}
 	v, err := p.c.wait(ctx)
-	return scriptResult(p.rule, v, err)
+	return scriptResult(p.rule, p.charge, v, err)
 }
 
 // prepare checks a request and builds its script call.
@@ -264,6 +273,9 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 	}
 	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
 		return nil, nil, nil, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
+	}
+	if r.Charge && (r.Peek || r.Lease > 0 || r.Returned > 0 || r.Penalty != nil || q.Algorithm == rules.SlidingLog) {
+		return nil, nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund or penalty, and no sliding log", ErrBadRequest)
 	}
 	args := make([]any, 0, 12)
 	args = append(args,
@@ -296,14 +308,19 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 }
 
 // scriptResult reads a limiter script's answer.
-func scriptResult(q *rules.Rule, v any, err error) (Result, error) {
+func scriptResult(q *rules.Rule, charge bool, v any, err error) (Result, error) {
 	if err != nil && scriptError(err) {
 		return Result{}, fmt.Errorf("%w: %s script of rule %s: %w", ErrScript, q.Algorithm, q.ID, err)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s script: %w", q.Algorithm, err)
 	}
-	return parseResult(v)
+	res, err := parseResult(v)
+	if charge {
+		// A charge's last slot is what it spent (it credits nothing).
+		res.Charged, res.Credited = res.Credited, 0
+	}
+	return res, err
 }
 
 // mode is ARGV[8]: what the script may write and grant.
@@ -311,6 +328,8 @@ func mode(r *Request) string {
 	switch {
 	case r.Peek:
 		return "1"
+	case r.Charge:
+		return "3"
 	case r.WarmLeaseOnly && r.Lease > 0:
 		return "2"
 	}

@@ -104,6 +104,13 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		}
 		c.tokens = math.Min(float64(capacity), c.tokens+now.Sub(c.stamp).Seconds()*rate)
 		c.stamp = now
+		if r.Charge {
+			n := charged(cost, c.tokens, capacity)
+			c.tokens -= n
+			full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
+			c.wholeAt = now.Add(full)
+			return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(c.tokens), 0), ResetAfter: full}
+		}
 		full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 		if c.tokens < cost || r.Peek && c.tokens < 1 {
 			wait := time.Duration((cost - c.tokens) / rate * float64(time.Second))
@@ -138,6 +145,11 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		fading = c.prev * (1 - elapsed.Seconds()/window.Seconds())
 	}
 	left := c.tokens - fading
+	if r.Charge {
+		n := charged(cost, left, limit)
+		c.tokens -= n
+		return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(left-n), 0), ResetAfter: reset}
+	}
 	if left < cost {
 		retry := reset
 		if need := cost - left; fading >= need && c.prev > 0 {
@@ -151,6 +163,12 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		left -= cost
 	}
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
+}
+
+// charged is what a charge of cost spends from a balance of left: all of
+// it, down to a balance of -capacity at most (as the limiter's scripts).
+func charged(cost, left float64, capacity int64) float64 {
+	return max(0, min(cost, math.Floor(left+float64(capacity))))
 }
 
 // Count adds hits to key's fixed-window counter (aligned to the Unix epoch)

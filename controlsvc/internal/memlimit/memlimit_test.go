@@ -182,3 +182,30 @@ func TestLongKeys(t *testing.T) {
 		t.Fatal("a long key was not reset")
 	}
 }
+
+// A charge spends whatever is left, into debt down to minus the capacity,
+// as the limiter's scripts do; the caller is refused until it refills.
+func TestCharge(t *testing.T) {
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		t.Run(string(alg), func(t *testing.T) {
+			c := &clock{t: time.Unix(1_800_000_000, 0)}
+			l := New(1, c.now)
+			r := req(alg, 100, 0, "a")
+			if res := l.Do(r); !res.Allowed || res.Remaining != 99 {
+				t.Fatalf("admission: %+v", res)
+			}
+			ch := r
+			ch.Charge, ch.Cost = true, 150
+			if res := l.Do(ch); !res.Allowed || res.Charged != 150 || res.Remaining != 0 {
+				t.Fatalf("charge: %+v, want 150 spent", res)
+			}
+			if res := l.Do(r); res.Allowed {
+				t.Fatalf("admitted in debt: %+v", res)
+			}
+			// The balance is -51: 49 more reach the floor of -100.
+			if res := l.Do(ch); res.Charged != 49 {
+				t.Fatalf("charge at the floor: %+v, want 49 spent", res)
+			}
+		})
+	}
+}

@@ -30,6 +30,11 @@ type Metrics struct {
 	ConfigReloads *prometheus.CounterVec
 	LeaseGranted  prometheus.Counter
 	Penalties     prometheus.Counter
+	// ChargedTokens counts what charges spent after responses, by rule;
+	// ChargesUnreported the charges whose response reported no cost, by
+	// why (the rule's unreported cost was charged).
+	ChargedTokens     *prometheus.CounterVec
+	ChargesUnreported *prometheus.CounterVec
 	// LeftOut is the runtime rules and tiers the live policy leaves out.
 	LeftOut prometheus.Gauge
 
@@ -83,12 +88,20 @@ func New(pool func() *redis.PoolStats) *Metrics {
 			Help:    "Time to decide one check, Redis included (tollgate_check_duration_seconds with the seed's buckets).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
+		ChargedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_charged_cost_total",
+			Help: "Cost charged after responses (cost_from response_*: LLM tokens...), beyond each admission's 1, by rule.",
+		}, []string{"rule"}),
+		ChargesUnreported: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_charges_unreported_total",
+			Help: "Charges whose response reported no usable cost, by reason (missing, invalid, malformed, encoded, too_large, cut): the rule's unreported cost was charged.",
+		}, []string{"reason"}),
 		LeftOut: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_runtime_entries_left_out",
 			Help: "Runtime rules and tiers stored in Redis that the live policy leaves out because they no longer fit the config file (logged as 'runtime entry left out'); alert on > 0.",
 		}),
 	}
-	reg.MustRegister(m.Decisions, m.RLSDecisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut,
+	reg.MustRegister(m.Decisions, m.RLSDecisions, m.CheckDuration, m.RedisErrors, m.ConfigReloads, m.LeaseGranted, m.Penalties, m.LeftOut, m.ChargedTokens, m.ChargesUnreported,
 		m.seedRequests, m.seedLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pool != nil {

@@ -80,6 +80,9 @@ func New(d Deps) *Server {
 	e.POST(wire.PathBatchCheck, decide(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.BatchCheckRequest) (wire.BatchCheckResponse, error) {
 		return s.svc.Batch(c.Request().Context(), req, trustOf(c))
 	})))
+	e.POST(wire.PathCharge, decide(jsonRoute(s, true, http.StatusOK, func(c echo.Context, req *wire.ChargeRequest) (wire.ChargeResponse, error) {
+		return s.svc.Charge(c.Request().Context(), req, trustOf(c))
+	})))
 	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
 	e.GET("/health", s.health)
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })

@@ -21,6 +21,13 @@ local function decide()
     c, lg = c - r, lg - r
   end
   local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
+  if charge then
+    local n = math.max(0, math.min(cost, limit + capacity - c))
+    credited = n
+    c = c + n
+    save('<ddd', math.ceil(reset + window), idx, c, lg)
+    return 1, limit - c, reset, 0, 0
+  end
   local allowed, granted, retry = 0, 0, 0
   if c + cost <= limit then
     allowed = 1

@@ -13,6 +13,13 @@ local function decide()
     credited = r
     tat, lg = math.max(now, tat - r * interval), lg - r
   end
+  if charge then
+    local n = math.max(0, math.min(cost, math.floor((now + 2 * tau - tat) / interval + eps)))
+    credited = n
+    tat = tat + n * interval
+    save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)
+    return 1, math.floor((now + tau - tat) / interval + eps), math.ceil(tat - now), 0, 0
+  end
   local new_tat = tat + cost * interval
   local allowed, granted, retry = 0, 0, 0
   if new_tat - tau <= now + eps then

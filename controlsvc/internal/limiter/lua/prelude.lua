@@ -5,7 +5,9 @@
 -- share the owner's hash tag, so the script is cluster-safe.
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
 -- returned, 7 lease fraction, 8 mode (1 = peek: read only; 2 = lease only
--- from a counter already in use; 0 = neither), 9 penalties on,
+-- from a counter already in use; 3 = charge: spend the cost whatever is
+-- left, down to a balance of -capacity at most, and return in the last
+-- slot what was spent; 0 = none of these), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
 -- penalties only KEYS[1] and ARGV 1..8 are sent.
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
@@ -21,6 +23,11 @@ local returned = tonumber(ARGV[6])
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'
+-- A charge is a cost known after the response (LLM tokens): the request was
+-- admitted already, so it is spent whatever is left, taking the balance
+-- below zero (the caller is refused until it refills), but never below
+-- -capacity: one response can cost its caller at most one extra refill.
+local charge = ARGV[8] == '3'
 -- credited is what a refund really gave back: at most what is still
 -- leased, whatever the caller claimed (usage subtracts this, not the claim).
 local credited = 0
@@ -55,7 +62,7 @@ local fresh = false
 -- while the shared counter they also came out of ran dry. A path that
 -- comes back gets its lease on the second call.
 local function grant(avail)
-  if want <= 0 or avail <= 0 or peek or (warm_only and fresh) then return 0 end
+  if want <= 0 or avail <= 0 or peek or charge or (warm_only and fresh) then return 0 end
   local g = math.floor(avail * fraction)
   if g > want then g = want end
   return g

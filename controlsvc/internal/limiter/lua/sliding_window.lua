@@ -21,6 +21,13 @@ local function decide()
   local elapsed = math.max(0, now - idx * window)
   local weight = math.max(0, 1 - elapsed / window)
   local est = p * weight + c
+  if charge then
+    local n = math.max(0, math.min(cost, math.floor(limit + capacity - est)))
+    credited = n
+    c = c + n
+    save('<dddd', math.ceil(2 * window), idx, c, p, lg)
+    return 1, math.floor(limit - (est + n)), math.max(1, math.ceil(window - elapsed)), 0, 0
+  end
   local allowed, granted, retry = 0, 0, 0
   if est + cost <= limit then
     allowed = 1

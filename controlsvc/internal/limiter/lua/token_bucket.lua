@@ -20,6 +20,13 @@ local function decide()
     credited = r
     tokens, lg = math.min(capacity, tokens + r), lg - r
   end
+  if charge then
+    local n = math.max(0, math.min(cost, math.floor(tokens + capacity)))
+    credited = n
+    tokens = tokens - n
+    save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
+    return 1, math.floor(tokens), math.ceil((capacity - tokens) / rate), 0, 0
+  end
   local allowed, granted, retry = 0, 0, 0
   if tokens >= cost then
     allowed = 1

@@ -1,0 +1,189 @@
+package app_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// A token budget: cost_from response_json. The check admits at 1 and lists
+// the rule; the charge spends what the response reported less that 1; the
+// balance may go below zero, and the caller is refused until it refills. In
+// Redis and in memory alike.
+const tokenRules = `
+[[tiers]]
+name = "free"
+limit = 100000
+window_seconds = 60
+
+[[rules]]
+id = "tokens"
+path = "/v1/chat/*"
+scope = "user"
+algorithm = "fixed_window"
+limit = 1000
+window_seconds = 3600
+cost = 300
+cost_from = "response_json:usage.total_tokens"
+`
+
+func chargeBody(user string, items ...any) map[string]any {
+	return map[string]any{"user_id": user, "endpoint": "/v1/chat/completions", "method": "POST", "charges": items}
+}
+
+func TestTokenBudget(t *testing.T) {
+	for _, mode := range []string{"redis", "memory"} {
+		t.Run(mode, func(t *testing.T) {
+			env := map[string]string{}
+			if mode == "memory" {
+				env["TOLLGATE_REDIS_ENABLED"] = "false"
+			}
+			s := startService(t, tokenRules, env)
+			check := map[string]any{"user_id": "alice", "endpoint": "/v1/chat/completions", "method": "POST"}
+			r := s.check(check)
+			m := r.json(t)
+			if r.status != 200 || num(t, m, "remaining") != 999 || num(t, m["lease"].(map[string]any), "granted") != 0 {
+				t.Fatalf("admission: %d %s", r.status, r.body)
+			}
+			if cs, _ := m["charges"].([]any); len(cs) != 1 || cs[0].(map[string]any)["cost_from"] != "response_json:usage.total_tokens" {
+				t.Fatalf("charges: %s", r.body)
+			}
+			ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 400}))
+			res := ch.json(t)["results"].([]any)[0].(map[string]any)
+			if ch.status != 200 || num(t, res, "charged") != 399 || num(t, res, "remaining") != 600 || num(t, res, "limit") != 1000 {
+				t.Fatalf("charge: %d %s", ch.status, ch.body)
+			}
+			// A response that reports nothing costs the rule's cost (300).
+			s.check(check)
+			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "missing"}))
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 299 || num(t, res, "remaining") != 300 {
+				t.Fatalf("unreported: %s", ch.body)
+			}
+			// Into debt: 1 + 900 of a balance of 300.
+			s.check(check)
+			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 900}))
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 899 || num(t, res, "remaining") != 0 {
+				t.Fatalf("into debt: %s", ch.body)
+			}
+			if r := s.check(check); r.status != 429 {
+				t.Fatalf("admitted in debt: %d %s", r.status, r.body)
+			}
+			// The debt stops at minus the capacity: of 4999 more, 400 go on
+			// (the balance was -600).
+			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5000}))
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 400 || num(t, res, "clamped") != 4599 {
+				t.Fatalf("at the floor: %s", ch.body)
+			}
+			// Another caller's budget is whole.
+			if r := s.check(map[string]any{"user_id": "bob", "endpoint": "/v1/chat/completions"}); r.status != 200 {
+				t.Fatalf("bob: %d %s", r.status, r.body)
+			}
+			// Usage counts the tokens: 1 + 399, 1 + 299, 1 + 899, 400 more.
+			if err := s.app.FlushUsage(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			u := s.admin("GET", "/admin/v1/usage/alice", nil)
+			if !strings.Contains(string(u.body), `"total_requests":2000`) {
+				t.Fatalf("usage: %s", u.body)
+			}
+		})
+	}
+}
+
+// Concurrent admissions and charges of one caller: the counter is exactly
+// the sum of what the responses reported.
+func TestTokenBudgetExactUnderConcurrency(t *testing.T) {
+	s := startService(t, strings.Replace(tokenRules, "limit = 1000\nwindow_seconds = 3600", "limit = 1000000\nwindow_seconds = 3600", 1), nil)
+	var sum atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 25 {
+				if st := s.checkStatus(map[string]any{"user_id": "carol", "endpoint": "/v1/chat/completions"}); st != 200 {
+					t.Errorf("check: %d", st)
+					return
+				}
+				n := 1 + rng.Int64N(2000)
+				r, err := s.tryDo("POST", "/v1/rate-limit/charge", chargeBody("carol", map[string]any{"rule_id": "tokens", "cost": n}))
+				if err != nil || r.status != 200 || strings.Contains(string(r.body), `"error"`) {
+					t.Errorf("charge: %v %v", r, err)
+					return
+				}
+				sum.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	// A charge of 1 (the admission's own) spends nothing and reads the
+	// rule's counter.
+	r := s.do("POST", "/v1/rate-limit/charge", chargeBody("carol", map[string]any{"rule_id": "tokens", "cost": 1}))
+	res := r.json(t)["results"].([]any)[0].(map[string]any)
+	if used := 1_000_000 - num(t, res, "remaining"); num(t, res, "charged") != 0 || used != sum.Load() {
+		t.Fatalf("the counter spent %d; the responses reported %d", used, sum.Load())
+	}
+}
+
+// Hostile and broken charges: each refused with the field named, or
+// answered per rule, never charged at will.
+func TestChargeBadInput(t *testing.T) {
+	s := startService(t, tokenRules+`
+[[rules]]
+id = "plain"
+path = "/v1/*"
+scope = "ip"
+algorithm = "fixed_window"
+limit = 100
+window_seconds = 60
+`, nil)
+	nine := make([]any, 9)
+	for i := range nine {
+		nine[i] = map[string]any{"rule_id": "tokens", "cost": 1}
+	}
+	for _, tc := range []struct {
+		name  string
+		body  any
+		field string
+	}{
+		{"no charges", chargeBody("alice"), "charges"},
+		{"nine charges", chargeBody("alice", nine...), "charges"},
+		{"negative cost", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": -5}), "charges[0].cost"},
+		{"cost past 2^53", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": int64(1) << 54}), "charges[0].cost"},
+		{"fractional cost", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 1.5}), "cost"},
+		{"cost and a reason", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5, "unreported": "cut"}), "charges[0].unreported"},
+		{"neither", chargeBody("alice", map[string]any{"rule_id": "tokens"}), "charges[0].unreported"},
+		{"an unknown reason", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "<script>"}), "charges[0].unreported"},
+		{"no rule", chargeBody("alice", map[string]any{"cost": 5}), "charges[0].rule_id"},
+		{"no caller", map[string]any{"endpoint": "/v1/chat/x", "charges": []any{map[string]any{"rule_id": "tokens", "cost": 5}}}, "user_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do("POST", "/v1/rate-limit/charge", tc.body)
+			if r.status != 400 || !strings.Contains(string(r.body), tc.field) {
+				t.Fatalf("%d %s, want 400 naming %s", r.status, r.body, tc.field)
+			}
+		})
+	}
+	// A rule that takes no cost from the response, or one that does not
+	// match the request, is not charged: the answer says so per rule.
+	r := s.do("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "ip:192.0.2.9", "endpoint": "/v1/other", "charges": []any{
+		map[string]any{"rule_id": "plain", "cost": 50}, map[string]any{"rule_id": "tokens", "cost": 50}}})
+	if r.status != 200 || strings.Count(string(r.body), "takes no cost from the response") != 2 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	st := s.do("GET", "/v1/rate-limit/status/ip:192.0.2.9/v1/other", nil).json(t)
+	if num(t, st, "remaining") != 100 || st["rule_id"] != "plain" {
+		t.Fatalf("a refused charge spent: %v", st)
+	}
+	// Without the decision credential nobody charges (it would spend any
+	// caller's budget it names).
+	open := startService(t, tokenRules, map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	r = open.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5}))
+	if r.status != 403 || !strings.Contains(string(r.body), "charges") {
+		t.Fatalf("untrusted charge: %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,135 @@
+package decision
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// charges lists the rules of an admitted request that take the rest of its
+// cost from the response, for the caller to read there and charge.
+func charges(rs []applied) []wire.Charge {
+	var out []wire.Charge
+	for _, a := range rs {
+		r := a.req.Rule
+		if src, _, _ := rules.ParseCostFrom(r.CostFrom); src.AfterResponse() && len(out) < wire.MaxCharges {
+			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom})
+		}
+	}
+	return out
+}
+
+// unreportedReasons are the reasons a charge may give for a missing cost.
+var unreportedReasons = []string{wire.UnreportedMissing, wire.UnreportedInvalid, wire.UnreportedMalformed,
+	wire.UnreportedEncoded, wire.UnreportedTooLarge, wire.UnreportedCut}
+
+// Charge spends what the responses of admitted requests cost beyond their
+// admission (cost_from response_*): the reported cost less the 1 the check
+// spent, or the rule's unreported cost when the response reported none.
+// It never refuses (the request was served); a charge may take a counter
+// below zero, to minus its capacity at most, and the caller is refused
+// until it refills. Only the decision credential's holder may charge: a
+// charge spends up to a whole capacity of a caller it names.
+func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Trust) (wire.ChargeResponse, error) {
+	if trust != Trusted {
+		return wire.ChargeResponse{}, apierr.ForbiddenBecause("charges", "charging a response's cost needs the decision API's service credential")
+	}
+	p := s.live.Load()
+	switch {
+	case len(req.Charges) == 0:
+		return wire.ChargeResponse{}, apierr.Invalid("charges", "must not be empty")
+	case len(req.Charges) > wire.MaxCharges:
+		return wire.ChargeResponse{}, apierr.Invalid("charges", fmt.Sprintf("at most %d charges", wire.MaxCharges))
+	}
+	for i, ch := range req.Charges {
+		field := fmt.Sprintf("charges[%d]", i)
+		switch {
+		case ch.RuleID == "":
+			return wire.ChargeResponse{}, apierr.Invalid(field+".rule_id", "is required")
+		case ch.Cost != nil && (*ch.Cost < 0 || *ch.Cost > rules.MaxQuantity):
+			return wire.ChargeResponse{}, apierr.Invalid(field+".cost", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
+		case ch.Cost != nil && ch.Unreported != "":
+			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", "is given beside cost: a response reported its cost or did not")
+		case ch.Cost == nil && !slices.Contains(unreportedReasons, ch.Unreported):
+			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", fmt.Sprintf("%q: without cost, one of %v says why", clip(ch.Unreported, 32), unreportedReasons))
+		}
+	}
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride,
+		tier: req.Tier, tenant: req.Tenant, address: req.ClientAddress}, trust)
+	if aerr != nil {
+		return wire.ChargeResponse{}, aerr
+	}
+	c := &caller{target: t, cost: 1}
+	if req.APIKey != "" {
+		// The key names the counters as it did for the check: its id, its
+		// tier, its user. A key refused now (revoked since) is refused.
+		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
+			return wire.ChargeResponse{}, err
+		}
+	}
+	out := wire.ChargeResponse{Results: make([]wire.ChargeResult, len(req.Charges))}
+	if p.Disabled || p.Exempt(c.id, c.name) {
+		for i, ch := range req.Charges {
+			out.Results[i] = wire.ChargeResult{RuleID: ch.RuleID, Error: "not counted: the caller is exempt or rate limiting is off"}
+		}
+		return out, nil
+	}
+	rs := s.selectRules(p, &c.target, nil)
+	now := s.now()
+	var spent int64
+	for i, ch := range req.Charges {
+		res := &out.Results[i]
+		res.RuleID = ch.RuleID
+		a := chargedRule(rs, ch.RuleID)
+		if a == nil {
+			res.Error = "rule " + clip(ch.RuleID, 64) + " takes no cost from the response of this request"
+			continue
+		}
+		r := a.req.Rule
+		total := r.UnreportedCost()
+		if ch.Cost != nil {
+			total = *ch.Cost
+		} else {
+			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
+		}
+		lr := a.req
+		lr.Cost, lr.Charge = max(total-1, 0), true
+		got, _, err := s.limitOrLocal(ctx, p, lr)
+		if err != nil {
+			res.Error = "not charged: the rate limiter is unavailable"
+			s.log.Warn("charge lost", "rule", r.ID, "identity", c.name, "cost", lr.Cost, "err", err)
+			continue
+		}
+		res.Charged, res.Clamped = got.Charged, lr.Cost-got.Charged
+		res.Limit, res.Remaining, res.ResetAt = r.Capacity(), got.Remaining, ceilUnix(now.Add(got.ResetAfter))
+		if a.req.Origin > 0 {
+			res.ResetAt = a.req.Origin/1000 + r.WindowSeconds
+		}
+		s.m.ChargedTokens.WithLabelValues(r.ID).Add(float64(got.Charged))
+		spent = max(spent, got.Charged)
+	}
+	if spent > 0 {
+		// Usage counts what the caller spent: the tokens of these rules
+		// (the admission recorded its 1). Rules charged together counted
+		// the same request: the most any of them took.
+		s.usage.Record(c.name, now, spent, nil)
+	}
+	return out, nil
+}
+
+// chargedRule finds the applied rule id that takes its cost from the
+// response.
+func chargedRule(rs []applied, id string) *applied {
+	for i := range rs {
+		r := rs[i].req.Rule
+		if src, _, _ := rules.ParseCostFrom(r.CostFrom); r.ID == id && src.AfterResponse() {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+

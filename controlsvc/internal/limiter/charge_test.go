@@ -1,0 +1,94 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// A charge is a cost known after the response: spent whatever is left,
+// taking the balance below zero, never below minus the capacity; the
+// caller is refused until the counter refills. Concurrent charges add up
+// exactly. Every algorithm that takes charges, with windows long enough
+// that nothing refills meanwhile.
+func TestCharge(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "charge-"+string(a), 1000, 3600)
+			r.Cost = 1
+			if res, err := l.Do(ctx, r); err != nil || !res.Allowed || res.Remaining != 999 {
+				t.Fatalf("admission: %+v %v", res, err)
+			}
+			// 40 concurrent charges of 20: exactly 800 spent.
+			c := r
+			c.Charge, c.Cost = true, 20
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var charged int64
+			for range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := l.Do(ctx, c)
+					if err != nil || !res.Allowed {
+						t.Errorf("charge: %+v %v", res, err)
+						return
+					}
+					mu.Lock()
+					charged += res.Charged
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			if charged != 800 {
+				t.Fatalf("charged %d, want 800", charged)
+			}
+			peek := r
+			peek.Peek, peek.Cost = true, 0
+			if res, err := l.Do(ctx, peek); err != nil || res.Remaining != 199 {
+				t.Fatalf("after 801: %+v %v, want 199 left", res, err)
+			}
+			// A charge past what is left goes below zero: the next
+			// admission is refused.
+			c.Cost = 700
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != 700 || res.Remaining != 0 {
+				t.Fatalf("charge into debt: %+v %v", res, err)
+			}
+			if res, err := l.Do(ctx, r); err != nil || res.Allowed || res.RetryAfter <= 0 {
+				t.Fatalf("admission in debt: %+v %v, want refused with a wait", res, err)
+			}
+			// The debt stops at minus the capacity: 501 more fit, not 600.
+			c.Cost = 600
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != 499 {
+				t.Fatalf("charge at the floor: %+v %v, want 499 of 600 spent (balance -1000)", res, err)
+			}
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != 0 {
+				t.Fatalf("charge past the floor: %+v %v, want nothing spent", res, err)
+			}
+		})
+	}
+}
+
+func TestChargeRefusesWhatItCannotTake(t *testing.T) {
+	l, _ := newLimiter(t)
+	for name, mod := range map[string]func(*Request){
+		"sliding log": func(r *Request) { r.Rule.Algorithm = rules.SlidingLog },
+		"lease":       func(r *Request) { r.Lease = 5 },
+		"refund":      func(r *Request) { r.Returned = 5 },
+		"peek":        func(r *Request) { r.Peek = true },
+		"penalty":     func(r *Request) { r.Penalty = &Penalty{Threshold: 1} },
+	} {
+		r := req(rules.FixedWindow, "charge-bad", 10, 60)
+		rule := *r.Rule
+		r.Rule = &rule
+		r.Charge, r.Cost = true, 3
+		mod(&r)
+		if _, err := l.Do(context.Background(), r); err == nil {
+			t.Errorf("%s: a charge with it was run", name)
+		}
+	}
+}
