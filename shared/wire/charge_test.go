@@ -44,7 +44,7 @@ func TestDecodeChargeResponse(t *testing.T) {
 	if err := DecodeChargeResponse(b, &got); err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("%s: %+v %v", b, got, err)
 	}
-	for _, bad := range []string{``, `[]`, `{"results":{}}`, `{"results":[{"charged":1.5}]}`, `{"results":[1]}`, `{"results":[` , `{"results":[{}]} x`} {
+	for _, bad := range []string{``, `[]`, `{"results":{}}`, `{"results":[{"charged":1.5}]}`, `{"results":[1]}`, `{"results":[`, `{"results":[{}]} x`} {
 		var r ChargeResponse
 		if err := DecodeChargeResponse([]byte(bad), &r); err == nil {
 			t.Errorf("%q accepted: %+v", bad, r)

@@ -132,4 +132,3 @@ func chargedRule(rs []applied, id string) *applied {
 	}
 	return nil
 }
-
