@@ -238,6 +238,9 @@ func (nativeEntry) RequestHeaders(id, n uint32, end bool) uint32 {
 func (nativeEntry) ResponseHeaders(id, n uint32, end bool) uint32 {
 	return onResponseHeaders(id, n, end)
 }
+func (nativeEntry) ResponseBody(id, size uint32, end bool) uint32 {
+	return onResponseBody(id, size, end)
+}
 func (nativeEntry) HttpCallResponse(rootID, token, nh, bs, nt uint32) {
 	onHttpCallResponse(rootID, token, nh, bs, nt)
 }

@@ -74,6 +74,10 @@ func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
 	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpResponseHeaders(int(numHeaders), end) })
 }
 
+func onResponseBody(contextID, bodySize uint32, end bool) uint32 {
+	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpResponseBody(int(bodySize), end) })
+}
+
 // onStream runs a stream callback with its context active; a stream the
 // plugin made no context for continues.
 func onStream(contextID uint32, callback func(types.HttpContext) types.Action) uint32 {

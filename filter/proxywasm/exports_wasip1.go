@@ -3,9 +3,12 @@
 package proxywasm
 
 // The callbacks the host calls, proxy-wasm ABI v0.2.1. Booleans and sizes
-// cross as i32. The body and log callbacks are not exported: the filter
-// decides on headers alone, and Envoy skips a callback a module does not
-// export, where an exported no-op would cost a VM call per body chunk.
+// cross as i32. The request body and log callbacks are not exported: the
+// filter decides on headers alone, and Envoy skips a callback a module does
+// not export, where an exported no-op would cost a VM call per chunk. The
+// response body callback is exported: a rule whose cost the response
+// reports (LLM tokens) reads it; every other stream returns from it at once
+// (the cost of that call is measured in the filter's benchmarks).
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -32,6 +35,11 @@ func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return onResponseBody(contextID, bodySize, endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_http_call_response

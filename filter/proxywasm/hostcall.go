@@ -227,6 +227,27 @@ func ReplaceHttpResponseHeaderBytes(key string, value []byte) error {
 // ResumeHttpRequest resumes a paused request.
 func ResumeHttpRequest() error { return statusErr(proxyContinueStream(abi.StreamRequest)) }
 
+// ResumeHttpResponse resumes a paused response (its held headers, its
+// buffered body).
+func ResumeHttpResponse() error { return statusErr(proxyContinueStream(abi.StreamResponse)) }
+
+// GetHttpResponseBody returns part of the response body the host holds in
+// the body callback: the chunk passing, or everything buffered so far.
+func GetHttpResponseBody(start, maxSize int) ([]byte, error) {
+	return getBuffer(abi.BufferHttpResponseBody, uint32(start), uint32(maxSize))
+}
+
+// GetHttpResponseHeaderMap returns the response headers as the host
+// serialised them, for headermap.Walk (see GetHttpRequestHeaderMap).
+func GetHttpResponseHeaderMap() (string, error) {
+	retSize = 0
+	if err := statusErr(proxyGetHeaderMapPairs(abi.MapHttpResponseHeaders, &retData, &retSize)); err != nil {
+		allocBuf = nil
+		return "", err
+	}
+	return owned(hostData()), nil
+}
+
 // SendHttpResponse answers the request locally; it does not reach upstream.
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCStatus int32) error {
 	h := headermap.Encode(headers)

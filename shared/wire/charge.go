@@ -165,6 +165,10 @@ func DecodeChargeResponse(b []byte, r *ChargeResponse) error {
 					return p.integer(&c.Remaining)
 				case EqualFoldASCII(k, "reset_at"):
 					return p.integer(&c.ResetAt)
+				case EqualFoldASCII(k, "strategy"):
+					return p.str(&c.Strategy)
+				case EqualFoldASCII(k, "window_seconds"):
+					return p.integer(&c.WindowSeconds)
 				case EqualFoldASCII(k, "error"):
 					return p.str(&c.Error)
 				}

@@ -37,7 +37,8 @@ func FuzzAppendChargeRequest(f *testing.F) {
 }
 
 func TestDecodeChargeResponse(t *testing.T) {
-	in := ChargeResponse{Results: []ChargeResult{{RuleID: "llm", Charged: 1233, Clamped: 7, Limit: 10000, Remaining: 0, ResetAt: 1_800_000_060},
+	in := ChargeResponse{Results: []ChargeResult{{RuleID: "llm", Charged: 1233, Clamped: 7, Limit: 10000, Remaining: 0, ResetAt: 1_800_000_060,
+		Strategy: "token_bucket", WindowSeconds: 60},
 		{RuleID: "gone", Error: "rule gone no longer applies"}}}
 	b, _ := json.Marshal(in)
 	var got ChargeResponse

@@ -175,9 +175,11 @@ type ChargeResult struct {
 	Clamped int64 `json:"clamped,omitempty"`
 	// Limit, Remaining and ResetAt are the rule's numbers after the
 	// charge, as a check reports them.
-	Limit     int64 `json:"limit"`
-	Remaining int64 `json:"remaining"`
-	ResetAt   int64 `json:"reset_at"`
+	Limit         int64  `json:"limit"`
+	Remaining     int64  `json:"remaining"`
+	ResetAt       int64  `json:"reset_at"`
+	Strategy      string `json:"strategy"`
+	WindowSeconds int64  `json:"window_seconds"`
 	// Error is set instead when this rule could not be charged (it no
 	// longer applies to the request, or Redis failed).
 	Error string `json:"error,omitempty"`

@@ -106,6 +106,7 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		}
 		res.Charged, res.Clamped = got.Charged, lr.Cost-got.Charged
 		res.Limit, res.Remaining, res.ResetAt = r.Capacity(), got.Remaining, ceilUnix(now.Add(got.ResetAfter))
+		res.Strategy, res.WindowSeconds = string(r.Algorithm), r.WindowSeconds
 		if a.req.Origin > 0 {
 			res.ResetAt = a.req.Origin/1000 + r.WindowSeconds
 		}

@@ -227,10 +227,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		wk.mu.Lock()
 		_ = s.Done(context.Background())
+		late := wk.takePending() // a charge of a response cut short
 		wk.mu.Unlock()
+		g.background(wk, late)
 	}()
 	if act == wasmhost.Pause && s.Local == nil && !s.Resumed {
-		if !g.runCallouts(ctx, wk, s, calls) {
+		if !g.runCallouts(ctx, wk, calls, func() bool { return s.Local != nil || s.Resumed }) {
 			writeError(w, http.StatusGatewayTimeout, "GATEWAY_TIMEOUT", "the filter did not decide")
 			return
 		}
@@ -293,9 +295,10 @@ func (g *Gateway) HTTPServer() *http.Server {
 	}
 }
 
-// runCallouts performs the callouts and delivers their answers until the
-// stream is decided. It returns false if the client went away first.
-func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Stream, calls []*wasmhost.Callout) bool {
+// runCallouts performs the callouts and delivers their answers until
+// decided (read with wk.mu held) says the stream may go on. It returns
+// false if the client went away first.
+func (g *Gateway) runCallouts(ctx context.Context, wk *worker, calls []*wasmhost.Callout, decided func() bool) bool {
 	results := make(chan calloutResult, 8)
 	inflight := 0
 	launch := func(cs []*wasmhost.Callout) {
@@ -319,13 +322,13 @@ func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Strea
 		wk.mu.Lock()
 		err := wk.deliver(res)
 		more := wk.takePending()
-		decided := s.Local != nil || s.Resumed
+		done := decided()
 		wk.mu.Unlock()
 		if err != nil {
 			g.log.Error("deliver callout answer", "err", err)
 			return false
 		}
-		if decided {
+		if done {
 			if inflight > 0 {
 				go g.deliverLate(wk, results, inflight)
 			}
@@ -333,7 +336,25 @@ func (g *Gateway) runCallouts(ctx context.Context, wk *worker, s *wasmhost.Strea
 		}
 		launch(more)
 	}
-	return s.Local != nil || s.Resumed
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	return decided()
+}
+
+// background performs callouts no stream waits for (a charge sent as a
+// stream ended) and delivers their answers, as Envoy does from the root
+// context.
+func (g *Gateway) background(wk *worker, calls []*wasmhost.Callout) {
+	if len(calls) == 0 {
+		return
+	}
+	go func() {
+		results := make(chan calloutResult, len(calls))
+		for _, c := range calls {
+			go func(c *wasmhost.Callout) { results <- calloutResult{c, g.callout(context.Background(), c)} }(c)
+		}
+		g.deliverLate(wk, results, len(calls))
+	}()
 }
 
 // calloutResult is a callout and its answer (nil: a reset).
@@ -405,7 +426,10 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 	return &wasmhost.CalloutResponse{Headers: h, Body: body}
 }
 
-// filterResponse runs the upstream's response headers through the filter.
+// filterResponse runs the upstream's response through the filter: its
+// headers now, its body as the client reads it (filteredBody). Headers the
+// filter holds (it reads the body first) go out once it resumes the
+// response: the body is read through the filter until then.
 func (g *Gateway) filterResponse(resp *http.Response) error {
 	ref, ok := resp.Request.Context().Value(streamKey{}).(streamRef)
 	if !ok {
@@ -417,12 +441,42 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 			h = append(h, [2]string{strings.ToLower(k), v})
 		}
 	}
+	ctx := resp.Request.Context()
+	noBody := resp.Body == nil || resp.Body == http.NoBody || resp.ContentLength == 0
 	ref.w.mu.Lock()
-	_, err := ref.s.OnResponseHeaders(context.Background(), h, false)
-	out := ref.s.ResponseHeaders
+	act, err := ref.s.OnResponseHeaders(context.Background(), h, noBody)
+	calls := ref.w.takePending()
 	ref.w.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	fb := &filteredBody{g: g, ref: ref, ctx: ctx, src: resp.Body, eof: noBody}
+	resumed := func() bool { return ref.s.ResponseResumed }
+	if act == wasmhost.Pause {
+		if noBody {
+			if !g.runCallouts(ctx, ref.w, calls, resumed) {
+				return errors.New("the client went away while the filter held the response")
+			}
+		} else {
+			g.background(ref.w, calls)
+			// Held headers: the filter reads the body until it resumes.
+			for !fb.resumed() && !fb.eof {
+				if err := fb.step(); err != nil {
+					return err
+				}
+			}
+		}
+	} else {
+		g.background(ref.w, calls)
+	}
+	if !noBody {
+		resp.Body = fb
+	}
+	ref.w.mu.Lock()
+	out := ref.s.ResponseHeaders
+	ref.w.mu.Unlock()
+	if fb.changedLength {
+		resp.ContentLength = -1
 	}
 	resp.Header = http.Header{}
 	for _, kv := range out {
@@ -432,6 +486,84 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	}
 	return nil
 }
+
+// filteredBody is a response body read through the filter's body
+// callback: chunks it lets go are passed on; chunks it buffers wait, and
+// when it pauses at the end (a charge in flight) the body waits for it to
+// resume the response.
+type filteredBody struct {
+	g   *Gateway
+	ref streamRef
+	ctx context.Context
+	src io.ReadCloser
+	out []byte // released, not yet read
+	eof bool   // src is finished and passed through the filter
+	// changedLength is never set today (the filter does not rewrite
+	// bodies); kept so a body rewrite would drop Content-Length.
+	changedLength bool
+}
+
+// maxChunk is the most read from the upstream per body callback.
+const maxChunk = 32 << 10
+
+func (b *filteredBody) resumed() bool {
+	b.ref.w.mu.Lock()
+	defer b.ref.w.mu.Unlock()
+	return b.ref.s.ResponseResumed
+}
+
+// step reads one chunk and passes it through the filter.
+func (b *filteredBody) step() error {
+	buf := make([]byte, maxChunk)
+	n, rerr := b.src.Read(buf)
+	end := rerr == io.EOF
+	if rerr != nil && !end {
+		// Envoy's stream reset: the filter sees no end; OnHttpStreamDone
+		// tells it the response was cut.
+		return rerr
+	}
+	if n == 0 && !end {
+		return nil
+	}
+	w := b.ref.w
+	w.mu.Lock()
+	act, released, err := b.ref.s.OnResponseBody(context.Background(), buf[:n], end)
+	calls := w.takePending()
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.eof = end
+	if act == wasmhost.Pause && end {
+		// Held at the end: the filter answers once its callout does.
+		if !b.g.runCallouts(b.ctx, w, calls, func() bool { return b.ref.s.ResponseResumed }) {
+			return errors.New("the client went away while the filter held the response")
+		}
+		w.mu.Lock()
+		released = w.vm.ReleaseResponse(b.ref.s.StreamState)
+		w.mu.Unlock()
+	} else {
+		b.g.background(w, calls)
+	}
+	b.out = append(b.out, released...)
+	return nil
+}
+
+func (b *filteredBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.eof {
+			return 0, io.EOF
+		}
+		if err := b.step(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+func (b *filteredBody) Close() error { return b.src.Close() }
 
 // deliver hands the VM a callout's answer, or its failure; wk.mu is held.
 func (wk *worker) deliver(res calloutResult) error {

@@ -23,6 +23,14 @@ func (g wasmGuest) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
 	return uint32(r), err
 }
 
+func (g wasmGuest) OnResponseBody(id, size uint32, end bool) (uint32, error) {
+	if g.vm.fn.responseBody == nil {
+		return 0, nil // not exported: Envoy does not call it
+	}
+	r, err := g.vm.call(g.ctx, g.vm.fn.responseBody, uint64(id), uint64(size), b2u(end))
+	return uint32(r), err
+}
+
 func (g wasmGuest) OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error {
 	_, err := g.vm.call(g.ctx, g.vm.fn.callResponse, uint64(rootID), uint64(token), uint64(numHeaders), uint64(bodySize), 0)
 	return err

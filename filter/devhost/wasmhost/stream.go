@@ -62,6 +62,12 @@ func (s *Stream) OnResponseHeaders(ctx context.Context, headers Headers, endOfSt
 	return s.vm.ResponseHeaders(s.guest(ctx), s.StreamState, headers, endOfStream)
 }
 
+// OnResponseBody runs proxy_on_response_body with a chunk of the upstream's
+// body (Core.ResponseBody): released is what goes on to the client.
+func (s *Stream) OnResponseBody(ctx context.Context, chunk []byte, endOfStream bool) (Action, []byte, error) {
+	return s.vm.ResponseBody(s.guest(ctx), s.StreamState, chunk, endOfStream)
+}
+
 // Done ends the stream: proxy_on_done, proxy_on_log, proxy_on_delete.
 func (s *Stream) Done(ctx context.Context) error {
 	if s.done {

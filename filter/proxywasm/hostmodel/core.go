@@ -51,6 +51,12 @@ type StreamState struct {
 	// requestSent: the request headers went on (Continue, or resumed);
 	// writing them fails from then on, as in Envoy.
 	requestSent bool
+	// ResponseBody is the response body the host holds for the filter: the
+	// chunk passing, with what the filter buffered before it
+	// (StopIterationAndBuffer). ResponseResumed is set when the guest
+	// continued a paused response.
+	ResponseBody    []byte
+	ResponseResumed bool
 }
 
 // CoreOptions configure a Core.
@@ -145,6 +151,12 @@ func (c *Core) GetBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]by
 			return nil, abi.StatusNotFound
 		}
 		buf = c.delivery.Body
+	case abi.BufferHttpResponseBody:
+		s := c.streams[c.effective]
+		if s == nil {
+			return nil, abi.StatusNotFound
+		}
+		buf = s.ResponseBody
 	default:
 		return nil, abi.StatusNotFound
 	}
@@ -306,9 +318,12 @@ func (c *Core) ContinueStream(streamType abi.StreamType) abi.Status {
 	if s == nil {
 		return abi.StatusBadArgument
 	}
-	if streamType == abi.StreamRequest {
+	switch streamType {
+	case abi.StreamRequest:
 		s.Resumed = true
 		s.requestSent = true // Envoy releases the request headers here
+	case abi.StreamResponse:
+		s.ResponseResumed = true
 	}
 	return abi.StatusOK
 }

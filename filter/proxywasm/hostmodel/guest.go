@@ -9,6 +9,9 @@ import "fmt"
 type Guest interface {
 	OnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
 	OnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
+	// OnResponseBody runs the response body callback (Continue for a
+	// guest that does not export it).
+	OnResponseBody(contextID, bodySize uint32, endOfStream bool) (uint32, error)
 	OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error
 	// OnStreamEnd runs the callbacks of a finished stream (proxy_on_done,
 	// proxy_on_log, proxy_on_delete, those the guest has).
@@ -34,9 +37,38 @@ func (c *Core) RequestHeaders(g Guest, s *StreamState, endOfStream bool) (Action
 // headers.
 func (c *Core) ResponseHeaders(g Guest, s *StreamState, headers Headers, endOfStream bool) (Action, error) {
 	s.ResponseHeaders = LowerKeys(headers)
+	s.ResponseResumed = false
 	c.Enter(s.ID)
 	r, err := g.OnResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), endOfStream)
 	return Action(r), err
+}
+
+// ResponseBody passes a chunk of the upstream's body through s's body
+// callback, as Envoy does: the guest sees what it buffered before (it
+// answered Pause, StopIterationAndBuffer) with the chunk, and released is
+// what goes on to the client when it answers Continue (nil while it
+// buffers). A guest that buffers until the end and then pauses holds the
+// body until it resumes the response (ReleaseResponse).
+func (c *Core) ResponseBody(g Guest, s *StreamState, chunk []byte, endOfStream bool) (act Action, released []byte, err error) {
+	s.ResponseBody = append(s.ResponseBody, chunk...)
+	s.ResponseResumed = false // a resume from now on releases this chunk
+	c.Enter(s.ID)
+	r, err := g.OnResponseBody(s.ID, uint32(len(s.ResponseBody)), endOfStream)
+	if err != nil {
+		return Continue, nil, err
+	}
+	if Action(r) == Continue || s.ResponseResumed {
+		return Continue, c.ReleaseResponse(s), nil
+	}
+	return Pause, nil, nil
+}
+
+// ReleaseResponse takes what the host holds of s's body (after the guest
+// resumed the response).
+func (c *Core) ReleaseResponse(s *StreamState) []byte {
+	out := s.ResponseBody
+	s.ResponseBody = nil
+	return out
 }
 
 // finishLocal sends a pending local reply of s through the response path.

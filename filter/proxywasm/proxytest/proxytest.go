@@ -64,6 +64,12 @@ func (s *Stream) OnResponseHeaders(headers hostmodel.Headers, end bool) hostmode
 	return a
 }
 
+// OnResponseBody passes a chunk of the response body (Core.ResponseBody).
+func (s *Stream) OnResponseBody(chunk []byte, end bool) (hostmodel.Action, []byte) {
+	a, out, _ := s.h.ResponseBody(native{}, s.StreamState, chunk, end)
+	return a, out
+}
+
 // Done ends the stream; its callouts stay, as in Envoy.
 func (s *Stream) Done() { _ = s.h.EndStream(native{}, s.StreamState) }
 
@@ -82,6 +88,10 @@ func (native) OnRequestHeaders(id, n uint32, end bool) (uint32, error) {
 
 func (native) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
 	return proxywasm.Native.ResponseHeaders(id, n, end), nil
+}
+
+func (native) OnResponseBody(id, size uint32, end bool) (uint32, error) {
+	return proxywasm.Native.ResponseBody(id, size, end), nil
 }
 
 func (native) OnHttpCallResponse(rootID, token, numHeaders, bodySize uint32) error {
