@@ -6,7 +6,10 @@ import "testing"
 // every VM of the proxy spends one count.
 func TestFallback(t *testing.T) {
 	s := newMemStore()
-	vm1, vm2 := newCache(t, s, 64), newCache(t, s, 64)
+	// Buckets hash to slots with a key secret per cache: enough slots that
+	// the four here share none but once in ten thousand runs (64 slots
+	// made one run in ten fail).
+	vm1, vm2 := newCache(t, s, 1<<16), newCache(t, s, 1<<16)
 	const minute = 60_000
 	now := int64(10 * minute) // the start of a window
 	premium, atLimit, denied, unknown := vm1.Bucket("user:p"), vm1.Bucket("user:l"), vm1.Bucket("user:d"), vm1.Bucket("user:u")

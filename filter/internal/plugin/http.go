@@ -61,6 +61,11 @@ type httpContext struct {
 	bodyBytes   *int64
 	costHeaders map[string]string
 
+	// The request as checked, for a charge after its response.
+	path, method, override string
+	// charge is set when the response reports the request's cost.
+	charge *charging
+
 	verdict    verdict // for the response headers, when hasVerdict
 	hasVerdict bool
 	localReply bool
@@ -149,6 +154,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		}
 	}
 	h.meter(&rq, endOfStream)
+	h.path, h.method, h.override = path, rq.method, override
 	return h.callOut(rq.method, override, path, returned, spent, now)
 }
 
@@ -513,7 +519,10 @@ func (h *httpContext) refuse(status uint32, msg string) types.Action {
 
 // OnHttpStreamDone marks the stream finished: a callout answer that arrives
 // later still brings its lease and breaker outcome, but nothing else.
-func (h *httpContext) OnHttpStreamDone() { h.done = true }
+func (h *httpContext) OnHttpStreamDone() {
+	h.done = true
+	h.chargeCut()
+}
 
 // onCheckResponse handles the control service's answer (or its absence).
 func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
@@ -636,7 +645,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 	if d.Tier != "" && !rules.ValidTierName(d.Tier) {
 		return false
 	}
-	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 {
+	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 || len(d.Charges) > wire.MaxCharges {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
@@ -673,6 +682,9 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 	}
 	p.m.allowed.Increment(1)
 	h.allow(v, decision)
+	if len(d.Charges) > 0 {
+		h.expectCharges(d.Charges)
+	}
 	h.resume()
 }
 

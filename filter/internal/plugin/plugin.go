@@ -26,6 +26,7 @@ func (VM) NewPluginContext(uint32) types.PluginContext { return &pluginContext{}
 
 type metrics struct {
 	allowed, denied, degraded, localHits, calloutFailures, rejected proxywasm.MetricCounter
+	charges, chargeFailures, chargesUnreported                      proxywasm.MetricCounter
 	calloutLatency                                                  proxywasm.MetricHistogram
 }
 
@@ -45,6 +46,7 @@ type pluginContext struct {
 	// calloutHeaders are the control service callout's headers, the same
 	// on every call: serialised once.
 	calloutHeaders []byte
+	chargeHeaders  []byte // the same for a charge (wire.PathCharge)
 	m              metrics
 }
 
@@ -79,6 +81,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		callout = append(callout, [2]string{"authorization", "Bearer " + cfg.DecisionToken})
 	}
 	p.calloutHeaders = headermap.Encode(callout)
+	callout[1][1] = wire.PathCharge
+	p.chargeHeaders = headermap.Encode(callout)
 	if j := cfg.JWT; j != nil {
 		keys, err := jwt.ParseJWKS(j.JWKS) // Parse checked it
 		if err != nil {
@@ -105,6 +109,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		calloutFailures: proxywasm.DefineCounterMetric("tollgate_callout_failures_total"),
 		rejected:        proxywasm.DefineCounterMetric("tollgate_rejected_total"),
 		calloutLatency:  proxywasm.DefineHistogramMetric("tollgate_callout_latency_ms"),
+		// Charges of costs read from responses (LLM tokens): sent, lost
+		// (not dispatched, refused, unanswered), and those whose response
+		// reported no usable cost (the rule's unreported cost charged).
+		charges:           proxywasm.DefineCounterMetric("tollgate_charges_total"),
+		chargeFailures:    proxywasm.DefineCounterMetric("tollgate_charge_failures_total"),
+		chargesUnreported: proxywasm.DefineCounterMetric("tollgate_charges_unreported_total"),
 	}
 	proxywasm.LogInfo("tollgate: plugin started; control cluster " + cfg.ControlCluster + ", " + cfg.FailureMode)
 	return types.OnPluginStartStatusOK

@@ -107,17 +107,28 @@ func (h *httpContext) deny(v verdict) {
 
 // OnHttpResponseHeaders writes the verdict back to the client, rendered
 // into the plugin's reused buffer (the host copies each value).
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	if !h.hasVerdict || h.localReply {
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
+	if h.localReply {
 		return types.ActionContinue
 	}
+	if h.hasVerdict {
+		h.writeLimitHeaders()
+	}
+	if h.charge != nil {
+		return h.chargeOnHeaders(endOfStream)
+	}
+	return types.ActionContinue
+}
+
+// writeLimitHeaders writes the verdict's rate-limit fields into the
+// response headers.
+func (h *httpContext) writeLimitHeaders() {
 	p := h.p
 	buf, fields := wire.AppendHeaderFields(p.headerBuf[:0], p.headerFields[:0], &h.verdict.limits, p.headerSet, h.now().Unix(), false)
 	for _, f := range fields {
 		_ = proxywasm.ReplaceHttpResponseHeaderBytes(f.Name, f.Value(buf))
 	}
 	p.headerBuf = buf[:0] // keep what it grew to
-	return types.ActionContinue
 }
 
 // limitHeaders appends the rate-limit header fields the configuration

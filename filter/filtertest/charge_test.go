@@ -1,0 +1,191 @@
+package filtertest
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// admitted starts a request the service admits under a rule whose cost
+// the response reports (costFrom), and returns its stream.
+func (e *env) admitted(costFrom string) *wasmhost.Stream {
+	e.t.Helper()
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", headers: wasmhost.Headers{{"accept-encoding", "gzip, br"}}})
+	d := wire.CheckResponse{Allowed: true, Limit: 10000, Remaining: 9999, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window",
+		WindowSeconds: 60, RuleID: "tokens", Identity: "ip:198.51.100.7", Charges: []wire.Charge{{RuleID: "tokens", CostFrom: costFrom}}}
+	b, _ := json.Marshal(d)
+	e.answer(0, "200", string(b))
+	if !s.Resumed {
+		e.t.Fatal("admission did not resume the request")
+	}
+	if _, ok := s.RequestHeaders.Get("accept-encoding"); ok {
+		e.t.Error("the upstream is still offered encoded answers: a gzip body reports no usage the filter can read")
+	}
+	return s
+}
+
+// upstream runs a response through the filter: its headers, then its body
+// in chunks (none: the headers end it). It returns the headers' and the
+// last chunk's actions.
+func upstream(t *testing.T, s *wasmhost.Stream, headers wasmhost.Headers, chunks ...string) (hdr, last wasmhost.Action) {
+	t.Helper()
+	ctx := context.Background()
+	hdr, err := s.OnResponseHeaders(ctx, append(wasmhost.Headers{{":status", "200"}}, headers...), len(chunks) == 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chunks {
+		if last, _, err = s.OnResponseBody(ctx, []byte(c), i == len(chunks)-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hdr, last
+}
+
+// charged returns the pending charge's one item and answers it: the rule
+// has remaining left after it.
+func (e *env) charged(remaining int64) wire.ChargeItem {
+	e.t.Helper()
+	cs := e.vms[0].PendingCallouts()
+	if len(cs) != 1 || cs[0].Headers.Value(":path") != wire.PathCharge {
+		e.t.Fatalf("pending callouts %v, want one charge (logs %v)", cs, e.vms[0].Logs())
+	}
+	var r wire.ChargeRequest
+	if err := json.Unmarshal(cs[0].Body, &r); err != nil || len(r.Charges) != 1 {
+		e.t.Fatalf("charge %s: %v", cs[0].Body, err)
+	}
+	if r.UserID != "ip:198.51.100.7" || r.Endpoint != "/v1/chat/completions" || r.Method != "POST" || cs[0].Headers.Value("authorization") != "Bearer t0ken-for-tests" {
+		e.t.Errorf("the charge names another request than the check: %s %v", cs[0].Body, cs[0].Headers)
+	}
+	b, _ := json.Marshal(wire.ChargeResponse{Results: []wire.ChargeResult{{RuleID: "tokens", Charged: 1, Limit: 10000, Remaining: remaining,
+		ResetAt: epoch.Unix() + 60, Strategy: "fixed_window", WindowSeconds: 60}}})
+	if err := e.vms[0].Respond(context.Background(), cs[0].Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: b}); err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Charges[0]
+}
+
+const chargeConfig = `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`
+
+// The cost a response reports is read where the rule says and charged;
+// the response carries X-RateLimit-Remaining after the charge. Hostile and
+// broken answers each have a defined charge: the cost they report, or
+// "unreported" with why (the service then charges the rule's unreported
+// cost), and none breaks the VM.
+func TestChargeFromTheResponse(t *testing.T) {
+	const body = "response_json:usage.total_tokens"
+	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `","usage":{"total_tokens":5}}`
+	sse := func(events ...string) []string {
+		var out []string
+		for _, e := range events {
+			out = append(out, "data: "+e+"\n\n")
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, costFrom string
+		headers        wasmhost.Headers
+		chunks         []string
+		cost           int64 // when reported
+		unreported     string
+		holdsHeaders   bool // the headers wait for the body
+	}{
+		{"json usage", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1","usage":{"prompt`, `_tokens":3,"total_tokens":120}}`}, 120, "", true},
+		{"summed paths", "response_json:usage.input_tokens+usage.output_tokens", wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"input_tokens":10,"output_tokens":32}}`}, 42, "", true},
+		{"no usage field", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1"}`}, 0, wire.UnreportedMissing, true},
+		{"negative", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":-40}}`}, 0, wire.UnreportedInvalid, true},
+		{"a string", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":"40"}}`}, 0, wire.UnreportedInvalid, true},
+		{"fractional", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12.2}}`}, 13, "", true},
+		{"huge", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":1e300}}`}, wire.MaxUsage, "", true},
+		{"malformed json", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12`}, 0, wire.UnreportedMalformed, true},
+		{"not json at all", body, wasmhost.Headers{{"content-type", "text/html"}}, []string{`<html>oops</html>`}, 0, wire.UnreportedMalformed, true},
+		{"gzip", body, wasmhost.Headers{{"content-type", "application/json"}, {"content-encoding", "gzip"}}, []string{"\x1f\x8b\x08\x00"}, 0, wire.UnreportedEncoded, true},
+		{"past the bound", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{big}, 0, wire.UnreportedTooLarge, true},
+		{"no body", body, wasmhost.Headers{{"content-type", "application/json"}}, nil, 0, wire.UnreportedMissing, true},
+		{"a header", "response_header:x-usage-total-tokens", wasmhost.Headers{{"X-Usage-Total-Tokens", "77"}}, []string{"anything"}, 77, "", true},
+		{"a header missing", "response_header:x-usage-total-tokens", nil, []string{"anything"}, 0, wire.UnreportedMissing, true},
+		{"a header not a number", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", "lots"}}, nil, 0, wire.UnreportedInvalid, true},
+		{"a header with JSON in it", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", `{"a":1}`}}, nil, 0, wire.UnreportedInvalid, true},
+		{"a stream", body, wasmhost.Headers{{"content-type", "text/event-stream; charset=utf-8"}},
+			sse(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[],"usage":{"total_tokens":21}}`, `[DONE]`), 21, "", false},
+		{"a stream without usage", body, wasmhost.Headers{{"content-type", "text/event-stream"}}, sse(`{"choices":[]}`, `[DONE]`), 0, wire.UnreportedMissing, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, chargeConfig, 1)
+			s := e.admitted(tc.costFrom)
+			hdr, last := upstream(t, s, tc.headers, tc.chunks...)
+			if (hdr == wasmhost.Pause) != tc.holdsHeaders {
+				t.Errorf("headers: %v, want held %v", hdr, tc.holdsHeaders)
+			}
+			if last != wasmhost.Pause && len(tc.chunks) > 0 {
+				t.Errorf("the last chunk went on before the charge was answered")
+			}
+			item := e.charged(4321)
+			switch {
+			case tc.unreported != "" && (item.Cost != nil || item.Unreported != tc.unreported):
+				t.Errorf("charged %v %q, want unreported %q", deref(item.Cost), item.Unreported, tc.unreported)
+			case tc.unreported == "" && (item.Cost == nil || *item.Cost != tc.cost):
+				t.Errorf("charged %v %q, want %d", deref(item.Cost), item.Unreported, tc.cost)
+			}
+			if !s.ResponseResumed {
+				t.Fatal("the response was not resumed after the charge's answer")
+			}
+			if got := s.ResponseHeaders.Value("x-ratelimit-remaining"); tc.holdsHeaders && got != "4321" {
+				t.Errorf("X-RateLimit-Remaining %q, want 4321 (after the charge)", got)
+			}
+			if err := e.vms[0].Broken(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A response cut before its cost was read (the stream ended first) is
+// charged as "cut", from the root context, after the stream is gone.
+func TestChargeOfACutResponse(t *testing.T) {
+	e := newEnv(t, chargeConfig, 1)
+	s := e.admitted("response_json:usage.total_tokens")
+	if _, err := s.OnResponseHeaders(context.Background(), wasmhost.Headers{{":status", "200"}, {"content-type", "text/event-stream"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OnResponseBody(context.Background(), []byte("data: {\"choices\":[]}\n\ndata: {\"usa"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if item := e.charged(0); item.Cost != nil || item.Unreported != wire.UnreportedCut {
+		t.Fatalf("charged %v %q, want unreported cut", deref(item.Cost), item.Unreported)
+	}
+}
+
+// A request under no such rule reads no body and sends no charge; a lost
+// charge is counted, never retried into a loop, and lets the response go.
+func TestNoChargeWithoutResponseCost(t *testing.T) {
+	e := newEnv(t, chargeConfig, 1)
+	s, _ := e.start(req{})
+	e.answer(0, "200", decision(true, 5, 0, 0))
+	reads := e.vms[0].HostCalls("proxy_get_buffer_bytes")
+	hdr, last := upstream(t, s, wasmhost.Headers{{"content-type", "application/json"}}, `{"usage":{"total_tokens":5}}`)
+	if hdr != wasmhost.Continue || last != wasmhost.Continue {
+		t.Fatalf("a plain response was held: %v %v", hdr, last)
+	}
+	e.noCallout(0)
+	if e.vms[0].HostCalls("proxy_get_buffer_bytes") != reads {
+		t.Fatal("a plain response's body was read")
+	}
+	// The service refuses the charge: the response goes on, the loss counted.
+	s = e.admitted("response_header:x-usage")
+	upstream(t, s, wasmhost.Headers{{"x-usage", "9"}})
+	c := e.vms[0].PendingCallouts()[0]
+	if err := e.vms[0].Respond(context.Background(), c.Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "503"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.ResponseResumed || e.host.Counter("tollgate_charge_failures_total") != 1 {
+		t.Fatalf("resumed %v, failures %d", s.ResponseResumed, e.host.Counter("tollgate_charge_failures_total"))
+	}
+}

@@ -1,0 +1,310 @@
+package plugin
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/usage"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// A request under a rule whose cost the response reports (LLM tokens) is
+// admitted at 1; the filter reads the rest from the response and charges
+// it (wire.PathCharge). Only such requests read a body: every other stream
+// returns from the body callback at once.
+
+// maxUsageBody bounds the JSON body read for its usage; a larger answer is
+// charged as reporting none (wire.UnreportedTooLarge).
+const maxUsageBody = 1 << 20
+
+// How the response's cost is read.
+const (
+	readHeaders = iota // every cost was in the headers (or reported none)
+	readJSON           // the body is buffered, the headers held, until its end
+	readEvents         // server-sent events pass as they come; the last chunk waits for the charge
+)
+
+// charging is what a request under response costs carries to its response.
+type charging struct {
+	items []wire.ChargeItem // one per rule; Cost or Unreported once read
+	// The response_json rules' paths, all in one list (each rule's from
+	// jsonAt[i] to jsonAt[i+1]), so a body is read once.
+	paths  [][]string
+	jsonAt []int
+	json   []bool // items[i] reads the body
+	mode   int
+	events *usage.Events
+	sent   bool // the charge went (or could not)
+	// held: the response waits for the charge's answer.
+	held bool
+}
+
+// expectCharges keeps the charges of an admission. An answer's cost_from
+// the filter cannot read is ignored (the service never sends one), never
+// trusted into a parse. The upstream is asked for an unencoded answer:
+// a gzip body reports nothing the filter can read.
+func (h *httpContext) expectCharges(cs []wire.Charge) {
+	ch := &charging{jsonAt: []int{0}}
+	for _, c := range cs {
+		src, expr, err := rules.ParseCostFrom(c.CostFrom)
+		if err != nil || !src.AfterResponse() || len(ch.items) == wire.MaxCharges {
+			continue
+		}
+		ch.items = append(ch.items, wire.ChargeItem{RuleID: c.RuleID})
+		ch.json = append(ch.json, src == rules.CostResponseJSON)
+		if src == rules.CostResponseJSON {
+			paths, _ := rules.CostPaths(expr)
+			ch.paths = append(ch.paths, paths...)
+		} else {
+			ch.paths = append(ch.paths, []string{expr}) // the header's name, read from the headers
+		}
+		ch.jsonAt = append(ch.jsonAt, len(ch.paths))
+	}
+	if len(ch.items) == 0 {
+		return
+	}
+	h.charge = ch
+	_ = proxywasm.RemoveHttpRequestHeader("accept-encoding")
+}
+
+// chargeOnHeaders reads the costs the headers report and decides how the
+// body is read.
+func (h *httpContext) chargeOnHeaders(endOfStream bool) types.Action {
+	ch := h.charge
+	hs, err := proxywasm.GetHttpResponseHeaderMap()
+	if err != nil {
+		hs = ""
+	}
+	var contentType, encoding string
+	values := make([]string, len(ch.items))
+	found := make([]bool, len(ch.items))
+	_ = headermap.Walk(hs, func(k, v string) bool {
+		switch {
+		case equalFold(k, "content-type"):
+			contentType = v
+		case equalFold(k, "content-encoding"):
+			encoding = v
+		}
+		for i := range ch.items {
+			if !ch.json[i] && !found[i] && equalFold(k, ch.paths[ch.jsonAt[i]][0]) {
+				values[i], found[i] = v, true
+			}
+		}
+		return true
+	})
+	body := false
+	for i := range ch.items {
+		switch {
+		case !ch.json[i] && !found[i]:
+			h.unreported(i, wire.UnreportedMissing)
+		case !ch.json[i]:
+			h.reported(i, headerUsage(values[i]))
+		case encoding != "" && !strings.EqualFold(encoding, "identity"):
+			h.unreported(i, wire.UnreportedEncoded)
+		case endOfStream:
+			h.unreported(i, wire.UnreportedMissing)
+		default:
+			body = true
+		}
+	}
+	switch {
+	case !body:
+		return h.sendCharge()
+	case strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream"):
+		ch.mode, ch.events = readEvents, usage.NewEvents(ch.paths)
+		return types.ActionContinue
+	}
+	ch.mode = readJSON
+	return types.ActionPause // the headers wait for the body's usage
+}
+
+// headerUsage reads a cost header as a JSON number would be read.
+func headerUsage(v string) wire.Usage {
+	v = strings.TrimSpace(v)
+	u := make([]wire.Usage, 1)
+	if wire.ReadUsage([]byte(`{"v":`+v+`}`), [][]string{{"v"}}, u) != nil || strings.ContainsAny(v, "{[\"") {
+		return wire.Usage{Found: true}
+	}
+	return u[0]
+}
+
+func (h *httpContext) reported(i int, u wire.Usage) {
+	if !u.Valid {
+		h.unreported(i, wire.UnreportedInvalid)
+		return
+	}
+	n := u.N
+	h.charge.items[i].Cost = &n
+}
+
+func (h *httpContext) unreported(i int, why string) {
+	if h.charge.items[i].Cost == nil && h.charge.items[i].Unreported == "" {
+		h.charge.items[i].Unreported = why
+		h.p.m.chargesUnreported.Increment(1)
+	}
+}
+
+// OnHttpResponseBody reads a body only for a request under response costs.
+func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	ch := h.charge
+	switch {
+	case ch == nil || h.localReply:
+		return types.ActionContinue
+	case ch.held:
+		return types.ActionPause // the response waits for its charge's answer
+	case ch.sent:
+		return types.ActionContinue
+	}
+	switch ch.mode {
+	case readJSON:
+		if bodySize > maxUsageBody {
+			h.unreportedBody(wire.UnreportedTooLarge)
+			return h.sendCharge()
+		}
+		if !endOfStream {
+			return types.ActionPause // buffered until its end
+		}
+		b, err := proxywasm.GetHttpResponseBody(0, bodySize)
+		vals := make([]wire.Usage, len(ch.paths))
+		if err != nil || wire.ReadUsage(b, ch.paths, vals) != nil {
+			h.unreportedBody(wire.UnreportedMalformed)
+			return h.sendCharge()
+		}
+		h.bodyUsage(vals)
+		return h.sendCharge()
+	case readEvents:
+		if bodySize > 0 {
+			if b, err := proxywasm.GetHttpResponseBody(0, bodySize); err == nil {
+				ch.events.Feed(b)
+			}
+		}
+		if !endOfStream {
+			return types.ActionContinue
+		}
+		h.bodyUsage(ch.events.End())
+		return h.sendCharge() // the last chunk waits for the charge
+	}
+	return types.ActionContinue
+}
+
+// bodyUsage sets the body rules' costs from what their paths found.
+func (h *httpContext) bodyUsage(vals []wire.Usage) {
+	ch := h.charge
+	for i := range ch.items {
+		if !ch.json[i] {
+			continue
+		}
+		n, ok, invalid := usage.Total(vals[ch.jsonAt[i]:ch.jsonAt[i+1]])
+		switch {
+		case invalid:
+			h.unreported(i, wire.UnreportedInvalid)
+		case !ok:
+			h.unreported(i, wire.UnreportedMissing)
+		default:
+			h.reported(i, wire.Usage{Found: true, Valid: true, N: n})
+		}
+	}
+}
+
+func (h *httpContext) unreportedBody(why string) {
+	for i := range h.charge.items {
+		if h.charge.json[i] {
+			h.unreported(i, why)
+		}
+	}
+}
+
+// chargeCut charges a response that ended before the filter read its cost
+// (the client or the upstream went away): the rule's unreported cost. The
+// charge belongs to the root context, so it is sent all the same.
+func (h *httpContext) chargeCut() {
+	if h.charge == nil || h.charge.sent {
+		return
+	}
+	h.unreportedBody(wire.UnreportedCut)
+	for i := range h.charge.items {
+		h.unreported(i, wire.UnreportedCut)
+	}
+	h.sendCharge()
+}
+
+// sendCharge sends the costs read; the response waits for the answer
+// (Pause) unless the charge could not be sent.
+func (h *httpContext) sendCharge() types.Action {
+	p, ch := h.p, h.charge
+	ch.sent = true
+	var address string
+	if h.id != "" && h.ip.IsValid() {
+		address = h.ip.String()
+	}
+	body := wire.AppendChargeRequest(make([]byte, 0, 256), &wire.ChargeRequest{
+		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant, APIKey: h.apiKey,
+		ClientAddress: address, MethodOverride: h.override, Charges: ch.items,
+	})
+	p.m.charges.Increment(1)
+	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h.onChargeResponse); err != nil {
+		p.m.chargeFailures.Increment(1)
+		proxywasm.LogWarn("tollgate: charge not dispatched (its cost is lost): " + err.Error())
+		return types.ActionContinue
+	}
+	if h.done {
+		return types.ActionContinue
+	}
+	ch.held = true
+	return types.ActionPause
+}
+
+// onChargeResponse writes where the caller stands after the charge into
+// the held response's headers, and lets the response go.
+func (h *httpContext) onChargeResponse(numHeaders, bodySize, _ int) {
+	p := h.p
+	defer h.releaseResponse()
+	status := 0
+	if numHeaders > 0 {
+		if hs, err := proxywasm.GetHttpCallResponseHeaderMap(); err == nil {
+			_ = headermap.Walk(hs, func(k, v string) bool {
+				if k == ":status" {
+					status, _ = strconv.Atoi(v)
+				}
+				return true
+			})
+		}
+	}
+	var body []byte
+	if bodySize > 0 {
+		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
+	}
+	var r wire.ChargeResponse
+	if status != 200 || wire.DecodeChargeResponse(body, &r) != nil {
+		p.m.chargeFailures.Increment(1)
+		proxywasm.LogWarn("tollgate: charge refused or unanswered (status " + strconv.Itoa(status) + "); its cost is lost")
+		return
+	}
+	if h.done || !h.hasVerdict || h.charge.mode == readEvents {
+		return // a stream's headers went out with its first bytes
+	}
+	// The rule a client meets first after the charge: the least left.
+	l := &h.verdict.limits
+	for _, c := range r.Results {
+		if c.Error != "" || c.Limit <= 0 || c.Remaining < 0 {
+			continue
+		}
+		if c.RuleID == l.RuleID || c.Remaining < l.Remaining {
+			*l = wire.Limits{RuleID: c.RuleID, Strategy: c.Strategy, Limit: c.Limit, Remaining: c.Remaining, ResetAt: c.ResetAt,
+				WindowSeconds: c.WindowSeconds}
+		}
+	}
+	h.writeLimitHeaders()
+}
+
+// releaseResponse lets a response held for its charge go on.
+func (h *httpContext) releaseResponse() {
+	if h.charge != nil && h.charge.held && !h.done {
+		h.charge.held = false
+		_ = proxywasm.ResumeHttpResponse()
+	}
+}

@@ -1,0 +1,107 @@
+package usage
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+var paths = [][]string{{"usage", "total_tokens"}, {"usage", "input_tokens"}, {"usage", "output_tokens"}}
+
+// An OpenAI stream (usage in the last chunk, then [DONE]) and an Anthropic
+// one (input tokens first, output tokens last), in any chunking and with
+// any line ending.
+func TestEvents(t *testing.T) {
+	openai := "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n" +
+		": keep-alive\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}\n\n" +
+		"data: [DONE]\n\n"
+	anthropic := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, tc := range []struct {
+		name, stream string
+		paths        [][]string
+		want         int64
+	}{
+		{"openai", openai, paths[:1], 21},
+		{"anthropic", anthropic, [][]string{{"message", "usage", "input_tokens"}, {"usage", "output_tokens"}}, 40},
+		{"crlf", strings.ReplaceAll(openai, "\n", "\r\n"), paths[:1], 21},
+		{"cr", strings.ReplaceAll(openai, "\n", "\r"), paths[:1], 21},
+		{"no final blank line", "data: {\"usage\":{\"total_tokens\":7}}", paths[:1], 7},
+		{"data over two lines", "data: {\"usage\":\ndata: {\"total_tokens\":8}}\n\n", paths[:1], 8},
+	} {
+		for _, size := range []int{1, 2, 7, 64, 1 << 20} {
+			e := NewEvents(tc.paths)
+			for s := tc.stream; len(s) > 0; {
+				n := min(size, len(s))
+				e.Feed([]byte(s[:n]))
+				s = s[n:]
+			}
+			n, ok, _ := Total(e.End())
+			if !ok || n != tc.want {
+				t.Errorf("%s in chunks of %d: %d %v, want %d", tc.name, size, n, ok, tc.want)
+			}
+		}
+	}
+}
+
+// Broken streams have a defined result: none found, or invalid.
+func TestEventsBroken(t *testing.T) {
+	for _, tc := range []struct {
+		name, stream    string
+		found, invalid  bool
+		skipped, broken int
+	}{
+		{"cut before the usage", "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"total", false, false, 0, 1},
+		{"no usage at all", "data: {\"x\":1}\n\ndata: [DONE]\n\n", false, false, 0, 0},
+		{"negative", "data: {\"usage\":{\"total_tokens\":-5}}\n\n", false, true, 0, 0},
+		{"not json", "data: hello\n\n", false, false, 0, 1},
+		{"an event past the bound", "data: {\"usage\":{\"total_tokens\":5,\"pad\":\"" + strings.Repeat("x", MaxEvent) + "\"}}\n\n", false, false, 1, 0},
+		{"a line past the bound, then usage", "data: " + strings.Repeat("y", 2*MaxEvent) + "\n\ndata: {\"usage\":{\"total_tokens\":3}}\n\n", true, false, 1, 0},
+	} {
+		e := NewEvents(paths[:1])
+		e.Feed([]byte(tc.stream))
+		_, ok, invalid := Total(e.End())
+		if ok != tc.found || invalid != tc.invalid || e.Skipped != tc.skipped || e.Malformed != tc.broken {
+			t.Errorf("%s: found %v invalid %v skipped %d malformed %d", tc.name, ok, invalid, e.Skipped, e.Malformed)
+		}
+	}
+}
+
+func TestTotal(t *testing.T) {
+	if n, ok, _ := Total([]wire.Usage{{Found: true, Valid: true, N: wire.MaxUsage}, {Found: true, Valid: true, N: 5}}); !ok || n != wire.MaxUsage {
+		t.Fatalf("sum past the bound: %d", n)
+	}
+	if n, ok, _ := Total([]wire.Usage{{}, {Found: true, Valid: true, N: 5}}); !ok || n != 5 {
+		t.Fatalf("one of two: %d %v", n, ok)
+	}
+}
+
+// FuzzEvents: any bytes, in any chunking, read the same and within bounds.
+func FuzzEvents(f *testing.F) {
+	f.Add([]byte("data: {\"usage\":{\"total_tokens\":21}}\r\n\r\ndata: [DONE]\n\n"), uint8(3))
+	f.Add([]byte("data:\rdata: {\"usage\":{\"total_tokens\":1.5}}\r\r"), uint8(1))
+	f.Fuzz(func(t *testing.T, stream []byte, size uint8) {
+		whole := NewEvents(paths)
+		whole.Feed(stream)
+		want := whole.End()
+		parts := NewEvents(paths)
+		step := int(size) + 1
+		for s := stream; len(s) > 0; {
+			n := min(step, len(s))
+			parts.Feed(s[:n])
+			s = s[n:]
+			if cap(parts.line) > 2*MaxEvent || cap(parts.data) > 2*MaxEvent {
+				t.Fatalf("buffers grew to %d and %d", cap(parts.line), cap(parts.data))
+			}
+		}
+		got := parts.End()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%q in chunks of %d: %+v, whole %+v", stream, step, got, want)
+			}
+		}
+	})
+}
