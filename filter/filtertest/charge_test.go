@@ -58,7 +58,7 @@ func (e *env) charged(remaining int64) wire.ChargeItem {
 	if err := json.Unmarshal(cs[0].Body, &r); err != nil || len(r.Charges) != 1 {
 		e.t.Fatalf("charge %s: %v", cs[0].Body, err)
 	}
-	if r.UserID != "ip:198.51.100.7" || r.Endpoint != "/v1/chat/completions" || r.Method != "POST" || cs[0].Headers.Value("authorization") != "Bearer t0ken-for-tests" {
+	if r.UserID != "ip:198.51.100.7" || r.Endpoint != "/v1/chat/completions" || r.Method != "POST" || r.ClientAddress != "" || cs[0].Headers.Value("authorization") != "Bearer t0ken-for-tests" {
 		e.t.Errorf("the charge names another request than the check: %s %v", cs[0].Body, cs[0].Headers)
 	}
 	b, _ := json.Marshal(wire.ChargeResponse{Results: []wire.ChargeResult{{RuleID: "tokens", Charged: 1, Limit: 10000, Remaining: remaining,

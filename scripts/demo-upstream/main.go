@@ -1,6 +1,8 @@
 // Command demo-upstream is the API that `make run` puts behind the gateway:
 // it answers every request with what it was told by the filter (the
-// x-tollgate-* headers), so a curl shows the whole path.
+// x-tollgate-* headers), so a curl shows the whole path; and it imitates an
+// OpenAI-compatible chat endpoint at /v1/chat/completions (llmdemo), so a
+// token budget can be seen spent and refused.
 package main
 
 import (
@@ -11,12 +13,15 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/testkit/llmdemo"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:9000", "address to serve on")
 	flag.Parse()
 	mux := http.NewServeMux()
+	mux.Handle(llmdemo.Path, llmdemo.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		seen := map[string]string{}
 		for k, v := range r.Header {

@@ -237,13 +237,10 @@ func (h *httpContext) chargeCut() {
 func (h *httpContext) sendCharge() types.Action {
 	p, ch := h.p, h.charge
 	ch.sent = true
-	var address string
-	if h.id != "" && h.ip.IsValid() {
-		address = h.ip.String()
-	}
+	// The same caller fields as the check's, so the same counters.
 	body := wire.AppendChargeRequest(make([]byte, 0, 256), &wire.ChargeRequest{
 		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant, APIKey: h.apiKey,
-		ClientAddress: address, MethodOverride: h.override, Charges: ch.items,
+		ClientAddress: h.address, MethodOverride: h.override, Charges: ch.items,
 	})
 	p.m.charges.Increment(1)
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h.onChargeResponse); err != nil {

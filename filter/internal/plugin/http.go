@@ -61,8 +61,9 @@ type httpContext struct {
 	bodyBytes   *int64
 	costHeaders map[string]string
 
-	// The request as checked, for a charge after its response.
-	path, method, override string
+	// The request as checked, for a charge after its response (address:
+	// the client_address sent).
+	path, method, override, address string
 	// charge is set when the response reports the request's cost.
 	charge *charging
 
@@ -375,6 +376,7 @@ func (h *httpContext) callOut(method, override, path string, returned, spent int
 	if h.id != "" && h.ip.IsValid() {
 		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
 	}
+	h.address = address
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, Spent: spent, ClientAddress: address, MethodOverride: override,
