@@ -140,6 +140,10 @@ type Rule struct {
 	// Cost is then what a response that reports nothing is charged; see
 	// UnreportedCost). See CostSource.
 	CostFrom string `json:"cost_from,omitempty" toml:"cost_from"`
+	// EstimateFrom, beside a cost_from read from the response, is what must
+	// be left to admit a request: "request_header:<name>" (a max_tokens
+	// the client declares). Admission still spends 1; absent, 1.
+	EstimateFrom string `json:"estimate_from,omitempty" toml:"estimate_from"`
 	Action   Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
@@ -294,6 +298,15 @@ func (r *Rule) ValidateAs(n Names) error {
 	}
 	if src.AfterResponse() && !slices.Contains(chargeable, r.Algorithm) {
 		return bad("algorithm", "%q cannot take a cost charged after the response; use one of %v", r.Algorithm, chargeable)
+	}
+	if r.EstimateFrom != "" {
+		est, _, err := ParseCostFrom(r.EstimateFrom)
+		switch {
+		case err != nil || est != CostRequestHeader:
+			return bad("estimate_from", "%q must be request_header:<name> (lower-case letters, digits and '-')", r.EstimateFrom)
+		case !src.AfterResponse():
+			return bad("estimate_from", "is read only beside a cost_from of the response (response_header:, response_json:)")
+		}
 	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)

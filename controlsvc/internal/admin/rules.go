@@ -35,6 +35,7 @@ type RuleBody struct {
 	Burst           *int64   `json:"burst"`
 	Cost            *int64   `json:"cost"`
 	CostFrom        *string  `json:"cost_from"`
+	EstimateFrom    *string  `json:"estimate_from"`
 	Action          *string  `json:"action"`
 	PerEndpoint     *bool    `json:"per_endpoint"`
 	// Period ("day", "month"; "" removes it) and TimeZone (IANA; "" is
@@ -64,6 +65,7 @@ type RuleView struct {
 	Burst           int64           `json:"burst,omitempty"`
 	Cost            int64           `json:"cost,omitempty"`
 	CostFrom        string          `json:"cost_from,omitempty"`
+	EstimateFrom    string          `json:"estimate_from,omitempty"`
 	Action          string          `json:"action"`
 	PerEndpoint     bool            `json:"per_endpoint"`
 	Period          string          `json:"period,omitempty"`
@@ -332,6 +334,7 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 	set(&r.Burst, b.Burst)
 	set(&r.Cost, b.Cost)
 	set(&r.CostFrom, b.CostFrom)
+	set(&r.EstimateFrom, b.EstimateFrom)
 	if b.Action != nil {
 		r.Action = rules.Action(*b.Action)
 	}
@@ -417,7 +420,7 @@ func (s *Service) unavailable(op string, err error) error {
 func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
-		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost, CostFrom: r.CostFrom,
+		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost, CostFrom: r.CostFrom, EstimateFrom: r.EstimateFrom,
 		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Period: string(r.Period), TimeZone: r.TimeZone, Response: r.Response, ReadOnly: !runtimeID(r.ID),
 	}
 	if v.Action == "" {

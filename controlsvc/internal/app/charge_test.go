@@ -187,3 +187,28 @@ window_seconds = 60
 		t.Fatalf("untrusted charge: %d %s", r.status, r.body)
 	}
 }
+
+// An estimate from the request (estimate_from: a max_tokens the client
+// declares) is what must be left to admit: admission still spends 1.
+func TestTokenBudgetEstimate(t *testing.T) {
+	s := startService(t, strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
+		`cost_from = "response_json:usage.total_tokens"`+"\nestimate_from = \"request_header:x-max-tokens\"", 1), nil)
+	check := func(maxTokens string) *response {
+		return s.check(map[string]any{"user_id": "erin", "endpoint": "/v1/chat/completions", "cost_headers": map[string]string{"x-max-tokens": maxTokens}})
+	}
+	if r := check("800"); r.status != 200 || num(t, r.json(t), "remaining") != 999 {
+		t.Fatalf("admission: %d %s", r.status, r.body)
+	}
+	s.do("POST", "/v1/rate-limit/charge", chargeBody("erin", map[string]any{"rule_id": "tokens", "cost": 700})) // 300 left
+	if r := check("301"); r.status != 429 {
+		t.Fatalf("an estimate above what is left: %d %s", r.status, r.body)
+	}
+	if r := check("300"); r.status != 200 || num(t, r.json(t), "remaining") != 299 {
+		t.Fatalf("an estimate that fits: %d %s, want admitted spending 1", r.status, r.body)
+	}
+	for v, want := range map[string]string{"lots": "is not a whole number", "-1": "is not a whole number", "1001": "more than rule tokens can ever have left"} {
+		if r := check(v); r.status != 400 || !strings.Contains(string(r.body), want) || !strings.Contains(string(r.body), `x-max-tokens`) {
+			t.Errorf("estimate %q: %d %s", v, r.status, r.body)
+		}
+	}
+}

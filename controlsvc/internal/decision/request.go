@@ -128,6 +128,29 @@ func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
 	return max(n, 1), nil
 }
 
+// ruleAdmit is what must be left for rule r to admit this request: its
+// estimate_from's header when it names one and the request sends it (a
+// number of 1 or more), else 0 (the cost). An estimate above the rule's
+// capacity could never be admitted and is refused as such.
+func (c *caller) ruleAdmit(r *rules.Rule) (int64, *apierr.Error) {
+	if r.EstimateFrom == "" {
+		return 0, nil
+	}
+	_, name, _ := rules.ParseCostFrom(r.EstimateFrom) // validated with the policy
+	v, ok := c.costHeaders[name]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil || n < 0 || n > rules.MaxQuantity:
+		return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%q is not a whole number of 0 or more (rule %s admits a request only while that much is left)", clip(v, 32), r.ID))
+	case n > r.Capacity():
+		return 0, apierr.Invalid("cost_headers["+strconv.Quote(name)+"]", fmt.Sprintf("%d is more than rule %s can ever have left (%d)", n, r.ID, r.Capacity()))
+	}
+	return n, nil
+}
+
 // target validates a subject. An untrusted caller is refused any field only
 // the service credential may send, before the fields' values are checked.
 func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {

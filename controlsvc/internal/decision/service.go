@@ -340,7 +340,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// but an empty answer must still be a decision.
 		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
-	var costs [8]int64
+	var costs, admits [8]int64
 	metered := false // a rule takes its cost from the request
 	for i := range rs {
 		// Refuse before anything is spent: a rejected request touches
@@ -356,8 +356,12 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			if n > r.Capacity() {
 				return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d, from the request, is more than rule %s can ever allow (%d)", n, r.ID, r.Capacity()))
 			}
+			admit, aerr := c.ruleAdmit(r)
+			if aerr != nil {
+				return wire.CheckResponse{}, aerr
+			}
 			if i < len(costs) {
-				costs[i] = n
+				costs[i], admits[i] = n, admit
 			}
 			continue
 		}
@@ -385,7 +389,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		lr := a.req
 		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
 		if i < len(costs) {
-			lr.Cost = costs[i]
+			lr.Cost, lr.Admit = costs[i], admits[i]
 		}
 		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
 		if !a.req.Rule.Scope.Shared() {

@@ -92,3 +92,24 @@ func TestChargeRefusesWhatItCannotTake(t *testing.T) {
 		}
 	}
 }
+
+// Admit: what must be left to pass (an estimate), while the request
+// spends its cost.
+func TestAdmit(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		r := req(a, "admit-"+string(a), 100, 3600)
+		r.Admit = 100
+		if res, err := l.Do(ctx, r); err != nil || !res.Allowed || res.Remaining != 99 {
+			t.Fatalf("%s: %+v %v, want admitted spending 1", a, res, err)
+		}
+		if res, err := l.Do(ctx, r); err != nil || res.Allowed || res.RetryAfter <= 0 {
+			t.Fatalf("%s: %+v %v, want refused with 99 left of the 100 needed", a, res, err)
+		}
+		r.Admit = 99
+		if res, err := l.Do(ctx, r); err != nil || !res.Allowed || res.Remaining != 98 {
+			t.Fatalf("%s: %+v %v", a, res, err)
+		}
+	}
+}

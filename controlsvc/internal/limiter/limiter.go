@@ -67,6 +67,10 @@ type Request struct {
 	WarmLeaseOnly bool
 	// Penalty is nil when progressive penalties are off.
 	Penalty *Penalty
+	// Admit, when more than Cost, is what must be left for the request to
+	// pass (an estimate of a cost known after the response); Cost is still
+	// what it spends.
+	Admit int64
 	// Charge spends Cost whatever is left (a cost known after the response
 	// of a request already admitted), down to a balance of minus the rule's
 	// capacity at most; Result.Charged says what was spent. No lease, no
@@ -298,11 +302,14 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 	} else {
 		ks = []string{r.Key()}
 	}
-	if r.Origin > 0 {
+	if r.Origin > 0 || r.Admit > r.Cost {
 		if r.Penalty == nil {
 			args = append(args, "0", 0, 0, "")
 		}
 		args = append(args, r.Origin) // ARGV[13]
+	}
+	if r.Admit > r.Cost {
+		args = append(args, r.Admit) // ARGV[14]
 	}
 	return s, ks, args, nil
 }

@@ -93,6 +93,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	capacity := max(q.Capacity()/l.replicas, 1)
 	window := time.Duration(q.WindowSeconds) * time.Second
 	cost := float64(max(r.Cost, 0))
+	admit := max(cost, float64(r.Admit)) // what must be left to pass
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,8 +113,8 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(c.tokens), 0), ResetAfter: full}
 		}
 		full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
-		if c.tokens < cost || r.Peek && c.tokens < 1 {
-			wait := time.Duration((cost - c.tokens) / rate * float64(time.Second))
+		if c.tokens < admit || r.Peek && c.tokens < 1 {
+			wait := time.Duration((admit - c.tokens) / rate * float64(time.Second))
 			c.wholeAt = now.Add(full)
 			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
 		}
@@ -150,9 +151,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		c.tokens -= n
 		return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(left-n), 0), ResetAfter: reset}
 	}
-	if left < cost {
+	if left < admit {
 		retry := reset
-		if need := cost - left; fading >= need && c.prev > 0 {
+		if need := admit - left; fading >= need && c.prev > 0 {
 			// The previous window's weight fades at prev per window.
 			retry = time.Duration(need / c.prev * float64(window))
 		}

@@ -29,7 +29,7 @@ local function decide()
     return 1, limit - c, reset, 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
-  if c + cost <= limit then
+  if c + admit <= limit then
     allowed = 1
     c = c + cost
     granted = grant(limit - c)

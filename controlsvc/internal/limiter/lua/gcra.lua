@@ -21,13 +21,14 @@ local function decide()
     return 1, math.floor((now + tau - tat) / interval + eps), math.ceil(tat - now), 0, 0
   end
   local new_tat = tat + cost * interval
+  local needed_tat = tat + admit * interval
   local allowed, granted, retry = 0, 0, 0
-  if new_tat - tau <= now + eps then
+  if needed_tat - tau <= now + eps then
     allowed = 1
     granted = grant(math.floor((now + tau - new_tat) / interval + eps))
     tat, lg = new_tat + granted * interval, math.min(capacity, lg + granted)
   else
-    retry = math.ceil(new_tat - tau - now)
+    retry = math.ceil(needed_tat - tau - now)
   end
   if changed(allowed) then
     save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)

@@ -9,7 +9,10 @@
 -- left, down to a balance of -capacity at most, and return in the last
 -- slot what was spent; 0 = none of these), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
--- penalties only KEYS[1] and ARGV 1..8 are sent.
+-- penalties only KEYS[1] and ARGV 1..8 are sent. ARGV[13] is a calendar
+-- period's start (fixed_window.lua); ARGV[14], when sent, is what must be
+-- left to admit (an estimate of a cost known after the response), when
+-- more than the cost spent now.
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
 -- credited}.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -18,6 +21,9 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+-- admit is what must be left for the request to pass; cost is what it
+-- spends (less than admit only for an estimated cost).
+local admit = math.max(cost, tonumber(ARGV[14] or '0'))
 local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
 local fraction = tonumber(ARGV[7])

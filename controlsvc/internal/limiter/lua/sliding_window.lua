@@ -29,21 +29,21 @@ local function decide()
     return 1, math.floor(limit - (est + n)), math.max(1, math.ceil(window - elapsed)), 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
-  if est + cost <= limit then
+  if est + admit <= limit then
     allowed = 1
     c = c + cost
     granted = grant(math.floor(limit - (p * weight + c)))
     c, lg = c + granted, lg + granted
   else
-    local need = est + cost - limit
+    local need = est + admit - limit
     if p * weight >= need then
       -- The previous window's weight fades at p/window per millisecond.
       retry = math.ceil(need * window / p)
     else
       -- Not before the next window, where c becomes the fading part.
       retry = math.ceil(window - elapsed)
-      if c > 0 and c > limit - cost then
-        retry = retry + math.ceil(window * (1 - (limit - cost) / c))
+      if c > 0 and c > limit - admit then
+        retry = retry + math.ceil(window * (1 - (limit - admit) / c))
       end
     end
   end

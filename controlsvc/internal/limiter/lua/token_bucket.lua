@@ -28,13 +28,13 @@ local function decide()
     return 1, math.floor(tokens), math.ceil((capacity - tokens) / rate), 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
-  if tokens >= cost then
+  if tokens >= admit then
     allowed = 1
     tokens = tokens - cost
     granted = grant(math.floor(tokens))
     tokens, lg = tokens - granted, math.min(capacity, lg + granted)
   else
-    retry = math.ceil((cost - tokens) / rate)
+    retry = math.ceil((admit - tokens) / rate)
   end
   if changed(allowed) then
     save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
