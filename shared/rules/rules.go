@@ -144,7 +144,7 @@ type Rule struct {
 	// be left to admit a request: "request_header:<name>" (a max_tokens
 	// the client declares). Admission still spends 1; absent, 1.
 	EstimateFrom string `json:"estimate_from,omitempty" toml:"estimate_from"`
-	Action   Action `json:"action,omitempty" toml:"action"`
+	Action       Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
 	// Enabled defaults to true when absent.
