@@ -3,6 +3,11 @@ package filtertest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
@@ -134,4 +139,73 @@ func guestAllocs(ctx context.Context, b *testing.B, vm *wasmhost.VM) uint64 {
 // before (read just ahead of the loop).
 func reportGuestAllocs(ctx context.Context, b *testing.B, vm *wasmhost.VM, before uint64) {
 	b.ReportMetric(float64(guestAllocs(ctx, b, vm)-before)/float64(b.N), "guest-allocs/op")
+}
+
+// headersOnlyWasm is the module built without the response body callback
+// (tag tollgate_headers_only), built once when a benchmark asks.
+var headersOnlyWasm = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "tollgate-wasm-headers-only")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "tollgate.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-tags", "tollgate_headers_only", "-o", out, "..")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build: %v: %s", err, b)
+	}
+	return os.ReadFile(out)
+})
+
+// BenchmarkRequestLeaseHitWithBody is a lease hit whose response has a
+// body (one 4 KiB chunk), with the module as shipped ("body-callback":
+// Envoy calls the exported body callback for the chunk, which returns at
+// once for a request under no response-cost rule) and built without that
+// export ("headers-only"): their ratio is what reading LLM usage costs
+// every other request. The filter never knows rules, so a response-cost
+// rule configured for other paths changes nothing else on this path.
+func BenchmarkRequestLeaseHitWithBody(b *testing.B) {
+	chunk := make([]byte, 4096)
+	for _, variant := range []string{"body-callback", "headers-only"} {
+		b.Run(variant, func(b *testing.B) {
+			ctx := context.Background()
+			wasm := wasmBytes
+			if variant == "headers-only" {
+				var err error
+				if wasm, err = headersOnlyWasm(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			h, err := wasmhost.New(ctx, wasm, wasmhost.Options{PluginConfig: []byte(`{"control_cluster":"controlsvc","lease":{"request":10000}}`),
+				Clusters: []string{"controlsvc"}, CompilationCache: compCache, WASI: envoyWASI})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close(ctx)
+			vm, err := h.NewVM(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,
+				Lease: wire.Lease{Granted: 10000, TTLMs: 60_000}, Identity: "ip:203.0.113.5"}
+			body, _ := json.Marshal(d)
+			refill := func() {
+				for _, c := range vm.PendingCallouts() {
+					vm.Respond(ctx, c.Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: body})
+				}
+			}
+			for b.Loop() {
+				s, _ := vm.NewStream(ctx, benchReq, benchProps)
+				if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
+					refill()
+				}
+				s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, false)
+				if _, out, err := s.OnResponseBody(ctx, chunk, true); err != nil || len(out) != len(chunk) {
+					b.Fatalf("the body did not pass: %d bytes, %v", len(out), err)
+				}
+				s.Done(ctx)
+			}
+		})
+	}
 }

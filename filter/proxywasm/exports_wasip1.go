@@ -37,11 +37,6 @@ func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
 }
 
-//go:wasmexport proxy_on_response_body
-func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
-	return onResponseBody(contextID, bodySize, endOfStream != 0)
-}
-
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
 	onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers)
