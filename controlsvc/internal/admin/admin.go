@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
@@ -54,6 +55,7 @@ type Service struct {
 	rules    RuleStore
 	trail    Trail
 	usage    UsageReader
+	summary  *summary.Reader
 	live     func() *policy.Policy
 	validate func(before, after ruleset.Snapshot) error
 	changed  func(context.Context)
@@ -68,6 +70,8 @@ type Deps struct {
 	Rules RuleStore
 	Trail Trail
 	Usage UsageReader
+	// Summary reads the deployment's summary.
+	Summary *summary.Reader
 	// Policy returns the live policy (default tier, rules).
 	Policy func() *policy.Policy
 	// Validate reports whether after, a change to the stored runtime rules
@@ -83,7 +87,7 @@ type Deps struct {
 
 // New returns the admin service.
 func New(d Deps) *Service {
-	return &Service{keys: d.Keys, rules: d.Rules, trail: d.Trail, usage: d.Usage, live: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
+	return &Service{keys: d.Keys, rules: d.Rules, trail: d.Trail, usage: d.Usage, summary: d.Summary, live: d.Policy, validate: d.Validate, changed: d.Changed, m: d.Metrics, log: d.Log, now: d.Now}
 }
 
 // RulesResponse is the live rule set.

@@ -35,6 +35,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/changes"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
 )
 
@@ -53,6 +54,7 @@ type App struct {
 	limiter   *limiter.Limiter  // nil without Redis
 	local     *memlimit.Limiter // counts while Redis is away (fail_open)
 	usage     *usage.Recorder
+	summary   *summary.Recorder
 	metrics   *metrics.Metrics
 	http      *http.Server
 	lean      *leanhttp.Server // serves the decision route, hands the rest to http
@@ -96,7 +98,8 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	}
 	a.overrides, a.ruleset, a.local = st.overrides, st.ruleset, memlimit.New(cfg.Replicas, time.Now)
 	a.usage = usage.NewRecorder(st.usage, st.trail, log)
-	a.svc = decision.New(decision.Deps{Counters: st.counters, Local: a.local, Keys: st.keys, Overrides: a.overrides, Replays: st.replays, Usage: a.usage, Trail: st.trail, Metrics: a.metrics, Log: log, Now: time.Now,
+	a.summary = summary.NewRecorder(st.summary, log)
+	a.svc = decision.New(decision.Deps{Counters: st.counters, Local: a.local, Keys: st.keys, Overrides: a.overrides, Replays: st.replays, Usage: a.usage, Summary: a.summary, Trail: st.trail, Metrics: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, pol, decision.SettingsOf(cfg))
 	a.metrics.RegisterBreaker(a.svc.BreakerOpen)
 	rc, err := loadRLS(cfg)
@@ -105,7 +108,7 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	}
 	a.rls = rls.New(rls.Deps{Counters: st.counters, Checker: a.svc, Local: a.local, Observe: a.metrics, Log: log, Now: time.Now,
 		BreakerThreshold: cfg.RedisBreakerThreshold, BreakerCooldown: time.Duration(cfg.RedisBreakerCooldownMs) * time.Millisecond}, rc, rlsSettings(cfg))
-	ops := admin.New(admin.Deps{Keys: st.keys, Rules: a.ruleset, Trail: st.trail, Usage: usage.NewReader(st.usage), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
+	ops := admin.New(admin.Deps{Keys: st.keys, Rules: a.ruleset, Trail: st.trail, Usage: usage.NewReader(st.usage), Summary: summary.NewReader(st.summary), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})
 	a.http = &http.Server{Handler: a.srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -133,8 +136,14 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 // shorter interval costs Redis more than the decisions do.
 const usageFlush = time.Second
 
-// FlushUsage writes the usage counts gathered so far (tests read them).
-func (a *App) FlushUsage(ctx context.Context) error { return a.usage.Flush(ctx) }
+// FlushUsage writes the usage counts and the summary gathered so far
+// (tests read them).
+func (a *App) FlushUsage(ctx context.Context) error {
+	if err := a.usage.Flush(ctx); err != nil {
+		return err
+	}
+	return a.summary.Flush(ctx)
+}
 
 func (a *App) nextVersion() string { return strconv.FormatInt(a.version.Add(1), 10) }
 
@@ -177,7 +186,9 @@ func (a *App) Serve(ctx context.Context) error {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	usageDone := make(chan struct{})
+	summaryDone := make(chan struct{})
 	go func() { a.usage.Run(bg, usageFlush); close(usageDone) }()
+	go func() { a.summary.Run(bg, usageFlush); close(summaryDone) }()
 	if a.rdb != nil {
 		w := changes.Subscribe(bg, a.rdb, 2*time.Second, a.log)
 		go w.Run(bg, time.Duration(a.cfg.OverrideRefreshMs)*time.Millisecond, a.log, func(v int64) { a.refresh(bg, v) })
@@ -197,6 +208,7 @@ func (a *App) Serve(ctx context.Context) error {
 	err := a.lean.Shutdown(shutdownCtx)
 	stop()
 	<-usageDone // the last counts are written before Redis closes
+	<-summaryDone
 	if a.rdb != nil {
 		a.limiter.Close()
 		if cerr := a.rdb.Close(); err == nil {

@@ -129,6 +129,8 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	call("GET", "/admin/v1/usage/"+fmt.Sprint(key["key_id"])+"?window=current", nil, true)
 	call("GET", "/admin/v1/usage/ip:192.0.2.1", nil, true)
 	call("GET", "/admin/v1/audit?limit=5", nil, true)
+	call("GET", "/admin/v1/metrics/summary?window=1h", nil, true)
+	call("GET", "/admin/v1/metrics/summary?window=7d", nil, true)
 	call("GET", "/admin/v1/audit?type=nope", nil, true)
 	call("GET", "/admin/v1/rules", nil, false) // 401
 	call("GET", "/health", nil, false)

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/idempotency"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/ruleset"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/usage"
 )
 
@@ -42,6 +43,7 @@ type state struct {
 	keys      *apikeys.Store
 	replays   *idempotency.Store
 	usage     usage.Store
+	summary   summary.Store
 }
 
 // inMemoryCounters bounds the counters of a service without Redis: ten
@@ -53,7 +55,7 @@ func openState(cfg *config.Config, log *slog.Logger) (*state, error) {
 	if !cfg.RedisEnabled {
 		return &state{topology: "none (in memory)", counters: memlimit.Counters{L: memlimit.NewSized(1, inMemoryCounters, time.Now)},
 			overrides: overrides.NewMemory(), ruleset: ruleset.NewMemory(), trail: audit.NewMemory(time.Now),
-			keys: apikeys.NewMemory(time.Now), replays: idempotency.NewMemory(time.Now), usage: usage.InMemory(time.Now)}, nil
+			keys: apikeys.NewMemory(time.Now), replays: idempotency.NewMemory(time.Now), usage: usage.InMemory(time.Now), summary: summary.InMemory(time.Now)}, nil
 	}
 	redisconn.SetLogger(log)
 	rdb, topology, err := redisconn.New(cfg.RedisURL, cfg.RedisTimeout(), cfg.RedisPoolSize)
@@ -66,5 +68,5 @@ func openState(cfg *config.Config, log *slog.Logger) (*state, error) {
 	}
 	return &state{rdb: rdb, topology: string(topology), limiter: lim, counters: lim,
 		overrides: overrides.New(rdb), ruleset: ruleset.New(rdb), trail: audit.New(rdb),
-		keys: apikeys.New(rdb, time.Now), replays: idempotency.New(rdb), usage: usage.InRedis(rdb)}, nil
+		keys: apikeys.New(rdb, time.Now), replays: idempotency.New(rdb), usage: usage.InRedis(rdb), summary: summary.InRedis(rdb)}, nil
 }

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/apikeys"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/overrides"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -97,6 +99,14 @@ type Service struct {
 	breaker   *breaker.Breaker
 	local     LocalCounters // nil: no local counting while Redis is away
 	rand      func() float64
+	summary   SummaryRecorder // nil: no summary kept
+}
+
+// SummaryRecorder gathers the deployment's summary (store/summary); it
+// must not wait on Redis.
+type SummaryRecorder interface {
+	Observe(o summary.Observation)
+	RedisError(at time.Time)
 }
 
 // BreakerOpen reports whether Redis calls are being skipped.
@@ -129,6 +139,8 @@ type Deps struct {
 	// Rand returns a number in [0, 1) for Retry-After's jitter; nil is
 	// math/rand/v2's.
 	Rand func() float64
+	// Summary gathers the operator's summary; nil keeps none.
+	Summary SummaryRecorder
 }
 
 // LocalCounters decide a counter's request in this process only.
@@ -139,7 +151,7 @@ type LocalCounters interface {
 // New returns a service deciding with policy p and settings set.
 func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local, rand: d.Rand}
+		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local, rand: d.Rand, summary: d.Summary}
 	if s.sleep == nil {
 		s.sleep = sleepCtx
 	}
@@ -276,12 +288,31 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 // Check decides one request. Errors are *apierr.Error.
 func (s *Service) Check(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.CheckResponse, error) {
 	start := time.Now()
-	defer func() { s.m.CheckTook(time.Since(start).Seconds()) }()
+	resp, endpoint, err := s.check(ctx, req, trust)
+	took := time.Since(start)
+	s.m.CheckTook(took.Seconds())
+	if err == nil && s.summary != nil {
+		// A decision (an error decided nothing): the deployment's summary
+		// counts it.
+		s.summary.Observe(summary.Observation{At: s.now(), Throttled: !resp.Allowed, Tier: cmp.Or(resp.Tier, "(none)"),
+			Endpoint: endpoint, Identity: resp.Identity, Latency: took})
+	}
+	return resp, err
+}
+
+// check is Check; it also returns the normalised endpoint decided on.
+func (s *Service) check(ctx context.Context, req *wire.CheckRequest, trust Trust) (wire.CheckResponse, string, error) {
 	p := s.live.Load()
 	c, aerr := p.validate(req, trust)
 	if aerr != nil {
-		return wire.CheckResponse{}, aerr
+		return wire.CheckResponse{}, "", aerr
 	}
+	resp, err := s.checkValid(ctx, p, c, req)
+	return resp, c.endpoint, err
+}
+
+// checkValid decides a validated check.
+func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.CheckRequest) (wire.CheckResponse, error) {
 	if req.APIKey != "" {
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
 			var ae *apierr.Error
@@ -540,6 +571,9 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 	// the limiter refused.
 	if err != nil && (ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript)) {
 		return err
+	}
+	if err != nil && s.summary != nil {
+		s.summary.RedisError(s.now())
 	}
 	if s.breaker.Record(err == nil, s.now()) {
 		if err != nil {

@@ -146,6 +146,20 @@ func UsageMinute(identity string, minute int64) string {
 	return Prefix + "usage:{" + escape(identity, false) + "}:m:" + strconv.FormatInt(minute, 10)
 }
 
+// SummaryMinute and SummaryRefused hold one minute of the deployment's
+// decisions (the operator's summary): a hash of counts and a sorted set of
+// the most refused callers. All of them share one hash tag: a summary reads
+// up to a day of minutes in one round trip, on a cluster too, and only
+// operators read them.
+func SummaryMinute(minute int64) string {
+	return Prefix + "summary:{all}:m:" + strconv.FormatInt(minute, 10)
+}
+
+// SummaryRefused: see SummaryMinute.
+func SummaryRefused(minute int64) string {
+	return Prefix + "summary:{all}:r:" + strconv.FormatInt(minute, 10)
+}
+
 // Idempotency stores a batch answer under the hex SHA-256 of its key.
 func Idempotency(hashHex string) string { return Prefix + "idem:{" + hashHex + "}" }
 

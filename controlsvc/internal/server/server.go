@@ -35,6 +35,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -176,6 +177,13 @@ func (s *Server) adminRoutes() {
 			return admin.UsageView{}, err
 		}
 		return s.admin.Usage(ctx(c), who, q["window"])
+	})))
+	e.GET("/admin/v1/metrics/summary", operator(readRoute(func(c echo.Context) (summary.View, error) {
+		q, err := strictQuery(c, "window")
+		if err != nil {
+			return summary.View{}, err
+		}
+		return s.admin.Summary(ctx(c), q["window"])
 	})))
 	e.GET("/admin/v1/audit", operator(readRoute(func(c echo.Context) (admin.AuditPage, error) {
 		q, err := strictQuery(c, "type", "since", "limit")
