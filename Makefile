@@ -5,7 +5,7 @@ MODULES := shared testkit controlsvc filter deploy
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
-.PHONY: help deps peer helm build images test run bench reliability soak lint ci fuzz clean
+.PHONY: help deps browser peer helm build images test run bench reliability soak lint ci fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ deps: ## install what the tests and `make run` need (redis-server, sentinel, too
 # Helm, for the chart's tests (helm lint, helm template): from its module,
 # for make test only (make run does not need it).
 HELM_VERSION := v3.22.0
+
+browser: ## install headless Chromium (Debian's chromium), for the console's browser tests; make test only
+	@command -v chromium >/dev/null || { echo "installing: chromium"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 helm: ## build bin/helm, for the chart's tests
 	@$(GO) version -m bin/helm 2>/dev/null | grep -q "$(HELM_VERSION)" || GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
@@ -49,7 +52,7 @@ images: build ## OCI images of the filter and the control service under build/im
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o build/controlsvc-linux-amd64 ./controlsvc/cmd/controlsvc
 	$(GO) run ./deploy/cmd/tollgate-images -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" -created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
-test: deps peer helm ## run every module's tests with -race (installs redis-server and friends, and builds the peer, first)
+test: deps browser peer helm ## run every module's tests with -race (installs redis-server and friends, and builds the peer, first)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 run: deps build ## Redis, control service, demo upstream and the gateway with the filter; Ctrl-C stops

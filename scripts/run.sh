@@ -71,6 +71,10 @@ The demo's free tier allows 5 requests a minute per caller.
   # X-Forwarded-For you send)
   curl -s -H 'Authorization: Bearer $dtoken' http://$control/v1/rate-limit/status/ip:127.0.0.1/api/v1/orders
 
+  # a token budget (LLM APIs): ~400 tokens an answer, 1,500 a minute; the fifth is refused
+  for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%{http_code}\n' http://$gateway/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}]}'; done
+
+Console: http://$control/console/  (sign in with the admin token below)
 Admin API token for this run: $token  (metrics: http://$control/metrics)
 Press Ctrl-C to stop.
 TXT

@@ -130,6 +130,7 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	call("GET", "/admin/v1/usage/ip:192.0.2.1", nil, true)
 	call("GET", "/admin/v1/audit?limit=5", nil, true)
 	call("GET", "/admin/v1/metrics/summary?window=1h", nil, true)
+	call("GET", "/admin/v1/status/"+url.PathEscape(fmt.Sprint("key:", key["key_id"]))+"/items", nil, true)
 	call("GET", "/admin/v1/metrics/summary?window=7d", nil, true)
 	call("GET", "/admin/v1/audit?type=nope", nil, true)
 	call("GET", "/admin/v1/rules", nil, false) // 401

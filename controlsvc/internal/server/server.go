@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/console"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
@@ -87,6 +88,10 @@ func New(d Deps) *Server {
 	e.GET(wire.PathStatus+"/:id/*", decide(s.status))
 	e.GET("/health", s.health)
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })
+	// The operator's console: static files; everything it shows it reads
+	// from the admin API with the admin token.
+	e.GET("/console", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, console.Prefix) })
+	e.Any(console.Prefix+"*", echo.WrapHandler(console.Handler()))
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
 	s.adminRoutes()
@@ -185,6 +190,12 @@ func (s *Server) adminRoutes() {
 		}
 		return s.admin.Summary(ctx(c), q["window"])
 	})))
+	// A caller's counter as the decision API's status reads it, for an
+	// operator (the console's caller lookup) with the admin token.
+	e.GET("/admin/v1/status/:id/*", operator(func(c echo.Context) error {
+		c.Set(trustKey, decision.Trusted)
+		return s.status(c)
+	}))
 	e.GET("/admin/v1/audit", operator(readRoute(func(c echo.Context) (admin.AuditPage, error) {
 		q, err := strictQuery(c, "type", "since", "limit")
 		if err != nil {
@@ -391,6 +402,10 @@ func (s *Server) health(c echo.Context) error {
 	}
 	if _, err := s.adminHolder(c); err != nil {
 		return c.JSON(code, map[string]any{"status": status, "timestamp": body["timestamp"]})
+	}
+	comps["breaker"] = "closed"
+	if s.svc.BreakerOpen() {
+		comps["breaker"] = "open" // Redis calls are skipped: the failure mode answers
 	}
 	body["status"] = status
 	return c.JSON(code, body)
