@@ -26,13 +26,17 @@ import (
 // milliseconds (the last bucket is everything above).
 var LatencyBounds = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 1000}
 
-// Bounds of what one minute keeps per replica: further tiers and endpoints
-// are counted under Other, further refused callers are not named (their
-// refusals still count).
+// Bounds of what one minute keeps: further tiers and endpoints (per
+// replica) are counted under Other, further refused callers are not named
+// (their refusals still count), and the most refused are kept (in Redis,
+// across replicas). Endpoints and identities are a client's choice (a path
+// up to 8 KiB): they are kept to their first maxName bytes, so a client
+// cycling long paths costs Redis at most about 20 KB a minute, 30 MB a day.
 const (
 	maxTiers     = 64
-	maxEndpoints = 100
-	maxRefused   = 1000
+	maxEndpoints = 50
+	maxRefused   = 100
+	maxName      = 128
 	// Other names what is past a bound.
 	Other = "(other)"
 	// TTL: a day of minutes is read.
@@ -120,6 +124,7 @@ func NewRecorder(st Store, log *slog.Logger) *Recorder {
 // Observe adds one decided check.
 func (r *Recorder) Observe(o Observation) {
 	minute := o.At.Unix() / 60
+	o.Endpoint, o.Identity = clip(o.Endpoint), clip(o.Identity)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m, ok := r.pending[minute]
@@ -140,6 +145,14 @@ func (r *Recorder) Observe(o Observation) {
 	i := sort.SearchFloat64s(LatencyBounds, ms)
 	m.Latency[i]++
 	m.LatencySumUs += o.Latency.Microseconds()
+}
+
+// clip keeps a client-chosen name to maxName bytes, marking the cut.
+func clip(s string) string {
+	if len(s) <= maxName {
+		return s
+	}
+	return s[:maxName] + "..."
 }
 
 // RedisError counts a failed Redis call of the decision path.
