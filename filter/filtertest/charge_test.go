@@ -34,7 +34,10 @@ func (e *env) admitted(costFrom string) *wasmhost.Stream {
 func upstream(t *testing.T, s *wasmhost.Stream, headers wasmhost.Headers, chunks ...string) (hdr, last wasmhost.Action) {
 	t.Helper()
 	ctx := context.Background()
-	hdr, err := s.OnResponseHeaders(ctx, append(wasmhost.Headers{{":status", "200"}}, headers...), len(chunks) == 0)
+	if _, ok := headers.Get(":status"); !ok {
+		headers = append(wasmhost.Headers{{":status", "200"}}, headers...)
+	}
+	hdr, err := s.OnResponseHeaders(ctx, headers, len(chunks) == 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +113,9 @@ func TestChargeFromTheResponse(t *testing.T) {
 		{"a header missing", "response_header:x-usage-total-tokens", nil, []string{"anything"}, 0, wire.UnreportedMissing, true},
 		{"a header not a number", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", "lots"}}, nil, 0, wire.UnreportedInvalid, true},
 		{"a header with JSON in it", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", `{"a":1}`}}, nil, 0, wire.UnreportedInvalid, true},
+		{"an error without usage", body, wasmhost.Headers{{":status", "503"}, {"content-type", "application/json"}}, []string{`{"error":{"message":"overloaded"}}`}, 0, wire.UnreportedError, true},
+		{"an error that is not json", body, wasmhost.Headers{{":status", "400"}, {"content-type", "text/plain"}}, []string{`bad request`}, 0, wire.UnreportedError, true},
+		{"an error with usage", body, wasmhost.Headers{{":status", "400"}, {"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":9}}`}, 9, "", true},
 		{"a stream", body, wasmhost.Headers{{"content-type", "text/event-stream; charset=utf-8"}},
 			sse(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[],"usage":{"total_tokens":21}}`, `[DONE]`), 21, "", false},
 		{"a stream without usage", body, wasmhost.Headers{{"content-type", "text/event-stream"}}, sse(`{"choices":[]}`, `[DONE]`), 0, wire.UnreportedMissing, false},

@@ -159,6 +159,10 @@ const (
 	UnreportedEncoded   = "encoded"   // a content-encoded body (gzip...)
 	UnreportedTooLarge  = "too_large" // the body passed the filter's bound
 	UnreportedCut       = "cut"       // the response ended before its end
+	// UnreportedError: an error answer (status 400 or more) that reports
+	// no usage; it costs its admission only (an LLM API bills no tokens
+	// for a refused or failed request), never the rule's unreported cost.
+	UnreportedError = "error"
 )
 
 // ChargeResponse answers a ChargeRequest, one result per charge in order.

@@ -62,7 +62,13 @@ func TestTokenBudget(t *testing.T) {
 			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 299 || num(t, res, "remaining") != 300 {
 				t.Fatalf("unreported: %s", ch.body)
 			}
-			// Into debt: 1 + 900 of a balance of 300.
+			// An error answer that reports no usage costs its admission only.
+			s.check(check)
+			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "error"}))
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 0 || num(t, res, "remaining") != 299 {
+				t.Fatalf("an error answer: %s", ch.body)
+			}
+			// Into debt: 1 + 900 of a balance of 299.
 			s.check(check)
 			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 900}))
 			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 899 || num(t, res, "remaining") != 0 {
@@ -71,17 +77,17 @@ func TestTokenBudget(t *testing.T) {
 			if r := s.check(check); r.status != 429 {
 				t.Fatalf("admitted in debt: %d %s", r.status, r.body)
 			}
-			// The debt stops at minus the capacity: of 4999 more, 400 go on
-			// (the balance was -600).
+			// The debt stops at minus the capacity: of 4999 more, 399 go on
+			// (the balance was -601).
 			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5000}))
-			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 400 || num(t, res, "clamped") != 4599 {
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 399 || num(t, res, "clamped") != 4600 {
 				t.Fatalf("at the floor: %s", ch.body)
 			}
 			// Another caller's budget is whole.
 			if r := s.check(map[string]any{"user_id": "bob", "endpoint": "/v1/chat/completions"}); r.status != 200 {
 				t.Fatalf("bob: %d %s", r.status, r.body)
 			}
-			// Usage counts the tokens: 1 + 399, 1 + 299, 1 + 899, 400 more.
+			// Usage counts the tokens: 1 + 399, 1 + 299, 1, 1 + 899, 399 more.
 			if err := s.app.FlushUsage(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ func charges(rs []applied) []wire.Charge {
 
 // unreportedReasons are the reasons a charge may give for a missing cost.
 var unreportedReasons = []string{wire.UnreportedMissing, wire.UnreportedInvalid, wire.UnreportedMalformed,
-	wire.UnreportedEncoded, wire.UnreportedTooLarge, wire.UnreportedCut}
+	wire.UnreportedEncoded, wire.UnreportedTooLarge, wire.UnreportedCut, wire.UnreportedError}
 
 // Charge spends what the responses of admitted requests cost beyond their
 // admission (cost_from response_*): the reported cost less the 1 the check
@@ -91,9 +91,13 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		}
 		r := a.req.Rule
 		total := r.UnreportedCost()
-		if ch.Cost != nil {
+		switch {
+		case ch.Cost != nil:
 			total = *ch.Cost
-		} else {
+		case ch.Unreported == wire.UnreportedError:
+			total = 1 // the admission's
+			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
+		default:
 			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
 		}
 		lr := a.req

@@ -38,6 +38,9 @@ type charging struct {
 	json   []bool // items[i] reads the body
 	mode   int
 	events *usage.Events
+	// failed: the upstream answered an error (status 400 or more); if it
+	// reports no usage, the request costs its admission only.
+	failed bool
 	sent   bool // the charge went (or could not)
 	// held: the response waits for the charge's answer.
 	held bool
@@ -84,6 +87,8 @@ func (h *httpContext) chargeOnHeaders(endOfStream bool) types.Action {
 	found := make([]bool, len(ch.items))
 	_ = headermap.Walk(hs, func(k, v string) bool {
 		switch {
+		case k == ":status":
+			ch.failed = len(v) == 3 && v >= "400"
 		case equalFold(k, "content-type"):
 			contentType = v
 		case equalFold(k, "content-encoding"):
@@ -142,6 +147,9 @@ func (h *httpContext) reported(i int, u wire.Usage) {
 }
 
 func (h *httpContext) unreported(i int, why string) {
+	if h.charge.failed && why != wire.UnreportedCut {
+		why = wire.UnreportedError
+	}
 	if h.charge.items[i].Cost == nil && h.charge.items[i].Unreported == "" {
 		h.charge.items[i].Unreported = why
 		h.p.m.chargesUnreported.Increment(1)
