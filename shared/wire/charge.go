@@ -98,6 +98,21 @@ func grow[T any](s []T) []T {
 
 // charges reads a CheckResponse's charges.
 func (p *parser) charges(dst *[]Charge) error {
+	return objects(p, dst, func(c *Charge, k []byte) error {
+		switch {
+		case EqualFoldASCII(k, "rule_id"):
+			return p.str(&c.RuleID)
+		case EqualFoldASCII(k, "cost_from"):
+			return p.str(&c.CostFrom)
+		}
+		return p.skip(0)
+	})
+}
+
+// objects reads an array of objects into *dst as encoding/json reads one
+// into a slice of structs (restart, grow, null elements left as they are),
+// calling field for each ASCII key of each element.
+func objects[T any](p *parser, dst *[]T, field func(elem *T, key []byte) error) error {
 	return p.array(func(null bool) { *dst = restart(*dst, null) }, func() error {
 		*dst = grow(*dst)
 		c := &(*dst)[len(*dst)-1]
@@ -108,13 +123,7 @@ func (p *parser) charges(dst *[]Charge) error {
 			if !ascii(k) {
 				return ErrSyntax
 			}
-			switch {
-			case EqualFoldASCII(k, "rule_id"):
-				return p.str(&c.RuleID)
-			case EqualFoldASCII(k, "cost_from"):
-				return p.str(&c.CostFrom)
-			}
-			return p.skip(0)
+			return field(c, k)
 		})
 	})
 }
@@ -142,38 +151,28 @@ func DecodeChargeResponse(b []byte, r *ChargeResponse) error {
 		if !EqualFoldASCII(key, "results") {
 			return p.skip(0)
 		}
-		return p.array(func(null bool) { r.Results = restart(r.Results, null) }, func() error {
-			r.Results = grow(r.Results)
-			c := &r.Results[len(r.Results)-1]
-			if p.null() {
-				return nil
+		return objects(&p, &r.Results, func(c *ChargeResult, k []byte) error {
+			switch {
+			case EqualFoldASCII(k, "rule_id"):
+				return p.str(&c.RuleID)
+			case EqualFoldASCII(k, "charged"):
+				return p.integer(&c.Charged)
+			case EqualFoldASCII(k, "clamped"):
+				return p.integer(&c.Clamped)
+			case EqualFoldASCII(k, "limit"):
+				return p.integer(&c.Limit)
+			case EqualFoldASCII(k, "remaining"):
+				return p.integer(&c.Remaining)
+			case EqualFoldASCII(k, "reset_at"):
+				return p.integer(&c.ResetAt)
+			case EqualFoldASCII(k, "strategy"):
+				return p.str(&c.Strategy)
+			case EqualFoldASCII(k, "window_seconds"):
+				return p.integer(&c.WindowSeconds)
+			case EqualFoldASCII(k, "error"):
+				return p.str(&c.Error)
 			}
-			return p.object(func(k []byte) error {
-				if !ascii(k) {
-					return ErrSyntax
-				}
-				switch {
-				case EqualFoldASCII(k, "rule_id"):
-					return p.str(&c.RuleID)
-				case EqualFoldASCII(k, "charged"):
-					return p.integer(&c.Charged)
-				case EqualFoldASCII(k, "clamped"):
-					return p.integer(&c.Clamped)
-				case EqualFoldASCII(k, "limit"):
-					return p.integer(&c.Limit)
-				case EqualFoldASCII(k, "remaining"):
-					return p.integer(&c.Remaining)
-				case EqualFoldASCII(k, "reset_at"):
-					return p.integer(&c.ResetAt)
-				case EqualFoldASCII(k, "strategy"):
-					return p.str(&c.Strategy)
-				case EqualFoldASCII(k, "window_seconds"):
-					return p.integer(&c.WindowSeconds)
-				case EqualFoldASCII(k, "error"):
-					return p.str(&c.Error)
-				}
-				return p.skip(0)
-			})
+			return p.skip(0)
 		})
 	})
 }

@@ -123,15 +123,10 @@ func NewRecorder(st Store, log *slog.Logger) *Recorder {
 
 // Observe adds one decided check.
 func (r *Recorder) Observe(o Observation) {
-	minute := o.At.Unix() / 60
 	o.Endpoint, o.Identity = clip(o.Endpoint), clip(o.Identity)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, ok := r.pending[minute]
-	if !ok {
-		m = newMinute()
-		r.pending[minute] = m
-	}
+	m := r.minute(o.At)
 	m.Total++
 	if o.Throttled {
 		m.Throttled++
@@ -157,15 +152,20 @@ func clip(s string) string {
 
 // RedisError counts a failed Redis call of the decision path.
 func (r *Recorder) RedisError(at time.Time) {
-	minute := at.Unix() / 60
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, ok := r.pending[minute]
+	r.minute(at).RedisErrors++
+}
+
+// minute is the pending sums of at's minute (r.mu held).
+func (r *Recorder) minute(at time.Time) *Minute {
+	k := at.Unix() / 60
+	m, ok := r.pending[k]
 	if !ok {
 		m = newMinute()
-		r.pending[minute] = m
+		r.pending[k] = m
 	}
-	m.RedisErrors++
+	return m
 }
 
 // Flush writes what was gathered. On failure the sums are kept for the
