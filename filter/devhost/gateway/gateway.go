@@ -475,9 +475,6 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	ref.w.mu.Lock()
 	out := ref.s.ResponseHeaders
 	ref.w.mu.Unlock()
-	if fb.changedLength {
-		resp.ContentLength = -1
-	}
 	resp.Header = http.Header{}
 	for _, kv := range out {
 		if !strings.HasPrefix(kv[0], ":") {
@@ -496,15 +493,17 @@ type filteredBody struct {
 	ref streamRef
 	ctx context.Context
 	src io.ReadCloser
-	out []byte // released, not yet read
-	eof bool   // src is finished and passed through the filter
-	// changedLength is never set today (the filter does not rewrite
-	// bodies); kept so a body rewrite would drop Content-Length.
-	changedLength bool
+	out []byte // released; out[off:] not yet read
+	off int
+	eof bool // src is finished and passed through the filter
 }
 
-// maxChunk is the most read from the upstream per body callback.
+// maxChunk is the most read from the upstream per body callback; chunks
+// is a pool of read buffers of that size (a response costs no 32 KiB
+// allocation of its own).
 const maxChunk = 32 << 10
+
+var chunks = sync.Pool{New: func() any { b := make([]byte, maxChunk); return &b }}
 
 func (b *filteredBody) resumed() bool {
 	b.ref.w.mu.Lock()
@@ -514,7 +513,9 @@ func (b *filteredBody) resumed() bool {
 
 // step reads one chunk and passes it through the filter.
 func (b *filteredBody) step() error {
-	buf := make([]byte, maxChunk)
+	bp := chunks.Get().(*[]byte)
+	defer chunks.Put(bp)
+	buf := *bp
 	n, rerr := b.src.Read(buf)
 	end := rerr == io.EOF
 	if rerr != nil && !end {
@@ -545,21 +546,22 @@ func (b *filteredBody) step() error {
 	} else {
 		b.g.background(w, calls)
 	}
-	b.out = append(b.out, released...)
+	b.out = append(b.out, released...) // copied: released may be buf
 	return nil
 }
 
 func (b *filteredBody) Read(p []byte) (int, error) {
-	for len(b.out) == 0 {
+	for b.off >= len(b.out) {
 		if b.eof {
 			return 0, io.EOF
 		}
+		b.out, b.off = b.out[:0], 0 // all read: the buffer is reused
 		if err := b.step(); err != nil {
 			return 0, err
 		}
 	}
-	n := copy(p, b.out)
-	b.out = b.out[n:]
+	n := copy(p, b.out[b.off:])
+	b.off += n
 	return n, nil
 }
 

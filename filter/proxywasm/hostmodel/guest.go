@@ -48,9 +48,16 @@ func (c *Core) ResponseHeaders(g Guest, s *StreamState, headers Headers, endOfSt
 // answered Pause, StopIterationAndBuffer) with the chunk, and released is
 // what goes on to the client when it answers Continue (nil while it
 // buffers). A guest that buffers until the end and then pauses holds the
-// body until it resumes the response (ReleaseResponse).
+// body until it resumes the response (ReleaseResponse). released may be
+// chunk itself: the caller copies it before reusing chunk's memory; what the
+// host holds it copies.
 func (c *Core) ResponseBody(g Guest, s *StreamState, chunk []byte, endOfStream bool) (act Action, released []byte, err error) {
-	s.ResponseBody = append(s.ResponseBody, chunk...)
+	held := len(s.ResponseBody) > 0
+	if held {
+		s.ResponseBody = append(s.ResponseBody, chunk...)
+	} else {
+		s.ResponseBody = chunk // most streams let it go at once: no copy
+	}
 	s.ResponseResumed = false // a resume from now on releases this chunk
 	c.Enter(s.ID)
 	r, err := g.OnResponseBody(s.ID, uint32(len(s.ResponseBody)), endOfStream)
@@ -59,6 +66,9 @@ func (c *Core) ResponseBody(g Guest, s *StreamState, chunk []byte, endOfStream b
 	}
 	if Action(r) == Continue || s.ResponseResumed {
 		return Continue, c.ReleaseResponse(s), nil
+	}
+	if !held {
+		s.ResponseBody = append([]byte(nil), chunk...) // held: the host owns it
 	}
 	return Pause, nil, nil
 }
