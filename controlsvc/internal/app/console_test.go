@@ -144,7 +144,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	if msg := text(`#rule-form [data-field="limit"] + .field-error`); !strings.Contains(msg, "limit") && !strings.Contains(msg, "must") {
 		t.Fatalf("the refused limit's error: %q", msg)
 	}
-	run("good rule", chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="limit"]`), "2"), chromedp.Click(chromedp.CSS("#rule-form button[type=submit]")),
+	// A hostile pattern: refused, and the refusal (which quotes it) shown
+	// as text.
+	run("hostile pattern", chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="endpoint_pattern"]`), "/api/"+hostile),
+		chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="limit"]`), "2"),
+		chromedp.Click(chromedp.CSS("#rule-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(`#rule-form .field-error`)))
+	run("good rule", chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="endpoint_pattern"]`), "/api/v1/search"),
+		chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="limit"]`), "2"), chromedp.Click(chromedp.CSS("#rule-form button[type=submit]")),
 		chromedp.WaitVisible(chromedp.Search(`//td[text()="/api/v1/search"]`)))
 	sh.take(ctx, "rules")
 
@@ -213,7 +220,17 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// The hostile strings were shown as text: the page holds only its own
 	// script, no element they made, and their text as typed.
-	run("inert", chromedp.Navigate(s.base+"/console/#rules"), chromedp.WaitVisible(chromedp.Search(`//td[text()="gold"]`)))
+	run("inert", chromedp.Navigate(s.base+"/console/#rules"), chromedp.WaitVisible(chromedp.Search(`//td[text()="gold"]`)),
+		chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="endpoint_pattern"]`), "/api/"+hostile),
+		chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="limit"]`), "2"),
+		chromedp.SetValue(chromedp.CSS(`#rule-form [data-field="window_seconds"]`), "60"),
+		chromedp.Click(chromedp.CSS("#rule-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(`#rule-form .field-error`)))
+	if msg := text(`#rule-form .field-error`); msg == "" {
+		t.Fatal("the refused pattern's error is not shown")
+	} else {
+		t.Logf("a hostile pattern is refused: %s", msg)
+	}
 	scripts, imgs, page := eval(`String(document.querySelectorAll("script").length)`), eval(`String(document.querySelectorAll("img").length)`), eval(`document.body.textContent`)
 	if scripts != "1" || imgs != "0" || !strings.Contains(page, hostile) {
 		t.Fatalf("hostile text: %s scripts, %s images, shown as text: %v", scripts, imgs, strings.Contains(page, hostile))

@@ -158,6 +158,16 @@ function lineChart(series, lines, label) {
   return chart;
 }
 
+// tiersOf lists the summary's tiers, busiest first (at most six are
+// charted).
+function tiersOf(s) {
+  return Object.keys(s.requests_by_tier).sort((a, b) => s.requests_by_tier[b] - s.requests_by_tier[a]).slice(0, 6);
+}
+
+function tierLegend(tiers) {
+  return el('div', { class: 'legend' }, tiers.map((t, i) => el('span', { class: 'tier' + (i % 6) }, '— ' + t)));
+}
+
 async function overview(page) {
   let windowName = sessionStorage.getItem('tollgate.window') || '5m';
   const body = el('div', { id: 'overview-body' });
@@ -181,6 +191,9 @@ async function overview(page) {
       el('h3', {}, 'Requests and refusals'),
       el('div', { class: 'legend' }, el('span', { class: 'total' }, '— requests'), el('span', { class: 'throttled' }, '— throttled')),
       lineChart(s.series, [{ key: 'total', cls: 'total' }, { key: 'throttled', cls: 'throttled' }], 'requests and refusals over time'),
+      el('h3', {}, 'Requests by tier'),
+      tierLegend(tiersOf(s)),
+      lineChart(s.series.map(p => Object.assign({ at: p.at }, p.by_tier)), tiersOf(s).map((t, i) => ({ key: t, cls: 'tier' + (i % 6) })), 'requests by tier over time'),
       el('h3', {}, 'Check latency'),
       el('div', { class: 'legend' }, el('span', { class: 'latency' }, '— average (ms)')),
       lineChart(s.series, [{ key: 'avg_check_latency_ms', cls: 'latency' }], 'average check latency over time'),
