@@ -336,8 +336,7 @@ function usageChart(u) {
   const day = u.last_24_hours || {};
   const used = cur.requests_made || 0, limit = cur.limit || 0;
   const w = 600, h = 40;
-  const chart = svg('svg', { class: 'chart', viewBox: '0 0 ' + w + ' ' + h, role: 'img', 'aria-label': 'current window used against the limit' });
-  chart.setAttribute('height', '40');
+  const chart = svg('svg', { class: 'chart small', viewBox: '0 0 ' + w + ' ' + h, preserveAspectRatio: 'none', role: 'img', 'aria-label': 'current window used against the limit' });
   chart.append(svg('rect', { x: 0, y: 8, width: w, height: 24, fill: '#eef1f6' }),
     svg('rect', { class: 'bar', x: 0, y: 8, width: limit ? Math.min(w, w * used / limit) : 0, height: 24 }));
   return el('div', {}, chart,
