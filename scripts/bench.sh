@@ -46,4 +46,5 @@ cpid=$!
 trap 'kill $cpid 2>/dev/null; scripts/redis.sh stop "$run"; rm -rf "$run"' EXIT
 for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$cport/health" && break; sleep 0.1; done
 go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 50
-go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 0 -requests 5000
+go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 50 -callers 4 -requests 10000
+go run ./scripts/gateway-bench -control "http://127.0.0.1:$cport" -lease 0 -requests 5000 -rounds 2

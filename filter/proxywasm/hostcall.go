@@ -224,6 +224,17 @@ func ReplaceHttpResponseHeaderBytes(key string, value []byte) error {
 
 // --- stream control
 
+// SetEffectiveContext makes another stream's context the one later host
+// calls act on (inside a callback of this VM): a callout's answer that
+// also decides other waiting requests resumes each in its own context.
+func SetEffectiveContext(contextID uint32) error {
+	if err := statusErr(proxySetEffectiveContext(contextID)); err != nil {
+		return err
+	}
+	activeID = contextID
+	return nil
+}
+
 // ResumeHttpRequest resumes a paused request.
 func ResumeHttpRequest() error { return statusErr(proxyContinueStream(abi.StreamRequest)) }
 

@@ -78,6 +78,16 @@ type worker struct {
 	mu      sync.Mutex
 	vm      *wasmhost.VM
 	pending []*wasmhost.Callout
+	// changed is closed (and replaced) after every callout answer the VM
+	// takes: a stream waiting for an answer, its own or another stream's
+	// (the filter coalesces one bucket's refills), looks again.
+	changed chan struct{}
+}
+
+// notify wakes the streams waiting on this VM; wk.mu is held.
+func (wk *worker) notify() {
+	close(wk.changed)
+	wk.changed = make(chan struct{})
 }
 
 // New compiles the module and starts the VMs. A plugin that refuses its
@@ -143,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			host.Close(ctx)
 			return nil, fmt.Errorf("vm %d: %w", i, err)
 		}
-		w := &worker{vm: vm}
+		w := &worker{vm: vm, changed: make(chan struct{})}
 		vm.OnCallout = func(c *wasmhost.Callout) { w.pending = append(w.pending, c) }
 		g.vms = append(g.vms, w)
 	}
@@ -229,10 +239,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = s.Done(context.Background())
 		late := wk.takePending() // a charge of a response cut short
 		wk.mu.Unlock()
-		g.background(wk, late)
+		g.perform(wk, late)
 	}()
+	g.perform(wk, calls)
 	if act == wasmhost.Pause && s.Local == nil && !s.Resumed {
-		if !g.runCallouts(ctx, wk, calls, func() bool { return s.Local != nil || s.Resumed }) {
+		if !g.await(ctx, wk, func() bool { return s.Local != nil || s.Resumed }) {
 			writeError(w, http.StatusGatewayTimeout, "GATEWAY_TIMEOUT", "the filter did not decide")
 			return
 		}
@@ -295,86 +306,49 @@ func (g *Gateway) HTTPServer() *http.Server {
 	}
 }
 
-// runCallouts performs the callouts and delivers their answers until
-// decided (read with wk.mu held) says the stream may go on. It returns
-// false if the client went away first.
-func (g *Gateway) runCallouts(ctx context.Context, wk *worker, calls []*wasmhost.Callout, decided func() bool) bool {
-	results := make(chan calloutResult, 8)
-	inflight := 0
-	launch := func(cs []*wasmhost.Callout) {
-		for _, c := range cs {
-			inflight++
-			go func(c *wasmhost.Callout) { results <- calloutResult{c, g.callout(ctx, c)} }(c)
-		}
-	}
-	launch(calls)
-	for inflight > 0 {
-		var res calloutResult
-		select {
-		case res = <-results:
-		case <-ctx.Done():
-			// The client went away; the answers still come, and Envoy
-			// delivers them to the filter (they may carry a lease).
-			go g.deliverLate(wk, results, inflight)
-			return false
-		}
-		inflight--
-		wk.mu.Lock()
-		err := wk.deliver(res)
-		more := wk.takePending()
-		done := decided()
-		wk.mu.Unlock()
-		if err != nil {
-			g.log.Error("deliver callout answer", "err", err)
-			return false
-		}
-		if done {
-			if inflight > 0 {
-				go g.deliverLate(wk, results, inflight)
+// perform runs callouts as Envoy's async client does, whoever dispatched
+// them, and delivers each answer to the VM; the callouts a delivery
+// dispatches (a waiting request's own, a charge) are performed in turn.
+// Every answer is delivered, whether or not a client still waits.
+func (g *Gateway) perform(wk *worker, calls []*wasmhost.Callout) {
+	for _, c := range calls {
+		go func(c *wasmhost.Callout) {
+			res := calloutResult{c, g.callout(context.Background(), c)}
+			wk.mu.Lock()
+			err := wk.deliver(res)
+			more := wk.takePending()
+			wk.notify()
+			wk.mu.Unlock()
+			if err != nil {
+				g.log.Warn("deliver a callout answer", "err", err)
 			}
-			return true
-		}
-		launch(more)
+			g.perform(wk, more)
+		}(c)
 	}
-	wk.mu.Lock()
-	defer wk.mu.Unlock()
-	return decided()
 }
 
-// background performs callouts no stream waits for (a charge sent as a
-// stream ended) and delivers their answers, as Envoy does from the root
-// context.
-func (g *Gateway) background(wk *worker, calls []*wasmhost.Callout) {
-	if len(calls) == 0 {
-		return
-	}
-	go func() {
-		results := make(chan calloutResult, len(calls))
-		for _, c := range calls {
-			go func(c *wasmhost.Callout) { results <- calloutResult{c, g.callout(context.Background(), c)} }(c)
+// await waits until decided (read with wk.mu held) says the stream may go
+// on; false if the client went away first.
+func (g *Gateway) await(ctx context.Context, wk *worker, decided func() bool) bool {
+	for {
+		wk.mu.Lock()
+		done, changed := decided(), wk.changed
+		wk.mu.Unlock()
+		if done {
+			return true
 		}
-		g.deliverLate(wk, results, len(calls))
-	}()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // calloutResult is a callout and its answer (nil: a reset).
 type calloutResult struct {
 	c    *wasmhost.Callout
 	resp *wasmhost.CalloutResponse
-}
-
-// deliverLate hands the VM the answers of a request whose client is gone.
-func (g *Gateway) deliverLate(wk *worker, results <-chan calloutResult, inflight int) {
-	for ; inflight > 0; inflight-- {
-		res := <-results
-		wk.mu.Lock()
-		err := wk.deliver(res)
-		wk.takePending() // a late answer starts no new request
-		wk.mu.Unlock()
-		if err != nil {
-			g.log.Warn("deliver a late callout answer", "err", err)
-		}
-	}
 }
 
 // callout performs one callout as Envoy's async client would: a timeout
@@ -451,14 +425,13 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 		return err
 	}
 	fb := &filteredBody{g: g, ref: ref, ctx: ctx, src: resp.Body, eof: noBody}
-	resumed := func() bool { return ref.s.ResponseResumed }
+	g.perform(ref.w, calls)
 	if act == wasmhost.Pause {
 		if noBody {
-			if !g.runCallouts(ctx, ref.w, calls, resumed) {
+			if !g.await(ctx, ref.w, func() bool { return ref.s.ResponseResumed }) {
 				return errors.New("the client went away while the filter held the response")
 			}
 		} else {
-			g.background(ref.w, calls)
 			// Held headers: the filter reads the body until it resumes.
 			for !fb.resumed() && !fb.eof {
 				if err := fb.step(); err != nil {
@@ -466,8 +439,6 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 				}
 			}
 		}
-	} else {
-		g.background(ref.w, calls)
 	}
 	if !noBody {
 		resp.Body = fb
@@ -535,16 +506,15 @@ func (b *filteredBody) step() error {
 		return err
 	}
 	b.eof = end
+	b.g.perform(w, calls)
 	if act == wasmhost.Pause && end {
 		// Held at the end: the filter answers once its callout does.
-		if !b.g.runCallouts(b.ctx, w, calls, func() bool { return b.ref.s.ResponseResumed }) {
+		if !b.g.await(b.ctx, w, func() bool { return b.ref.s.ResponseResumed }) {
 			return errors.New("the client went away while the filter held the response")
 		}
 		w.mu.Lock()
 		released = w.vm.ReleaseResponse(b.ref.s.StreamState)
 		w.mu.Unlock()
-	} else {
-		b.g.background(w, calls)
 	}
 	b.out = append(b.out, released...) // copied: released may be buf
 	return nil

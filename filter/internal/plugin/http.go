@@ -43,7 +43,11 @@ const maxCalloutBody = 64 << 10
 
 type httpContext struct {
 	types.DefaultHttpContext
-	p *pluginContext
+	p         *pluginContext
+	contextID uint32
+	// leads: this request's callout is the one its bucket's waiters wait
+	// for; waiting: this request waits for another's (coalesce.go).
+	leads, waiting bool
 
 	// caller: id is its identity, or "" while it is the client address ip
 	// (see ident: a lease hit never needs it as a string)
@@ -156,6 +160,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	}
 	h.meter(&rq, endOfStream)
 	h.path, h.method, h.override = path, rq.method, override
+	if returned == 0 && spent == 0 && h.await() {
+		return types.ActionPause // decided with the answer this bucket waits for
+	}
 	return h.callOut(rq.method, override, path, returned, spent, now)
 }
 
@@ -390,6 +397,7 @@ func (h *httpContext) callOut(method, override, path string, returned, spent int
 		return h.failure("dispatch: " + err.Error())
 	}
 	h.paused = true
+	h.lead()
 	return types.ActionPause
 }
 
@@ -529,6 +537,7 @@ func (h *httpContext) OnHttpStreamDone() {
 // onCheckResponse handles the control service's answer (or its absence).
 func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	p := h.p
+	defer h.release() // the bucket's waiters take from what it brought
 	now := h.now()
 	p.m.calloutLatency.Record(uint64(now.Sub(h.start).Milliseconds()))
 	if numHeaders == 0 {

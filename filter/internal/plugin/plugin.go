@@ -47,6 +47,9 @@ type pluginContext struct {
 	// on every call: serialised once.
 	calloutHeaders []byte
 	chargeHeaders  []byte // the same for a charge (wire.PathCharge)
+	// inflight holds, per bucket with a callout of this VM in flight, the
+	// requests of that bucket waiting for its answer (coalesce.go).
+	inflight map[leasecache.Owner][]*httpContext
 	m              metrics
 }
 
@@ -121,8 +124,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 }
 
 // NewHttpContext implements types.PluginContext.
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
-	return &httpContext{p: p}
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	return &httpContext{p: p, contextID: id}
 }
 
 // sharedData is the lease cache's store: proxy-wasm shared data, process-wide
