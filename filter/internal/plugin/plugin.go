@@ -50,7 +50,7 @@ type pluginContext struct {
 	// inflight holds, per bucket with a callout of this VM in flight, the
 	// requests of that bucket waiting for its answer (coalesce.go).
 	inflight map[leasecache.Owner][]*httpContext
-	m              metrics
+	m        metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
