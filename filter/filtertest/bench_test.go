@@ -117,6 +117,32 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	b.ReportMetric(float64(misses), "refills")
 }
 
+// BenchmarkRequestDeniedFromCache is a refused client's flood: every
+// request answered 429 from the cached denial, with the RATE_LIMIT_EXCEEDED
+// envelope and the rate-limit headers, no callout.
+func BenchmarkRequestDeniedFromCache(b *testing.B) {
+	ctx := context.Background()
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10}}`)
+	denial := wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "429"}}, Body: []byte(decision(false, 0, 0, 3600))}
+	b.ReportAllocs()
+	allocs := guestAllocs(ctx, b, vm)
+	calls := 0
+	for b.Loop() {
+		s, _ := vm.NewStream(ctx, benchReq, benchProps)
+		s.OnRequestHeaders(ctx, true)
+		for _, c := range vm.PendingCallouts() {
+			calls++
+			vm.Respond(ctx, c.Token, denial)
+		}
+		if s.Local == nil || s.Local.Status != 429 {
+			b.Fatalf("not refused: %+v", s.Local)
+		}
+		s.Done(ctx)
+	}
+	reportGuestAllocs(ctx, b, vm, allocs)
+	b.ReportMetric(float64(calls), "callouts")
+}
+
 // guestAllocs is the module's cumulative heap allocation count. The
 // benchmark's allocs/op are the host's (wazero and wasmhost); the guest's Go
 // heap is invisible to them, so the module counts its own.

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build the filter for wasip1:", err)
 		os.Exit(1)
 	}
+	if alt := os.Getenv("TOLLGATE_BENCH_WASM"); alt != "" {
+		out = alt // another build, for a side-by-side benchmark
+	}
 	if wasmBytes, err = os.ReadFile(out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

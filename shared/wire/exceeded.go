@@ -23,6 +23,29 @@ func Exceeded(d *Limits) ErrorBody {
 	}
 }
 
+// AppendExceeded appends the envelope of Exceeded(d) with requestID, byte
+// for byte what json.Marshal writes for it, without building its details
+// map: the filter writes one per refused request.
+func AppendExceeded(dst []byte, d *Limits, requestID string) []byte {
+	q := d.SustainedQuota()
+	dst = append(dst, `{"error":{"code":"`+CodeRateLimitExceeded+`","message":"You have exceeded the rate limit of `...)
+	dst = strconv.AppendInt(dst, q, 10)
+	dst = append(dst, requests(q)...)
+	dst = append(dst, " per "...)
+	dst = append(dst, windowText(d.WindowSeconds)...)
+	dst = append(dst, `","details":{"limit":`...)
+	dst = strconv.AppendInt(dst, q, 10)
+	dst = append(dst, `,"reset_at":"`...)
+	dst = time.Unix(d.ResetAt, 0).UTC().AppendFormat(dst, time.RFC3339)
+	dst = append(dst, `","retry_after_seconds":`...)
+	dst = strconv.AppendInt(dst, d.RetryAfter, 10)
+	dst = append(dst, `,"window_seconds":`...)
+	dst = strconv.AppendInt(dst, d.WindowSeconds, 10)
+	dst = append(dst, '}')
+	dst = appendOptString(dst, `,"request_id":`, requestID)
+	return append(dst, "}}"...)
+}
+
 func requests(n int64) string {
 	if n == 1 {
 		return " request"

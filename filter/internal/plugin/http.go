@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"encoding/json"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -812,7 +811,7 @@ func (h *httpContext) resume() types.Action {
 const maxRequestID = 128
 
 func (h *httpContext) sendError(status uint32, code, msg string, extra [][2]string) {
-	body, _ := json.Marshal(wire.ErrorEnvelope{Error: wire.ErrorBody{Code: code, Message: msg, RequestID: h.requestID}})
+	body := wire.AppendErrorEnvelope(make([]byte, 0, 160), &wire.ErrorBody{Code: code, Message: msg, RequestID: h.requestID})
 	h.localReply = true
 	_ = proxywasm.SendHttpResponse(status, append([][2]string{{"content-type", "application/json"}}, extra...), body, -1)
 }

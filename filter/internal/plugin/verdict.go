@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"cmp"
-	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -96,9 +95,7 @@ func (h *httpContext) deny(v verdict) {
 			return
 		}
 	}
-	e := wire.Exceeded(&v.limits)
-	e.RequestID = h.requestID
-	body, _ := json.Marshal(wire.ErrorEnvelope{Error: e})
+	body := wire.AppendExceeded(make([]byte, 0, 320), &v.limits, h.requestID)
 	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(v.limits.RetryAfter, 10)}}
 	headers = h.limitHeaders(headers, &v, true)
 	h.localReply = true
