@@ -4,6 +4,7 @@ package proxywasm
 
 import (
 	"crypto/rand"
+	"time"
 	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -255,3 +256,6 @@ func randomGet(buf *byte, size uint32) uint32 {
 	}
 	return 0
 }
+
+// WallClock is the wall clock (natively, time.Now).
+func WallClock() time.Time { return time.Now() }

@@ -2,7 +2,11 @@
 
 package proxywasm
 
-import "github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+import (
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
+)
 
 // The host functions of proxy-wasm ABI v0.2.1 that the filter imports. Every
 // parameter is an i32 or i64 at the boundary; out-parameters are pointers to
@@ -72,3 +76,19 @@ func proxyRecordMetric(id uint32, value uint64) abi.Status
 //
 //go:wasmimport wasi_snapshot_preview1 random_get
 func randomGet(buf *byte, size uint32) uint32
+
+// clockTimeGet is WASI's clock, called directly: Go's time.Now asks it
+// twice (wall and monotonic clocks), the filter needs the wall clock only.
+//
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func clockTimeGet(clockID uint32, precision uint64, time *uint64) uint32
+
+var wallNs uint64
+
+// WallClock is the host's wall clock in one host call (time.Now makes two).
+func WallClock() time.Time {
+	if clockTimeGet(0, 1, &wallNs) != 0 {
+		return time.Now()
+	}
+	return time.Unix(0, int64(wallNs))
+}

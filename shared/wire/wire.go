@@ -226,6 +226,20 @@ type StatusResponse struct {
 	Strategy        string  `json:"strategy"`
 	WindowSeconds   int64   `json:"window_seconds"`
 	UsagePercentage float64 `json:"usage_percentage"`
+	// Rules are the counters of every rule that would count the caller's
+	// next request (the one above decides).
+	Rules []RuleStatus `json:"rules,omitempty"`
+}
+
+// RuleStatus is where one rule's counter stands.
+type RuleStatus struct {
+	RuleID        string `json:"rule_id"`
+	Scope         string `json:"scope"`
+	Limit         int64  `json:"limit"`
+	Remaining     int64  `json:"remaining"`
+	ResetAt       int64  `json:"reset_at"`
+	Strategy      string `json:"strategy"`
+	WindowSeconds int64  `json:"window_seconds"`
 }
 
 // StatusRequest is what GET PathStatus/{user_id}/{endpoint} names: the path's

@@ -197,7 +197,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	run("callers", chromedp.Navigate(s.base+"/console/#callers"), chromedp.WaitVisible(chromedp.CSS("#caller-form")),
 		chromedp.SendKeys(chromedp.CSS(`#caller-form [data-field="user_id"]`), "ip:198.51.100.4"),
 		chromedp.SendKeys(chromedp.CSS(`#caller-form [data-field="endpoint"]`), "/api/v1/items"),
-		chromedp.Click(chromedp.CSS("#caller-form button[type=submit]")), chromedp.WaitVisible(chromedp.CSS("#reset")))
+		chromedp.Click(chromedp.CSS("#caller-form button[type=submit]")), chromedp.WaitVisible(chromedp.CSS("#reset")),
+		chromedp.WaitVisible(chromedp.Search(`//td[text()="tier_free"]`)))
 	sh.take(ctx, "callers")
 
 	// A rule edited, another created and deleted.

@@ -56,6 +56,16 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 		a.res = res
 	}
 	v, _ := s.verdict(p, &t, rs)
+	now := s.now()
+	for _, a := range rs {
+		r := a.req.Rule
+		rst := wire.RuleStatus{RuleID: r.ID, Scope: string(r.Scope), Limit: r.Capacity(), Remaining: a.res.Remaining,
+			ResetAt: ceilUnix(now.Add(a.res.ResetAfter)), Strategy: string(r.Algorithm), WindowSeconds: r.WindowSeconds}
+		if a.req.Origin > 0 {
+			rst.ResetAt = a.req.Origin/1000 + r.WindowSeconds
+		}
+		resp.Rules = append(resp.Rules, rst)
+	}
 	resp.RuleID, resp.Limit, resp.Quota, resp.Remaining, resp.ResetAt = v.RuleID, v.Limit, v.Quota, v.Remaining, v.ResetAt
 	resp.Strategy, resp.WindowSeconds = v.Strategy, v.WindowSeconds
 	if v.Limit > 0 {

@@ -78,7 +78,8 @@ type httpContext struct {
 	start      time.Time
 }
 
-func (h *httpContext) now() time.Time { return time.Now() }
+// now is the wall clock: one host call (time.Now makes two).
+func (h *httpContext) now() time.Time { return proxywasm.WallClock() }
 
 // OnHttpRequestHeaders decides the request: from the lease cache when it
 // can, else by a callout to the control service (the request pauses until

@@ -374,6 +374,8 @@ async function callers(page) {
     result.replaceChildren(
       el('h3', {}, st.identity + ' on ' + st.endpoint),
       table(['Deciding rule', 'Tier', 'Limit', 'Remaining', 'Resets', 'Used'], [[st.rule_id, st.tier || '', fmt(st.limit), fmt(st.remaining), when(st.reset_at), fmt(st.usage_percentage) + ' %']]),
+      el('h3', {}, 'Counters per rule'),
+      table(['Rule', 'Scope', 'Algorithm', 'Limit', 'Remaining', 'Resets'], (st.rules || []).map(r => [r.rule_id, r.scope, r.strategy, fmt(r.limit) + ' / ' + r.window_seconds + ' s', fmt(r.remaining), when(r.reset_at)])),
       u ? usageChart(u) : el('p', { class: 'muted' }, 'No usage recorded.'),
       el('p', { class: 'row' },
         el('button', { type: 'button', class: 'danger', id: 'reset', onclick: async () => {
