@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ import (
 	"github.com/tollgate-rl/tollgate/testkit/loadtest"
 )
 
+// cpuProfile is the -cpuprofile flag.
+var cpuProfile *string
+
 func main() {
 	if err := run(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-bench:", err)
@@ -44,6 +48,7 @@ func run(ctx context.Context) error {
 	concurrency := flag.Int("c", 32, "concurrent HTTP clients")
 	maxTime := flag.Duration("max-time", 30*time.Second, "stop the HTTP load after this long")
 	keyCount := flag.Int("keys", 10000, "token-bucket keys for the memory measurement")
+	cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the HTTP load (service and load generator, one process) to this file")
 	flag.Parse()
 	if !strings.HasPrefix(*redisAddr, "127.") && !strings.HasPrefix(*redisAddr, "[::1]") && !strings.HasPrefix(*redisAddr, "localhost:") {
 		return fmt.Errorf("-redis %s: benchmarks only run against loopback", *redisAddr)
@@ -124,7 +129,18 @@ func benchService(ctx context.Context, redisAddr string, load loadtest.Config) (
 		}
 		return req, err
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, err
+		}
+	}
 	res, err := loadtest.Run(ctx, load)
+	pprof.StopCPUProfile()
 	if err != nil {
 		return 0, err
 	}
