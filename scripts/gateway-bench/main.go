@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -58,7 +59,19 @@ func run() error {
 	maxTime := flag.Duration("max-time", 30*time.Second, "stop each load after this long")
 	lease := flag.Int64("lease", 50, "tokens per lease (0: every request calls out)")
 	token := flag.String("decision-token", os.Getenv("TOLLGATE_DECISION_TOKEN"), "the control service's decision token")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (gateway, upstream and load generator) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	wasm, err := os.ReadFile(*wasmPath)
 	if err != nil {
 		return err
