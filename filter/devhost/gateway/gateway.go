@@ -241,21 +241,28 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wk.mu.Unlock()
 		g.perform(wk, late)
 	}()
+	// From here another goroutine may deliver an answer that decides this
+	// stream (its own callout's, or its bucket's refill): s is read under
+	// wk.mu only.
 	g.perform(wk, calls)
-	if act == wasmhost.Pause && s.Local == nil && !s.Resumed {
-		if !g.await(ctx, wk, func() bool { return s.Local != nil || s.Resumed }) {
-			writeError(w, http.StatusGatewayTimeout, "GATEWAY_TIMEOUT", "the filter did not decide")
-			return
-		}
+	if act == wasmhost.Pause && !g.await(ctx, wk, func() bool { return s.Local != nil || s.Resumed }) {
+		writeError(w, http.StatusGatewayTimeout, "GATEWAY_TIMEOUT", "the filter did not decide")
+		return
 	}
-	switch {
-	case s.Local != nil:
-		writeLocal(w, s.Local)
-	default:
-		out := r.Clone(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
-		out.Header = upstreamHeaders(s.RequestHeaders)
-		g.proxy.ServeHTTP(w, out)
+	wk.mu.Lock()
+	local := s.Local
+	var header http.Header
+	if local == nil {
+		header = upstreamHeaders(s.RequestHeaders)
 	}
+	wk.mu.Unlock()
+	if local != nil {
+		writeLocal(w, local)
+		return
+	}
+	out := r.Clone(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
+	out.Header = header
+	g.proxy.ServeHTTP(w, out)
 }
 
 // maxRequestHeaders is Envoy's default max_headers_count: a request with more
