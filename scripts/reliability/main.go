@@ -420,6 +420,7 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 			other.Add(1)
 		}
 	})
+	probed := st.probe(ctx, fmt.Sprintf("10.%d.9.1", prefix))
 	time.Sleep(phase / 3)
 	if err := f.inject(); err != nil {
 		cancel()
@@ -436,6 +437,7 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 		repaired = time.Now()
 	}
 	wg.Wait()
+	probed.Wait()
 	r.recovery = st.upstream.recoveredAfter(repaired)
 	if f.repair == nil {
 		r.recovery = 0
@@ -451,6 +453,36 @@ func (st *stack) measure(f fault, phase time.Duration) (*result, error) {
 		r.beyond += max(admitted[i].Load()-2*tierLimit, 0)
 	}
 	return r, nil
+}
+
+// probe sends one request every 150 ms from a caller of its own, until
+// ctx ends: 40 a phase, under the tier's 60 a minute, so a caller with
+// quota left is always asking. Recovery is when a request is decided from
+// Redis again: when the load is fast enough that every other caller has
+// spent its minute before the repair, only such a caller can show it.
+func (st *stack) probe(ctx context.Context, xff string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		client := &http.Client{Timeout: 5 * time.Second}
+		t := time.NewTicker(150 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.gatewayURL+"/api/v1/items", nil)
+			req.Header.Set("X-Forwarded-For", xff)
+			if resp, err := client.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	return &wg
 }
 
 // drive sends requests through the gateway from clients workers until ctx
