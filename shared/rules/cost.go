@@ -70,6 +70,26 @@ func ParseCostFrom(s string) (CostSource, string, *fielderr.Error) {
 	return 0, "", fielderr.New("cost_from", "%q must be request_header:<name>, request_body_bytes, response_header:<name> or response_json:<path>[+<path>...]", s)
 }
 
+// CostSourceOf reads a cost_from that ParseCostFrom accepted, without
+// checking it again or allocating: what the decision path asks of every
+// rule of every check. name is the header's name, or the response_json
+// expression.
+func CostSourceOf(s string) (src CostSource, name string) {
+	switch {
+	case s == "":
+		return CostFixed, ""
+	case s == costBodyBytes:
+		return CostBodyBytes, ""
+	case strings.HasPrefix(s, costHeaderPrefix):
+		return CostRequestHeader, s[len(costHeaderPrefix):]
+	case strings.HasPrefix(s, costResponseHeaderPrefix):
+		return CostResponseHeader, s[len(costResponseHeaderPrefix):]
+	case strings.HasPrefix(s, costResponseJSONPrefix):
+		return CostResponseJSON, s[len(costResponseJSONPrefix):]
+	}
+	return CostFixed, ""
+}
+
 // CostPaths splits a response_json expression into its paths, each a list
 // of object member names: "usage.input_tokens+usage.output_tokens" is
 // [[usage input_tokens] [usage output_tokens]].

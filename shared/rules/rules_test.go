@@ -199,3 +199,16 @@ func TestValidateGlobWantsCanonicalSpelling(t *testing.T) {
 		}
 	}
 }
+
+// CostSourceOf reads what ParseCostFrom accepted the same way.
+func TestCostSourceOf(t *testing.T) {
+	for _, s := range []string{"", "request_body_bytes", "request_header:x-tokens", "response_header:x-usage", "response_json:usage.input_tokens+usage.output_tokens"} {
+		src, name, err := ParseCostFrom(s)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if gsrc, gname := CostSourceOf(s); gsrc != src || gname != name {
+			t.Errorf("%q: %v %q, ParseCostFrom says %v %q", s, gsrc, gname, src, name)
+		}
+	}
+}

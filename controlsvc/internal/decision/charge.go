@@ -16,7 +16,7 @@ func charges(rs []applied) []wire.Charge {
 	var out []wire.Charge
 	for _, a := range rs {
 		r := a.req.Rule
-		if src, _, _ := rules.ParseCostFrom(r.CostFrom); src.AfterResponse() && len(out) < wire.MaxCharges {
+		if src, _ := rules.CostSourceOf(r.CostFrom); src.AfterResponse() && len(out) < wire.MaxCharges {
 			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom})
 		}
 	}
@@ -131,7 +131,7 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 func chargedRule(rs []applied, id string) *applied {
 	for i := range rs {
 		r := rs[i].req.Rule
-		if src, _, _ := rules.ParseCostFrom(r.CostFrom); r.ID == id && src.AfterResponse() {
+		if src, _ := rules.CostSourceOf(r.CostFrom); r.ID == id && src.AfterResponse() {
 			return &rs[i]
 		}
 	}

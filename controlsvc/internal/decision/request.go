@@ -101,7 +101,7 @@ const maxCostHeaders = 8
 // A value from the request is never below 1: a client choosing 0 or
 // leaving the header out gets no free request.
 func (c *caller) ruleCost(r *rules.Rule) (int64, *apierr.Error) {
-	src, name, _ := rules.ParseCostFrom(r.CostFrom) // validated with the policy
+	src, name := rules.CostSourceOf(r.CostFrom) // validated with the policy
 	var n int64
 	switch src {
 	case rules.CostRequestHeader:
@@ -136,7 +136,7 @@ func (c *caller) ruleAdmit(r *rules.Rule) (int64, *apierr.Error) {
 	if r.EstimateFrom == "" {
 		return 0, nil
 	}
-	_, name, _ := rules.ParseCostFrom(r.EstimateFrom) // validated with the policy
+	_, name := rules.CostSourceOf(r.EstimateFrom) // validated with the policy
 	v, ok := c.costHeaders[name]
 	if !ok {
 		return 0, nil
