@@ -43,7 +43,7 @@ func helm(t *testing.T, args ...string) []byte {
 	}
 	if err != nil {
 		if bin, err = exec.LookPath("helm"); err != nil {
-			t.Fatal("helm is not installed: run `make deps` (it installs bin/helm from helm.sh/helm/v3)")
+			t.Fatal("helm is not installed: run `make helm` (it builds bin/helm from helm.sh/helm/v3; make test does it first)")
 		}
 	}
 	cmd := exec.Command(bin, args...)
