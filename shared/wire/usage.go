@@ -3,6 +3,8 @@ package wire
 import (
 	"math"
 	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
 // Usage is what a response reported at one cost path (rules.CostPaths).
@@ -14,9 +16,10 @@ type Usage struct {
 	N            int64
 }
 
-// MaxUsage is the most one reported number counts for (2^53 - 1: the
-// counters count in doubles); a charge stops at the rule's floor anyway.
-const MaxUsage = 1<<53 - 1
+// MaxUsage is the most one reported number counts for: the counters'
+// bound (rules.MaxQuantity, what doubles hold exactly); a charge stops at
+// the rule's floor anyway.
+const MaxUsage = rules.MaxQuantity
 
 // ReadUsage reads the values at paths in a JSON document (an LLM answer's
 // usage object, an SSE event's data) into out (one per path; a repeated
