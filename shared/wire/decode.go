@@ -100,6 +100,8 @@ func (p *parser) checkField(key []byte, d *CheckResponse) error {
 				return p.integer(&d.Lease.Granted)
 			case EqualFoldASCII(k, "ttl_ms"):
 				return p.integer(&d.Lease.TTLMs)
+			case EqualFoldASCII(k, "charge_granted"):
+				return p.integer(&d.Lease.ChargeGranted)
 			}
 			return p.skip(0)
 		})

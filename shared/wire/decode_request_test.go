@@ -15,6 +15,7 @@ func TestDecodeCheckRequest(t *testing.T) {
 		`{"user_id":"a","limit":null}`,
 		`{"user_id":"user:a","client_address":"2001:db8::1","method_override":"DELETE"}`,
 		`  {"user_id":"\u00e9\ud83d\ude00"} `,
+		`{"user_id":"ip:192.0.2.1","lease":5,"lease_charges":true,"charge_returned":4400,"spent":600}`,
 	} {
 		var mine, theirs CheckRequest
 		if err := DecodeCheckRequest([]byte(body), &mine); err != nil {
@@ -48,6 +49,7 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"user_id":"u","body_bytes":1024,"cost_headers":{"x-tokens":"250","x-b":"\u0041"}}`))
 	f.Add([]byte(`{"cost_headers":{"a":"1","a":"2"}}`))
 	f.Add([]byte(`{"cost_headers":null,"body_bytes":null}`))
+	f.Add([]byte(`{"lease_charges":false,"charge_returned":7,"lease_charges":true}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckRequest
 		if DecodeCheckRequest(b, &mine) != nil {

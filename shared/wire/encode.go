@@ -29,6 +29,9 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	b = appendString(b, d.RuleID)
 	b = appendInt(b, `,"lease":{"granted":`, d.Lease.Granted)
 	b = appendInt(b, `,"ttl_ms":`, d.Lease.TTLMs)
+	if d.Lease.ChargeGranted != 0 {
+		b = appendInt(b, `,"charge_granted":`, d.Lease.ChargeGranted)
+	}
 	b = append(b, '}')
 	if d.Identity != "" {
 		b = append(b, `,"identity":`...)
@@ -157,6 +160,12 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 		if f.n != 0 {
 			b = appendInt(b, f.key, f.n)
 		}
+	}
+	if r.LeaseCharges {
+		b = append(b, `,"lease_charges":true`...)
+	}
+	if r.ChargeReturned != 0 {
+		b = appendInt(b, `,"charge_returned":`, r.ChargeReturned)
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)

@@ -46,6 +46,15 @@ type CheckRequest struct {
 	// Spent reports the lease tokens of this bucket the caller spent locally
 	// since its last check: usage counts requests made, not tokens leased.
 	Spent int64 `json:"spent,omitempty"`
+	// LeaseCharges says the caller can spend a lease under a rule whose
+	// cost the response reports: it reads the response of every request it
+	// admits on one and pays that cost from Lease.ChargeGranted first. A
+	// caller that cannot is granted no lease under such a rule (admitting
+	// on it would leave the response's cost unpaid).
+	LeaseCharges bool `json:"lease_charges,omitempty"`
+	// ChargeReturned hands back unused ChargeGranted tokens of an earlier
+	// lease for the same bucket.
+	ChargeReturned int64 `json:"charge_returned,omitempty"`
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`
@@ -69,6 +78,11 @@ type Lease struct {
 	Granted int64 `json:"granted"`
 	// TTLMs is how long the caller may spend them.
 	TTLMs int64 `json:"ttl_ms"`
+	// ChargeGranted tokens of the answer's one Charge rule were consumed
+	// too (asked for with LeaseCharges): a request admitted on the lease
+	// spends one of Granted and one of these, and its response's cost is
+	// paid from these first. A lease under such a rule has both or none.
+	ChargeGranted int64 `json:"charge_granted,omitempty"`
 }
 
 // CheckResponse is the decision. The HTTP status is 200 when Allowed and 429

@@ -99,6 +99,68 @@ func TestTokenBudget(t *testing.T) {
 	}
 }
 
+// A lease under a response-cost rule: beside the tokens every rule grants
+// (requests: the tier's limits), a pool of that rule's own tokens
+// (charge_granted). The filter admits a request on one of each and pays the
+// response's cost from the pool first, reporting what it spent; what it
+// hands back goes back to each counter. Only for a filter that says it
+// reads the responses (lease_charges); never under two such rules or an
+// estimate.
+func TestTokenBudgetLease(t *testing.T) {
+	s := startService(t, tokenRules, nil)
+	check := map[string]any{"user_id": "dave", "endpoint": "/v1/chat/completions", "method": "POST", "lease": 5, "lease_charges": true}
+	lease := func(m map[string]any) (int64, int64) {
+		l := m["lease"].(map[string]any)
+		cg, _ := l["charge_granted"].(float64)
+		return num(t, l, "granted"), int64(cg)
+	}
+	// Under several rules a counter's first request gets no lease (a
+	// client walking paths would strand tokens in leases): the second does.
+	if g, cg := lease(s.check(check).json(t)); g != 0 || cg != 0 {
+		t.Fatalf("a fresh counter's lease: %d and %d", g, cg)
+	}
+	m := s.check(check).json(t)
+	// 5 requests of the tier's limits; 5 requests' worth of 300 tokens
+	// (the rule's cost), at most a tenth of the 998 left after admission.
+	if g, cg := lease(m); g != 5 || cg != 99 || num(t, m, "remaining") != 899 || m["rule_id"] != "tokens" {
+		t.Fatalf("lease: granted %d and %d, remaining %d; want 5, 99 and 899: %v", g, cg, num(t, m, "remaining"), m)
+	}
+	// The filter admitted one request on the lease and paid its answer
+	// (60 tokens) from the pool: 60 spent; 4 and 39 handed back.
+	check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
+	m = s.check(check).json(t)
+	if g, cg := lease(m); g != 5 || cg != 93 || num(t, m, "remaining") != 844 {
+		t.Fatalf("refill: granted %d and %d, remaining %d; want 5, 93 (of 938-1) and 844", g, cg, num(t, m, "remaining"))
+	}
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Usage counts tokens: 1, 1, the 60 the lease paid, 1.
+	if u := s.admin("GET", "/admin/v1/usage/dave", nil); !strings.Contains(string(u.body), `"total_requests":63`) {
+		t.Fatalf("usage: %s", u.body)
+	}
+	// A filter that does not read responses on a lease hit gets none.
+	r := s.check(map[string]any{"user_id": "erin", "endpoint": "/v1/chat/completions", "lease": 5})
+	if g, cg := lease(r.json(t)); g != 0 || cg != 0 {
+		t.Fatalf("without lease_charges: granted %d and %d", g, cg)
+	}
+	for name, config := range map[string]string{
+		"two response costs": tokenRules + "\n[[rules]]\nid = \"per_address\"\npath = \"/v1/chat/*\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 100000\nwindow_seconds = 60\ncost_from = \"response_header:x-tokens\"\n",
+		"estimate":           strings.Replace(tokenRules, "cost = 300", "cost = 300\nestimate_from = \"request_header:x-max-tokens\"", 1),
+	} {
+		s := startService(t, config, nil)
+		delete(check, "returned")
+		delete(check, "spent")
+		delete(check, "charge_returned")
+		check["client_address"] = "203.0.113.9"
+		s.check(check)
+		r := s.check(check)
+		if g, cg := lease(r.json(t)); r.status != 200 || g != 0 || cg != 0 {
+			t.Fatalf("%s: %d, granted %d and %d: %s", name, r.status, g, cg, r.body)
+		}
+	}
+}
+
 // Concurrent admissions and charges of one caller: the counter is exactly
 // the sum of what the responses reported.
 func TestTokenBudgetExactUnderConcurrency(t *testing.T) {

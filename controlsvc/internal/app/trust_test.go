@@ -251,6 +251,7 @@ func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
 		{plain(`,"cost":50`), 403, "cost"},
 		{plain(`,"lease":10`), 403, "lease"},
 		{plain(`,"returned":10`), 403, "returned"},
+		{plain(`,"charge_returned":10`), 403, "charge_returned"},
 		{`{"user_id":"key:k_victim","endpoint":"/api/v1/items"}`, 403, "user_id"},
 	} {
 		before := s.countersExcept("\x00") // every counter, alice's too

@@ -23,6 +23,43 @@ func charges(rs []applied) []wire.Charge {
 	return out
 }
 
+// chargeLease finds the rule whose tokens a lease may hold as a second pool
+// (wire.Lease.ChargeGranted), and how many to ask of it: a request counted
+// by one rule whose cost the response reports (an LLM token budget) and
+// otherwise by rules of fixed costs (its tier's request limits) can be
+// admitted on a lease when the filter reads the response of every request
+// it admits so and pays the response's cost from that pool first (it says
+// so with lease_charges). The filter asks for a number of requests; a
+// request's worth of the rule's tokens is its cost for an unreported
+// answer (its capacity unless set), and the script grants no more than the
+// lease fraction of what is left. No pool (-1) under two such rules, a
+// rule whose cost the request gives, or a rule whose admission needs an
+// estimate left: the filter does not read those on a lease hit.
+func chargeLease(rs []applied, c *caller) (pool int, want int64) {
+	if !c.leaseCharges || c.lease <= 0 {
+		return -1, 0
+	}
+	pool = -1
+	for i := range rs {
+		r := rs[i].req.Rule
+		if r.CostFrom == "" {
+			continue
+		}
+		if src, _ := rules.CostSourceOf(r.CostFrom); !src.AfterResponse() || r.EstimateFrom != "" || pool >= 0 {
+			return -1, 0
+		}
+		pool = i
+	}
+	if pool < 0 {
+		return -1, 0
+	}
+	per := rs[pool].req.Rule.UnreportedCost()
+	if c.lease > MaxReturned/per {
+		return pool, MaxReturned
+	}
+	return pool, c.lease * per
+}
+
 // unreportedReasons are the reasons a charge may give for a missing cost.
 var unreportedReasons = []string{wire.UnreportedMissing, wire.UnreportedInvalid, wire.UnreportedMalformed,
 	wire.UnreportedEncoded, wire.UnreportedTooLarge, wire.UnreportedCut, wire.UnreportedError}

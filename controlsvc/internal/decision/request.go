@@ -32,6 +32,7 @@ type subject struct {
 	userID, endpoint, method, tier, tenant string
 	methodOverride                         string
 	cost, lease, returned, spent           int64
+	chargeReturned                         int64
 	address                                string // client_address
 }
 
@@ -82,8 +83,13 @@ type caller struct {
 	cost     int64
 	lease    int64
 	returned int64
-	spent    int64       // lease tokens the filter reports spending since its last check
-	adhoc    *rules.Rule // the check's own limit, if it gave one
+	spent    int64 // lease tokens the filter reports spending since its last check
+	// leaseCharges: the filter can spend a lease under a response-cost
+	// rule (chargeLease); chargeReturned hands back that rule's tokens of
+	// an earlier one.
+	leaseCharges   bool
+	chargeReturned int64
+	adhoc          *rules.Rule // the check's own limit, if it gave one
 	// refused: the request is answered with its key's refusal whatever the
 	// rules say, so it is counted but never recorded as admitted usage.
 	refused bool
@@ -230,6 +236,8 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("returned")
 	case in.spent != 0:
 		return apierr.Forbidden("spent")
+	case in.chargeReturned != 0:
+		return apierr.Forbidden("charge_returned")
 	case in.address != "":
 		// Would spend another address's per-address quota.
 		return apierr.Forbidden("client_address")
@@ -242,7 +250,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, tier: req.Tier, tenant: req.Tenant,
-		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, address: req.ClientAddress}, trust)
+		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -256,6 +264,8 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		return nil, apierr.Invalid("returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	case req.Spent < 0 || req.Spent > MaxReturned:
 		return nil, apierr.Invalid("spent", fmt.Sprintf("must be in 0..%d", MaxReturned))
+	case req.ChargeReturned < 0 || req.ChargeReturned > MaxReturned:
+		return nil, apierr.Invalid("charge_returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	}
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
@@ -263,6 +273,7 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		c.lease = 0
 	}
 	c.returned, c.spent = req.Returned, req.Spent
+	c.leaseCharges, c.chargeReturned = req.LeaseCharges, req.ChargeReturned
 	if req.BodyBytes != nil && (*req.BodyBytes < 0 || *req.BodyBytes > rules.MaxQuantity) {
 		return nil, apierr.Invalid("body_bytes", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 	}

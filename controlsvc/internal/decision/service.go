@@ -348,7 +348,7 @@ func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *ap
 	}
 	// The lease, its refund and its report belong to the key's bucket, not
 	// this one.
-	c.lease, c.returned, c.spent, c.refused = 0, 0, 0, true
+	c.lease, c.returned, c.spent, c.chargeReturned, c.refused = 0, 0, 0, 0, true
 	if resp, err := s.decide(ctx, p, c); err == nil && !resp.Allowed {
 		return resp, nil
 	}
@@ -408,11 +408,17 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	// no more than the rules before it granted, and a grant beyond the
 	// least (every grant, when the request is refused) is given back at
 	// once. So the filter never spends a token some counter did not take.
-	want := c.lease
+	// A response-cost rule's lease is a second pool, of its own tokens
+	// (chargeLease): a request admitted on the lease spends one of each.
+	want, pool := c.lease, -1
+	var poolWant, poolGranted int64
 	if metered {
 		// Leased tokens are spent one a request: a request whose cost the
 		// request says must come here each time.
 		want = 0
+		if pool, poolWant = chargeLease(rs, c); pool >= 0 {
+			want = c.lease
+		}
 	}
 	throttled, degraded := false, false
 	for i := range rs {
@@ -423,6 +429,9 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			lr.Cost, lr.Admit = costs[i], admits[i]
 		}
 		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
+		if i == pool {
+			lr.Lease, lr.Returned = poolWant, c.chargeReturned
+		}
 		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty
 		}
@@ -444,7 +453,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			degraded = degraded || local
 		}
 		a.res = res
-		want = min(want, res.Granted)
+		if i == pool {
+			poolGranted = res.Granted
+		} else {
+			want = min(want, res.Granted)
+		}
 		if !res.Allowed {
 			want = 0
 			if a.req.Rule.Action != rules.ActionLogOnly {
@@ -455,14 +468,22 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			}
 		}
 	}
+	if pool >= 0 && (want == 0 || poolGranted == 0) {
+		// A request is admitted on the lease only with a token of each.
+		want, poolGranted = 0, 0
+	}
 	for i := range rs {
 		a := &rs[i]
-		if excess := a.res.Granted - want; excess > 0 {
+		keep := want
+		if i == pool {
+			keep = poolGranted
+		}
+		if excess := a.res.Granted - keep; excess > 0 {
 			s.giveBack(ctx, a.req, excess)
-			a.res.Granted = want
+			a.res.Granted = keep
 		}
 	}
-	resp, result := s.verdict(p, &c.target, rs)
+	resp, result := s.verdict(p, &c.target, rs, want, poolGranted)
 	if degraded {
 		// Counted here only: said so, and nothing leased.
 		resp.Degraded, resp.Lease = true, wire.Lease{}
@@ -591,7 +612,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
 // rule reported is the denial with the longest wait, or else the one with the
 // least left. It also names the result for the decisions metric.
-func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse, string) {
+func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGranted int64) (wire.CheckResponse, string) {
 	var decider *applied
 	denied, logOnly := false, false
 	for i := range rs {
@@ -661,8 +682,9 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 		// clocks' difference would round past it is not a wait.
 		resp.ResetAt = o/1000 + decider.req.Rule.WindowSeconds
 	}
-	// decide gave every rule the same grant.
-	if g := rs[0].res.Granted; g > 0 && !denied && !logOnly {
+	// decide gave every rule the same grant (a response-cost rule's pool
+	// its own).
+	if g := granted; g > 0 && !denied && !logOnly {
 		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
 		for _, a := range rs {
 			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
@@ -670,7 +692,7 @@ func (s *Service) verdict(p *view, t *target, rs []applied) (wire.CheckResponse,
 				ttl = min(ttl, a.res.ResetAfter)
 			}
 		}
-		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds()}
+		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ChargeGranted: chargeGranted}
 	}
 	return resp, result
 }

@@ -87,6 +87,11 @@ type Entry struct {
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
 	RuleID, Identity, Tier, Strategy                            string
+	// CostFrom is the rule's cost_from when the lease is of a rule whose
+	// cost the response reports (LLM tokens): its tokens are that rule's,
+	// a request admitted on one reads its response, and its charge is
+	// taken from the lease first (TakeN).
+	CostFrom string
 	// Refusal is a denial's own response (wire.AppendRefusal's JSON; ""
 	// for the standard 429), so that every VM answers a cached denial as
 	// the service's answer said.
@@ -282,6 +287,45 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 	return Entry{}, Miss, 0
 }
 
+// TakeN spends up to n tokens of owner's live lease of rule ruleID, a rule
+// whose cost the response reports: the part of a response's cost the lease
+// can pay. ok is false when the slot holds no such lease (taken is then 0);
+// otherwise e is the entry after (its counts; no strings), and the rest of
+// the cost, n - taken, is the control service's to charge. What is taken
+// counts as Spent, reported with the next check like a lease hit's token.
+func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, e Entry, ok bool) {
+	if n <= 0 {
+		return 0, Entry{}, false
+	}
+	k := c.key(owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		if err != nil {
+			return 0, Entry{}, false
+		}
+		if e, ok = decode(data, false); !ok || e.Owner != owner || e.Tokens <= 0 || nowMs >= e.ExpiresMs {
+			return 0, Entry{}, false
+		}
+		var s Entry
+		viewStrings(data, &s)
+		if s.RuleID != ruleID || s.CostFrom == "" {
+			return 0, Entry{}, false
+		}
+		taken = min(n, e.Tokens)
+		e.Tokens -= taken
+		e.Spent = satAdd(e.Spent, taken)
+		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
+		binary.LittleEndian.PutUint64(data[offSpent:], uint64(e.Spent))
+		switch err := c.store.Set(k, data, cas); {
+		case err == nil:
+			return taken, e, true
+		case !errors.Is(err, ErrCasMismatch):
+			return 0, Entry{}, false
+		}
+	}
+	return 0, Entry{}, false
+}
+
 // Put stores a fresh decision for e.Owner. A live lease of the same bucket
 // is kept and the new tokens are added to it (concurrent callouts of one
 // caller each bring a lease; overwriting would throw paid-for tokens away),
@@ -291,7 +335,8 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 // client can cause at will. An entry whose strings do not fit is refused
 // with ErrTooLarge and nothing is cached.
 func (c *Cache) Put(e Entry, nowMs int64) error {
-	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField || len(e.Refusal) > maxRefusal {
+	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField ||
+		len(e.CostFrom) > maxField || len(e.Refusal) > maxRefusal {
 		return ErrTooLarge
 	}
 	e.Tokens = max(e.Tokens, 0)
@@ -433,8 +478,9 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
-// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID, Identity, Tier, Strategy and Refusal, each as a uint16
-// length and its bytes. Lengths above maxField (maxRefusal for Refusal)
+// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID,
+// Identity, Tier, Strategy, CostFrom and Refusal, each as a uint16 length
+// and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
 // never occur (Put refuses them), so decode treats them as a damaged slot.
 const (
 	offTokens  = 16
@@ -442,12 +488,12 @@ const (
 	offFbStart = 96
 	offFbCount = 104
 	fixedLen   = 16 + 12*8
-	numStrings = 5
+	numStrings = 6
 	minLen     = fixedLen + numStrings*2
 )
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.Refusal))
+	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.CostFrom)+len(e.Refusal))
 	copy(b, e.Owner[:])
 	le := binary.LittleEndian
 	le.PutUint64(b[16:], uint64(e.Tokens))
@@ -466,6 +512,7 @@ func encode(e Entry) []byte {
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
 	b = appendField(b, e.Strategy)
+	b = appendField(b, e.CostFrom)
 	b = appendField(b, e.Refusal)
 	return b
 }
@@ -531,7 +578,7 @@ func viewStrings(b []byte, e *Entry) {
 		}
 		rest = rest[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy, e.Refusal = f[0], f[1], f[2], f[3], f[4]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5]
 }
 
 // decodeStrings fills e's strings from a slot decode has checked, with one
@@ -543,5 +590,5 @@ func decodeStrings(b []byte, e *Entry) {
 		n := int(s[0]) | int(s[1])<<8
 		f[i], s = s[2:2+n], s[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy, e.Refusal = f[0], f[1], f[2], f[3], f[4]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5]
 }

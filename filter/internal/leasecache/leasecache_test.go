@@ -424,6 +424,7 @@ func TestLongFieldsAreNeverTruncated(t *testing.T) {
 		{Tokens: 1, Identity: huge},
 		{Tokens: 1, RuleID: huge},
 		{Tokens: 1, Tier: huge},
+		{Tokens: 1, CostFrom: huge},
 		{DeniedUntilMs: 1 << 40, Identity: huge},
 	} {
 		c.Put(held, 0)
@@ -559,6 +560,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Entry{Owner: Owner{3}, RuleID: "r", Identity: "user:x"}))
 	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
 	f.Add(encode(Entry{Identity: strings.Repeat("y", maxField)}))
+	f.Add(encode(Entry{Owner: Owner{4}, Tokens: 900, RuleID: "llm", CostFrom: "response_json:usage.total_tokens", Strategy: "fixed_window", Refusal: `{"status":403}`}))
 	f.Add(make([]byte, minLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, ok := decode(b, true)
@@ -569,7 +571,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded %+v re-encodes differently", e)
 		}
 		fixed, ok := decode(b, false)
-		fixed.RuleID, fixed.Identity, fixed.Tier = e.RuleID, e.Identity, e.Tier
+		fixed.RuleID, fixed.Identity, fixed.Tier, fixed.Strategy, fixed.CostFrom, fixed.Refusal = e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal
 		if !ok || fixed != e {
 			t.Fatalf("decoding without strings gave %+v, with %+v", fixed, e)
 		}
@@ -702,4 +704,55 @@ func TestMissReportsSpentOnce(t *testing.T) {
 func randomBytes(b []byte) error {
 	_, err := rand.Read(b)
 	return err
+}
+
+// TakeN pays part of a response's cost from a live lease of that rule, and
+// only of that rule: never another rule's lease, an expired one, or
+// another bucket's; what it takes is reported as spent once.
+func TestTakeNChargesTheLease(t *testing.T) {
+	c := newCache(t, newMemStore(), 4)
+	a, other := c.Bucket("a"), c.Bucket("b")
+	lease := Entry{Owner: a, Tokens: 100, ExpiresMs: 1000, Remaining: 500, RuleID: "llm", CostFrom: "response_header:x-tokens"}
+	if err := c.Put(lease, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		owner     Owner
+		rule      string
+		n, nowMs  int64
+		taken     int64
+		ok        bool
+		remaining int64 // tokens left after
+	}{
+		{"another bucket", other, "llm", 10, 0, 0, false, 100},
+		{"another rule", a, "tier", 10, 0, 0, false, 100},
+		{"nothing to take", a, "llm", 0, 0, 0, false, 100},
+		{"part of the lease", a, "llm", 30, 0, 30, true, 70},
+		{"more than is left", a, "llm", 500, 0, 70, true, 0},
+		{"a spent lease", a, "llm", 5, 0, 0, false, 0},
+	} {
+		taken, e, ok := c.TakeN(tc.owner, tc.rule, tc.n, tc.nowMs)
+		if taken != tc.taken || ok != tc.ok || (ok && e.Tokens != tc.remaining) {
+			t.Fatalf("%s: took %d ok %v (%d left), want %d %v (%d left)", tc.name, taken, ok, e.Tokens, tc.taken, tc.ok, tc.remaining)
+		}
+	}
+	if e, out, returned := c.Take(a, 0); out != Miss || returned != 0 || e.Spent != 100 {
+		t.Fatalf("after the lease was charged: %v, returned %d, spent %d (want 100)", out, returned, e.Spent)
+	}
+	// The charge's tokens are reported with the next check, once.
+	if e, _, _ := c.Take(a, 0); e.Spent != 0 {
+		t.Fatalf("spent reported twice: %d", e.Spent)
+	}
+	lease.Owner = other
+	lease.CostFrom = ""
+	c.Put(lease, 0)
+	if taken, _, ok := c.TakeN(other, "llm", 5, 0); ok || taken != 0 {
+		t.Fatal("a lease of a rule without a response cost paid a charge")
+	}
+	lease.Owner, lease.CostFrom, lease.ExpiresMs = c.Bucket("c"), "response_header:x", 10
+	c.Put(lease, 0)
+	if taken, _, ok := c.TakeN(lease.Owner, "llm", 5, 10); ok || taken != 0 {
+		t.Fatal("an expired lease paid a charge")
+	}
 }
