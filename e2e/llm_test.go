@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,7 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -36,21 +39,39 @@ cost = 5000
 cost_from = "response_json:usage.total_tokens"
 `
 
-// startLLMGateway runs the gateway (two VMs, leases on) in front of the
-// demo OpenAI-compatible upstream.
-func startLLMGateway(t *testing.T, config string) (gw string, ctl *control) {
+// llmGateway is the gateway (two VMs, leases on) in front of the demo
+// OpenAI-compatible upstream, and its control service.
+type llmGateway struct {
+	url string
+	ctl *control
+	g   *gateway.Gateway
+	// ahead moves the filter's clock forward (a lease's expiry, without
+	// waiting for it).
+	ahead atomic.Int64
+}
+
+func startLLMGateway(t *testing.T, config string) *llmGateway {
 	t.Helper()
 	r := redistest.Start(t)
-	ctl = startControl(t, r.Addr, config)
+	l := &llmGateway{ctl: startControl(t, r.Addr, config)}
 	up := httptest.NewServer(llmdemo.Handler())
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
-	ctlURL, _ := url.Parse("http://" + ctl.addr)
-	gw = serveGateway(t, gateway.Config{
+	ctlURL, _ := url.Parse("http://" + l.ctl.addr)
+	g, err := gateway.New(context.Background(), gateway.Config{
 		Wasm: wasmBytes, Upstream: upURL, Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2, CompilationCache: compCache, XFFTrustedHops: 1,
 		PluginConfig: []byte(`{"control_cluster":"controlsvc","decision_token":"` + decisionToken + `","timeout_ms":2000,"lease":{"request":5}}`),
+		Now:          func() time.Time { return time.Now().Add(time.Duration(l.ahead.Load())) },
 	})
-	return gw, ctl
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config = g.HTTPServer()
+	srv.Start()
+	t.Cleanup(func() { srv.Close(); g.Close(context.Background()) })
+	l.url, l.g = srv.URL, g
+	return l
 }
 
 // chat sends one chat completion through the gateway as ip, reporting
@@ -73,10 +94,15 @@ func chat(gw, ip string, tokens int, stream bool) (*http.Response, []byte, error
 	return resp, b, err
 }
 
-// Concurrent streamed and JSON answers through the gateway's two VMs: the
-// counter equals the sum of the usage the answers reported, exactly.
+// Concurrent streamed and JSON answers through the gateway's two VMs, with
+// leases: a request is admitted on the lease's pool of the budget's tokens
+// and its answer paid from it (what the pool lacks goes to the service).
+// Once the leases are handed back, the counter is the sum of the usage the
+// answers reported, exactly: the last answer's X-RateLimit-Remaining (its
+// lease's pool counted as the caller's) is the budget less every token
+// reported.
 func TestTokenBudgetExactThroughTheGateway(t *testing.T) {
-	gw, ctl := startLLMGateway(t, llmRules)
+	l := startLLMGateway(t, llmRules)
 	const ip = "203.0.113.80"
 	var mu sync.Mutex
 	var sum int64
@@ -87,7 +113,7 @@ func TestTokenBudgetExactThroughTheGateway(t *testing.T) {
 			defer wg.Done()
 			for i := range 10 {
 				tokens := 10 + 37*g + i
-				resp, body, err := chat(gw, ip, tokens, (g+i)%2 == 0)
+				resp, body, err := chat(l.url, ip, tokens, (g+i)%2 == 0)
 				if err != nil || resp.StatusCode != 200 {
 					t.Errorf("chat: %v %v %s", err, resp, body)
 					return
@@ -102,10 +128,31 @@ func TestTokenBudgetExactThroughTheGateway(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// The status names the deciding rule: the token budget's counter.
-	st := status(t, ctl, "ip:"+ip, llmdemo.Path)
-	if used := 1_000_000 - st.Remaining; st.RuleID != "llm_tokens" || used != sum {
+	host := l.g.Host()
+	paid, charges := host.Counter("tollgate_lease_paid_cost_total"), host.Counter("tollgate_charges_total")
+	if paid == 0 || charges >= 80 {
+		t.Fatalf("leases paid %d tokens, %d charges sent of 80 answers: the leases paid nothing", paid, charges)
+	}
+	// The status names the deciding rule: the token budget's counter,
+	// with the leases' unspent pools still out.
+	st := status(t, l.ctl, "ip:"+ip, llmdemo.Path)
+	if used := 1_000_000 - st.Remaining; st.RuleID != "llm_tokens" || used < sum {
 		t.Fatalf("the counter spent %d (%+v); the answers reported %d", used, st, sum)
+	}
+	// Past the leases' TTL the next request hands the pools back and is
+	// paid from its own lease.
+	l.ahead.Store(int64(2 * time.Second))
+	resp, _, err := chat(l.url, ip, 5, false)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("last chat: %v %v", err, resp)
+	}
+	sum += 5 + 2
+	if got := resp.Header.Get("X-RateLimit-Remaining"); got != strconv.FormatInt(1_000_000-sum, 10) {
+		t.Logf("paid %d charges %d failures %d unreported %d hits %d", paid, charges, host.Counter("tollgate_charge_failures_total"), host.Counter("tollgate_charges_unreported_total"), host.Counter("tollgate_lease_hits_total"))
+		t.Fatalf("X-RateLimit-Remaining %s; the answers reported %d of 1000000", got, sum)
+	}
+	if host.Counter("tollgate_lease_paid_cost_total") != paid+6 {
+		t.Fatal("the last answer was not paid from its lease")
 	}
 }
 
@@ -114,7 +161,7 @@ func TestTokenBudgetExactThroughTheGateway(t *testing.T) {
 // balance after its charge. A stream asked for without usage is charged
 // the rule's cost for an unreported answer: no way around the budget.
 func TestTokenBudgetThroughTheGateway(t *testing.T) {
-	gw, _ := startLLMGateway(t, strings.NewReplacer("limit = 1000000\n", "limit = 1000\n", "cost = 5000", "cost = 1000").Replace(llmRules))
+	gw := startLLMGateway(t, strings.NewReplacer("limit = 1000000\n", "limit = 1000\n", "cost = 5000", "cost = 1000").Replace(llmRules)).url
 	resp, _, err := chat(gw, "203.0.113.81", 598, false)
 	if err != nil || resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "400" {
 		t.Fatalf("first answer: %v %v, remaining %q, want 400 (1000 - 600)", err, resp, resp.Header.Get("X-RateLimit-Remaining"))

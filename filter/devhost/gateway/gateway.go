@@ -59,6 +59,9 @@ type Config struct {
 	// CompilationCache, when set, is shared by gateways of one process
 	// (tests): the module compiles once.
 	CompilationCache wazero.CompilationCache
+	// Now, when set, is the clock the filter sees (tests: a lease's expiry
+	// without waiting for it).
+	Now func() time.Time
 }
 
 // Gateway is an http.Handler.
@@ -138,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	// `make run` and the end-to-end tests run it as that Envoy would.
 	host, err := wasmhost.New(ctx, cfg.Wasm, wasmhost.Options{
 		PluginConfig: cfg.PluginConfig, Clusters: names, CompilationCache: cfg.CompilationCache,
-		WASI: wasmhost.WASIEnvoy,
+		WASI: wasmhost.WASIEnvoy, Now: cfg.Now,
 		Log: func(level wasmhost.LogLevel, msg string) {
 			g.log.Log(context.Background(), slogLevel(level), msg, "source", "filter")
 		},

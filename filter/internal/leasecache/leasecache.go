@@ -87,11 +87,13 @@ type Entry struct {
 	// The decision the lease came with, for the response headers.
 	Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota int64
 	RuleID, Identity, Tier, Strategy                            string
-	// CostFrom is the rule's cost_from when the lease is of a rule whose
-	// cost the response reports (LLM tokens): its tokens are that rule's,
-	// a request admitted on one reads its response, and its charge is
-	// taken from the lease first (TakeN).
-	CostFrom string
+	// CostFrom is the cost_from of rule ChargeRule when the lease holds a
+	// second pool, ChargeTokens, of that rule's tokens (a rule whose cost
+	// the response reports: LLM tokens). A request is then admitted on a
+	// token of each; it reads its response, and the response's cost is
+	// paid from ChargeTokens first (TakeN).
+	ChargeRule, CostFrom string
+	ChargeTokens         int64
 	// Refusal is a denial's own response (wire.AppendRefusal's JSON; ""
 	// for the standard 429), so that every VM answers a cached denial as
 	// the service's answer said.
@@ -230,15 +232,17 @@ func (c *Cache) key(owner Owner) string {
 	return c.keys[i]
 }
 
-// Take spends one token of owner's lease. On a Miss, returned is the count of
-// expired lease tokens taken out of the slot, to be handed back to the
-// control service with the next check (its returned field), and the Entry
-// holds only Spent: the lease tokens spent locally since the last Miss, for
-// the same check to report (each is handed out once). The whole Entry is
-// meaningful on a Hit or Denied.
+// Take spends one token of owner's lease (and one of its ChargeTokens,
+// when it has that pool). On a Miss, returned is the count of expired lease
+// tokens taken out of the slot, to be handed back to the control service
+// with the next check (its returned field), and the Entry holds only Spent
+// and ChargeTokens: the lease tokens spent locally since the last Miss, for
+// the same check to report (each is handed out once), and the pool's
+// tokens to hand back (charge_returned). The whole Entry is meaningful on a
+// Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	k := c.key(owner)
-	var spent int64
+	var spent, chargeReturned int64
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
 		if err != nil {
@@ -248,22 +252,27 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		if e, ok = decode(data, false); !ok || e.Owner != owner {
 			return Entry{}, Miss, 0
 		}
+		// A lease of two pools admits only with a token of each; one whose
+		// pool ran dry (its response costs) is used up.
+		pooled := e.ChargeTokens > 0 || hasCostFrom(data)
 		switch {
-		case e.Tokens > 0 && nowMs < e.ExpiresMs:
+		case e.Tokens > 0 && nowMs < e.ExpiresMs && (!pooled || e.ChargeTokens > 0):
 			// Paid-for tokens are spent even while a denial is cached: a
 			// concurrent callout may have been denied after this lease was
 			// granted.
 			e.Tokens--
+			if pooled {
+				e.ChargeTokens--
+			}
 			e.Spent = satAdd(e.Spent, 1)
 		case e.DeniedUntilMs > nowMs:
 			viewStrings(data, &e)
 			return e, Denied, 0
-		case e.Tokens > 0 || e.Spent > 0:
+		case e.Tokens > 0 || e.ChargeTokens > 0 || e.Spent > 0:
 			// Expired or used up: the check this Miss leads to hands back
 			// the tokens left and reports those spent, once.
-			returned, e.Tokens = e.Tokens, 0
-			spent = e.Spent
-			e.Spent = 0
+			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
+			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		default:
 			return Entry{}, Miss, 0
 		}
@@ -271,15 +280,16 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		// instead of encoding the entry again.
 		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
 		binary.LittleEndian.PutUint64(data[offSpent:], uint64(e.Spent))
+		binary.LittleEndian.PutUint64(data[offCharge:], uint64(e.ChargeTokens))
 		if err := c.store.Set(k, data, cas); err != nil {
 			if errors.Is(err, ErrCasMismatch) {
-				returned, spent = 0, 0
+				returned, chargeReturned, spent = 0, 0, 0
 				continue
 			}
 			return Entry{}, Miss, 0
 		}
-		if returned > 0 || spent > 0 {
-			return Entry{Spent: spent}, Miss, returned
+		if returned > 0 || chargeReturned > 0 || spent > 0 {
+			return Entry{Spent: spent, ChargeTokens: chargeReturned}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -287,12 +297,12 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 	return Entry{}, Miss, 0
 }
 
-// TakeN spends up to n tokens of owner's live lease of rule ruleID, a rule
-// whose cost the response reports: the part of a response's cost the lease
-// can pay. ok is false when the slot holds no such lease (taken is then 0);
-// otherwise e is the entry after (its counts; no strings), and the rest of
-// the cost, n - taken, is the control service's to charge. What is taken
-// counts as Spent, reported with the next check like a lease hit's token.
+// TakeN spends up to n of the ChargeTokens of owner's live lease of rule
+// ruleID: the part of a response's cost the lease can pay. ok is false when
+// the slot holds no such lease (taken is then 0); otherwise e is the entry
+// after, and the rest of the cost, n - taken, is
+// the control service's to charge. What is taken counts as Spent, reported
+// with the next check like a lease hit's token.
 func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, e Entry, ok bool) {
 	if n <= 0 {
 		return 0, Entry{}, false
@@ -303,18 +313,17 @@ func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, 
 		if err != nil {
 			return 0, Entry{}, false
 		}
-		if e, ok = decode(data, false); !ok || e.Owner != owner || e.Tokens <= 0 || nowMs >= e.ExpiresMs {
+		if e, ok = decode(data, false); !ok || e.Owner != owner || e.ChargeTokens <= 0 || nowMs >= e.ExpiresMs {
 			return 0, Entry{}, false
 		}
-		var s Entry
-		viewStrings(data, &s)
-		if s.RuleID != ruleID || s.CostFrom == "" {
+		viewStrings(data, &e)
+		if e.ChargeRule != ruleID || e.CostFrom == "" {
 			return 0, Entry{}, false
 		}
-		taken = min(n, e.Tokens)
-		e.Tokens -= taken
+		taken = min(n, e.ChargeTokens)
+		e.ChargeTokens -= taken
 		e.Spent = satAdd(e.Spent, taken)
-		binary.LittleEndian.PutUint64(data[offTokens:], uint64(e.Tokens))
+		binary.LittleEndian.PutUint64(data[offCharge:], uint64(e.ChargeTokens))
 		binary.LittleEndian.PutUint64(data[offSpent:], uint64(e.Spent))
 		switch err := c.store.Set(k, data, cas); {
 		case err == nil:
@@ -336,10 +345,10 @@ func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, 
 // with ErrTooLarge and nothing is cached.
 func (c *Cache) Put(e Entry, nowMs int64) error {
 	if len(e.RuleID) > maxField || len(e.Identity) > maxField || len(e.Tier) > maxField || len(e.Strategy) > maxField ||
-		len(e.CostFrom) > maxField || len(e.Refusal) > maxRefusal {
+		len(e.ChargeRule) > maxField || len(e.CostFrom) > maxField || len(e.Refusal) > maxRefusal {
 		return ErrTooLarge
 	}
-	e.Tokens = max(e.Tokens, 0)
+	e.Tokens, e.ChargeTokens = max(e.Tokens, 0), max(e.ChargeTokens, 0)
 	if e.Tokens > 0 && c.keyReplaced() {
 		// The entry was hashed with a key the other VMs no longer use:
 		// drop it (under-admission, once) and use theirs from now on.
@@ -364,10 +373,20 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 			// the rest of their window.
 			next.Spent, next.FallbackStartMs, next.FallbackCount = old.Spent, old.FallbackStartMs, old.FallbackCount
 		}
-		live := ok && old.Tokens > 0 && nowMs < old.ExpiresMs
+		// A lease whose request tokens ran out may still hold its pool
+		// (ChargeTokens): kept until a Take hands it back.
+		live := ok && (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs
 		switch {
 		case live && old.Owner == e.Owner:
 			next.Tokens = satAdd(old.Tokens, e.Tokens)
+			next.ChargeTokens = satAdd(old.ChargeTokens, e.ChargeTokens)
+			if e.CostFrom == "" && old.ChargeTokens > 0 {
+				// A decision without a pool (no lease this time) keeps the
+				// live one's rule: every request admitted on that pool
+				// must read its response.
+				viewStrings(data, &old)
+				next.ChargeRule, next.CostFrom = old.ChargeRule, old.CostFrom
+			}
 			next.ExpiresMs = old.ExpiresMs
 			if e.Tokens > 0 {
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
@@ -478,8 +497,9 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
-// FallbackStartMs, FallbackCount (int64 each, little endian); then RuleID,
-// Identity, Tier, Strategy, CostFrom and Refusal, each as a uint16 length
+// FallbackStartMs, FallbackCount, ChargeTokens (int64 each, little endian);
+// then RuleID,
+// Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
 // never occur (Put refuses them), so decode treats them as a damaged slot.
 const (
@@ -487,13 +507,14 @@ const (
 	offSpent   = 88
 	offFbStart = 96
 	offFbCount = 104
-	fixedLen   = 16 + 12*8
-	numStrings = 6
+	offCharge  = 112
+	fixedLen   = 16 + 13*8
+	numStrings = 7
 	minLen     = fixedLen + numStrings*2
 )
 
 func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.CostFrom)+len(e.Refusal))
+	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.ChargeRule)+len(e.CostFrom)+len(e.Refusal))
 	copy(b, e.Owner[:])
 	le := binary.LittleEndian
 	le.PutUint64(b[16:], uint64(e.Tokens))
@@ -508,10 +529,12 @@ func encode(e Entry) []byte {
 	le.PutUint64(b[offSpent:], uint64(e.Spent))
 	le.PutUint64(b[offFbStart:], uint64(e.FallbackStartMs))
 	le.PutUint64(b[offFbCount:], uint64(e.FallbackCount))
+	le.PutUint64(b[offCharge:], uint64(e.ChargeTokens))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
 	b = appendField(b, e.Strategy)
+	b = appendField(b, e.ChargeRule)
 	b = appendField(b, e.CostFrom)
 	b = appendField(b, e.Refusal)
 	return b
@@ -556,12 +579,23 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		Spent:           int64(le.Uint64(b[offSpent:])),
 		FallbackStartMs: int64(le.Uint64(b[offFbStart:])),
 		FallbackCount:   int64(le.Uint64(b[offFbCount:])),
+		ChargeTokens:    int64(le.Uint64(b[offCharge:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {
 		decodeStrings(b, &e)
 	}
 	return e, true
+}
+
+// hasCostFrom reports whether a slot decode has checked names a cost_from
+// (a lease of two pools), without reading the other strings.
+func hasCostFrom(b []byte) bool {
+	rest := b[fixedLen:]
+	for range 5 { // RuleID, Identity, Tier, Strategy, ChargeRule
+		rest = rest[2+int(binary.LittleEndian.Uint16(rest)):]
+	}
+	return binary.LittleEndian.Uint16(rest) != 0
 }
 
 // viewStrings is decodeStrings without the copy, for Take: the slot's bytes
@@ -578,7 +612,7 @@ func viewStrings(b []byte, e *Entry) {
 		}
 		rest = rest[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.ChargeRule, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5], f[6]
 }
 
 // decodeStrings fills e's strings from a slot decode has checked, with one
@@ -590,5 +624,5 @@ func decodeStrings(b []byte, e *Entry) {
 		n := int(s[0]) | int(s[1])<<8
 		f[i], s = s[2:2+n], s[2+n:]
 	}
-	e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5]
+	e.RuleID, e.Identity, e.Tier, e.Strategy, e.ChargeRule, e.CostFrom, e.Refusal = f[0], f[1], f[2], f[3], f[4], f[5], f[6]
 }

@@ -425,6 +425,7 @@ func TestLongFieldsAreNeverTruncated(t *testing.T) {
 		{Tokens: 1, RuleID: huge},
 		{Tokens: 1, Tier: huge},
 		{Tokens: 1, CostFrom: huge},
+		{Tokens: 1, ChargeRule: huge},
 		{DeniedUntilMs: 1 << 40, Identity: huge},
 	} {
 		c.Put(held, 0)
@@ -560,7 +561,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Entry{Owner: Owner{3}, RuleID: "r", Identity: "user:x"}))
 	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
 	f.Add(encode(Entry{Identity: strings.Repeat("y", maxField)}))
-	f.Add(encode(Entry{Owner: Owner{4}, Tokens: 900, RuleID: "llm", CostFrom: "response_json:usage.total_tokens", Strategy: "fixed_window", Refusal: `{"status":403}`}))
+	f.Add(encode(Entry{Owner: Owner{4}, Tokens: 9, ChargeTokens: 900, ChargeRule: "llm", CostFrom: "response_json:usage.total_tokens", Strategy: "fixed_window", Refusal: `{"status":403}`}))
 	f.Add(make([]byte, minLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, ok := decode(b, true)
@@ -571,7 +572,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded %+v re-encodes differently", e)
 		}
 		fixed, ok := decode(b, false)
-		fixed.RuleID, fixed.Identity, fixed.Tier, fixed.Strategy, fixed.CostFrom, fixed.Refusal = e.RuleID, e.Identity, e.Tier, e.Strategy, e.CostFrom, e.Refusal
+		fixed.RuleID, fixed.Identity, fixed.Tier, fixed.Strategy, fixed.ChargeRule, fixed.CostFrom, fixed.Refusal = e.RuleID, e.Identity, e.Tier, e.Strategy, e.ChargeRule, e.CostFrom, e.Refusal
 		if !ok || fixed != e {
 			t.Fatalf("decoding without strings gave %+v, with %+v", fixed, e)
 		}
@@ -712,7 +713,7 @@ func randomBytes(b []byte) error {
 func TestTakeNChargesTheLease(t *testing.T) {
 	c := newCache(t, newMemStore(), 4)
 	a, other := c.Bucket("a"), c.Bucket("b")
-	lease := Entry{Owner: a, Tokens: 100, ExpiresMs: 1000, Remaining: 500, RuleID: "llm", CostFrom: "response_header:x-tokens"}
+	lease := Entry{Owner: a, Tokens: 5, ChargeTokens: 100, ExpiresMs: 1000, Remaining: 500, ChargeRule: "llm", CostFrom: "response_header:x-tokens"}
 	if err := c.Put(lease, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -733,12 +734,14 @@ func TestTakeNChargesTheLease(t *testing.T) {
 		{"a spent lease", a, "llm", 5, 0, 0, false, 0},
 	} {
 		taken, e, ok := c.TakeN(tc.owner, tc.rule, tc.n, tc.nowMs)
-		if taken != tc.taken || ok != tc.ok || (ok && e.Tokens != tc.remaining) {
-			t.Fatalf("%s: took %d ok %v (%d left), want %d %v (%d left)", tc.name, taken, ok, e.Tokens, tc.taken, tc.ok, tc.remaining)
+		if taken != tc.taken || ok != tc.ok || (ok && (e.ChargeTokens != tc.remaining || e.Tokens != 5)) {
+			t.Fatalf("%s: took %d ok %v (%d left), want %d %v (%d left)", tc.name, taken, ok, e.ChargeTokens, tc.taken, tc.ok, tc.remaining)
 		}
 	}
-	if e, out, returned := c.Take(a, 0); out != Miss || returned != 0 || e.Spent != 100 {
-		t.Fatalf("after the lease was charged: %v, returned %d, spent %d (want 100)", out, returned, e.Spent)
+	// Its pool spent, the lease admits no more: the request tokens left go
+	// back with the next check.
+	if e, out, returned := c.Take(a, 0); out != Miss || returned != 5 || e.Spent != 100 || e.ChargeTokens != 0 {
+		t.Fatalf("after the lease was charged: %v, returned %d, spent %d (want 5, 100)", out, returned, e.Spent)
 	}
 	// The charge's tokens are reported with the next check, once.
 	if e, _, _ := c.Take(a, 0); e.Spent != 0 {
@@ -754,5 +757,50 @@ func TestTakeNChargesTheLease(t *testing.T) {
 	c.Put(lease, 0)
 	if taken, _, ok := c.TakeN(lease.Owner, "llm", 5, 10); ok || taken != 0 {
 		t.Fatal("an expired lease paid a charge")
+	}
+}
+
+// A lease of two pools admits a request on a token of each; the pool's
+// tokens left go back beside the others, once.
+func TestTwoPools(t *testing.T) {
+	c := newCache(t, newMemStore(), 4)
+	a := c.Bucket("a")
+	c.Put(Entry{Owner: a, Tokens: 3, ChargeTokens: 2, ExpiresMs: 1000, ChargeRule: "llm", CostFrom: "response_json:usage.total_tokens"}, 0)
+	for i, want := range []Outcome{Hit, Hit, Miss, Miss} {
+		e, out, returned := c.Take(a, 0)
+		if out != want {
+			t.Fatalf("take %d: %v, want %v", i, out, want)
+		}
+		switch i {
+		case 1:
+			if e.CostFrom != "response_json:usage.total_tokens" || e.Tokens != 1 || e.ChargeTokens != 0 {
+				t.Fatalf("a hit's entry: %+v", e)
+			}
+		case 2:
+			if returned != 1 || e.ChargeTokens != 0 || e.Spent != 2 {
+				t.Fatalf("the miss after the pool ran dry: returned %d, %+v", returned, e)
+			}
+		case 3:
+			if returned != 0 || e != (Entry{}) {
+				t.Fatalf("handed back twice: %d %+v", returned, e)
+			}
+		}
+	}
+	// Expired, both pools go back.
+	c.Put(Entry{Owner: a, Tokens: 3, ChargeTokens: 40, ExpiresMs: 1000, ChargeRule: "llm", CostFrom: "response_header:x"}, 0)
+	if e, out, returned := c.Take(a, 1000); out != Miss || returned != 3 || e.ChargeTokens != 40 {
+		t.Fatalf("expired: %v, returned %d and %d", out, returned, e.ChargeTokens)
+	}
+	// Merged with a live lease, the pools add up.
+	c.Put(Entry{Owner: a, Tokens: 3, ChargeTokens: 40, ExpiresMs: 1000, ChargeRule: "llm", CostFrom: "response_header:x"}, 0)
+	c.Put(Entry{Owner: a, Tokens: 2, ChargeTokens: 60, ExpiresMs: 2000, ChargeRule: "llm", CostFrom: "response_header:x"}, 0)
+	if e, out, _ := c.Take(a, 0); out != Hit || e.Tokens != 4 || e.ChargeTokens != 99 {
+		t.Fatalf("merged: %v %+v", out, e)
+	}
+	// A decision that brought no lease keeps the live pool's rule: a
+	// request admitted on it still reads its response.
+	c.Put(Entry{Owner: a, Remaining: 7, RuleID: "tier"}, 0)
+	if e, out, _ := c.Take(a, 0); out != Hit || e.CostFrom != "response_header:x" || e.ChargeRule != "llm" || e.Remaining != 7 || e.ChargeTokens != 98 {
+		t.Fatalf("after a decision without a lease: %v %+v", out, e)
 	}
 }

@@ -245,10 +245,13 @@ func (h *httpContext) chargeCut() {
 func (h *httpContext) sendCharge() types.Action {
 	p, ch := h.p, h.charge
 	ch.sent = true
+	if h.payFromLease() {
+		return types.ActionContinue
+	}
 	// The same caller fields as the check's, so the same counters.
 	body := wire.AppendChargeRequest(make([]byte, 0, 256), &wire.ChargeRequest{
 		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant, APIKey: h.apiKey,
-		ClientAddress: h.address, MethodOverride: h.override, Charges: ch.items,
+		ClientAddress: h.addressField(), MethodOverride: h.override, Charges: ch.items,
 	})
 	p.m.charges.Increment(1)
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h.onChargeResponse); err != nil {
@@ -261,6 +264,37 @@ func (h *httpContext) sendCharge() types.Action {
 	}
 	ch.held = true
 	return types.ActionPause
+}
+
+// payFromLease pays a response's cost from the bucket's lease when it
+// holds that rule's pool (leasecache.TakeN): all of it, and nothing is
+// sent (true), or what the pool has, the charge then sending the rest. The
+// pool's tokens were spent in Redis when the lease was granted, so the
+// counter ends the same either way: the sum of the costs reported.
+func (h *httpContext) payFromLease() bool {
+	ch := h.charge
+	if h.p.cfg.Lease.Request == 0 || len(ch.items) != 1 || ch.items[0].Cost == nil || *ch.items[0].Cost <= 1 {
+		return false
+	}
+	it := &ch.items[0]
+	need := *it.Cost - 1 // the admission spent 1
+	taken, e, ok := h.p.cache.TakeN(h.bucket, it.RuleID, need, h.now().UnixMilli())
+	if !ok {
+		return false
+	}
+	h.p.m.leasePaid.Increment(uint64(taken))
+	if taken < need {
+		rest := *it.Cost - taken
+		it.Cost = &rest
+		return false
+	}
+	if l := &h.verdict.limits; h.hasVerdict && !h.done && ch.mode != readEvents && l.RuleID == it.RuleID && l.RuleID == e.RuleID {
+		// What the rule's counter had left at the lease's grant, and the
+		// pool still to spend: the caller's, as a lease hit counts it.
+		l.Remaining = e.Remaining + e.ChargeTokens
+		h.writeLimitHeaders()
+	}
+	return true
 }
 
 // onChargeResponse writes where the caller stands after the charge into

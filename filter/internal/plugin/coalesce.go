@@ -74,12 +74,12 @@ func (h *httpContext) release() {
 // decideWaited decides a request that waited for its bucket's refill.
 func (h *httpContext) decideWaited() {
 	now := h.now()
-	returned, spent, act, settled := h.spendLease(now)
+	back, act, settled := h.spendLease(now)
 	if settled {
 		if act == types.ActionContinue {
 			h.resume()
 		}
 		return
 	}
-	h.callOut(h.method, h.override, h.path, returned, spent, now)
+	h.callOut(back, now)
 }

@@ -64,9 +64,8 @@ type httpContext struct {
 	bodyBytes   *int64
 	costHeaders map[string]string
 
-	// The request as checked, for a charge after its response (address:
-	// the client_address sent).
-	path, method, override, address string
+	// The request as checked, for a charge after its response.
+	path, method, override string
 	// charge is set when the response reports the request's cost.
 	charge *charging
 
@@ -149,22 +148,28 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	b.Add(path)
 	h.bucket = b.Owner()
 
+	// Kept before the lease is read: a request admitted on a lease of a
+	// response-cost rule charges its response as this caller.
+	h.path, h.method, h.override = path, rq.method, override
 	now := h.now()
-	var returned, spent int64
+	var back handBack
 	if p.cfg.Lease.Request > 0 {
 		var act types.Action
 		var settled bool
-		if returned, spent, act, settled = h.spendLease(now); settled {
+		if back, act, settled = h.spendLease(now); settled {
 			return act
 		}
 	}
 	h.meter(&rq, endOfStream)
-	h.path, h.method, h.override = path, rq.method, override
-	if returned == 0 && spent == 0 && h.await() {
+	if back == (handBack{}) && h.await() {
 		return types.ActionPause // decided with the answer this bucket waits for
 	}
-	return h.callOut(rq.method, override, path, returned, spent, now)
+	return h.callOut(back, now)
 }
+
+// handBack is what a check reports of the bucket's last lease: its expired
+// tokens of each pool, handed back, and those spent locally.
+type handBack struct{ returned, chargeReturned, spent int64 }
 
 // overrideHeaders are the method override headers upstream frameworks
 // honour; an underscore spelling counts as the same header (headerIs).
@@ -321,16 +326,16 @@ func isOverrideHeader(k string) bool {
 
 // spendLease answers the request from the lease cache when it can: a token
 // of a live lease lets it through, a cached denial refuses it (settled).
-// Otherwise returned counts the expired lease tokens the cache handed back,
-// for the callout to return to the control service, and spent the lease
-// tokens spent locally since the last callout, for it to report (usage
-// counts requests made).
-func (h *httpContext) spendLease(now time.Time) (returned, spent int64, act types.Action, settled bool) {
+// Otherwise back holds the expired lease tokens the cache handed back, for
+// the callout to return to the control service, and the lease tokens spent
+// locally since the last callout, for it to report (usage counts requests
+// made).
+func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled bool) {
 	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
 	switch out {
 	case leasecache.Hit:
 		h.allowLeased(&e)
-		return 0, 0, types.ActionContinue, true
+		return handBack{}, types.ActionContinue, true
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -340,10 +345,16 @@ func (h *httpContext) spendLease(now time.Time) (returned, spent int64, act type
 		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
 		v.limits.Remaining = 0
 		h.deny(v)
-		return 0, 0, types.ActionPause, true
+		return handBack{}, types.ActionPause, true
 	}
-	return returned, e.Spent, 0, false
+	// The service takes at most maxHandBack of each: more (leases merged
+	// in one slot) is dropped, which only under-admits.
+	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false
 }
+
+// maxHandBack is the most a check may return or report of each count (the
+// service refuses more).
+const maxHandBack = 1_000_000_000
 
 // meter keeps what a rule's cost_from may read: the body's size (0 when the
 // headers end the request; Content-Length when it is one plain number;
@@ -374,20 +385,18 @@ func (h *httpContext) meter(rq *request, endOfStream bool) {
 
 // callOut asks the control service and pauses the request until
 // onCheckResponse (or applies the failure mode when it cannot ask).
-func (h *httpContext) callOut(method, override, path string, returned, spent int64, now time.Time) types.Action {
+func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 	p := h.p
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
 	}
-	var address string
-	if h.id != "" && h.ip.IsValid() {
-		address = h.ip.String() // a JWT caller's (an address caller's is its user_id)
-	}
-	h.address = address
 	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
-		UserID: h.ident(), Endpoint: path, Method: method, Tier: h.tier, Tenant: h.tenant,
-		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: returned, Spent: spent, ClientAddress: address, MethodOverride: override,
-		BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
+		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant,
+		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: back.returned, Spent: back.spent, ClientAddress: h.addressField(),
+		MethodOverride: h.override, BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
+		// Every request admitted on a lease reads its response when the
+		// lease says so (allowLeased).
+		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned,
 	})
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
@@ -495,6 +504,15 @@ func (h *httpContext) clientAddress(xff, realIP string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return identity.Bucket(addr, p.cfg.IPv6Prefix), true
+}
+
+// addressField is the client_address a check and a charge send: a JWT
+// caller's address ("" for an address caller: it is its user_id).
+func (h *httpContext) addressField() string {
+	if h.id != "" && h.ip.IsValid() && !strings.HasPrefix(h.id, string(identity.KindIP)+":") {
+		return h.ip.String()
+	}
+	return ""
 }
 
 // ident is the caller's identity: the one resolved, or the client
@@ -656,11 +674,18 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 	if d.Tier != "" && !rules.ValidTierName(d.Tier) {
 		return false
 	}
-	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 || len(d.Charges) > wire.MaxCharges {
+	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 || d.Lease.ChargeGranted < 0 || len(d.Charges) > wire.MaxCharges {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
 	d.Lease.TTLMs = min(d.Lease.TTLMs, maxLeaseTTLMs)
+	d.Lease.ChargeGranted = min(d.Lease.ChargeGranted, maxHandBack)
+	if (d.Lease.ChargeGranted > 0) != (len(d.Charges) > 0) || len(d.Charges) > 1 {
+		// A lease under a response cost holds that one rule's pool; one
+		// without it would admit requests whose responses nobody charges.
+		// Not kept (its tokens are lost: under-admission only).
+		d.Lease.Granted, d.Lease.ChargeGranted = 0, 0
+	}
 	return true
 }
 
@@ -672,8 +697,8 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 		h.denied(v, now)
 		return
 	}
-	if h.keepLease(&v, d.Lease, now) {
-		v.limits.Remaining += d.Lease.Granted
+	if h.keepLease(&v, d.Lease, d.Charges, now) {
+		v.limits.Remaining += leasedTo(v.limits.RuleID, d.Lease, d.Charges)
 	} else if !d.Degraded && v.limits.Limit > 0 {
 		// The bucket's last limit, for the fallback while the service
 		// cannot be asked (a lease carries it otherwise).
@@ -731,12 +756,16 @@ func (h *httpContext) denied(v verdict, now time.Time) {
 
 // keepLease caches the tokens of a granted lease for this request's bucket,
 // spendable for the lease's TTL; it reports whether there were any.
-func (h *httpContext) keepLease(v *verdict, l wire.Lease, now time.Time) bool {
+func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge, now time.Time) bool {
 	if h.p.cfg.Lease.Request == 0 || l.Granted == 0 {
 		return false
 	}
 	e := v.entry(h.bucket)
 	e.Tokens, e.ExpiresMs = l.Granted, now.UnixMilli()+l.TTLMs
+	if l.ChargeGranted > 0 {
+		// plausible checked there is one charge.
+		e.ChargeTokens, e.ChargeRule, e.CostFrom = l.ChargeGranted, charges[0].RuleID, charges[0].CostFrom
+	}
 	_ = h.p.cache.Put(e, now.UnixMilli())
 	return true
 }
@@ -756,7 +785,7 @@ func (h *httpContext) calloutFailed(now time.Time, reason string) {
 func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
 	if d.Allowed {
 		v := h.verdictOf(d)
-		h.keepLease(&v, d.Lease, now)
+		h.keepLease(&v, d.Lease, d.Charges, now)
 	}
 }
 

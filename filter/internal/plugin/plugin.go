@@ -26,7 +26,7 @@ func (VM) NewPluginContext(uint32) types.PluginContext { return &pluginContext{}
 
 type metrics struct {
 	allowed, denied, degraded, localHits, calloutFailures, rejected proxywasm.MetricCounter
-	charges, chargeFailures, chargesUnreported                      proxywasm.MetricCounter
+	charges, chargeFailures, chargesUnreported, leasePaid           proxywasm.MetricCounter
 	calloutLatency                                                  proxywasm.MetricHistogram
 }
 
@@ -118,6 +118,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		charges:           proxywasm.DefineCounterMetric("tollgate_charges_total"),
 		chargeFailures:    proxywasm.DefineCounterMetric("tollgate_charge_failures_total"),
 		chargesUnreported: proxywasm.DefineCounterMetric("tollgate_charges_unreported_total"),
+		// Tokens of response costs paid from leases, with no charge sent.
+		leasePaid: proxywasm.DefineCounterMetric("tollgate_lease_paid_cost_total"),
 	}
 	proxywasm.LogInfo("tollgate: plugin started; control cluster " + cfg.ControlCluster + ", " + cfg.FailureMode)
 	return types.OnPluginStartStatusOK

@@ -78,7 +78,24 @@ func (h *httpContext) allowLeased(e *leasecache.Entry) {
 	h.p.m.allowed.Increment(1)
 	v := cachedVerdict(e)
 	v.limits.Remaining += e.Tokens
+	if e.CostFrom != "" {
+		if e.ChargeRule == e.RuleID {
+			v.limits.Remaining += e.ChargeTokens - e.Tokens // that rule's pool
+		}
+		// Admitted on the rule's pool: its response pays the rest.
+		h.expectCharges([]wire.Charge{{RuleID: e.ChargeRule, CostFrom: e.CostFrom}})
+	}
 	h.allow(v, decisionAllowed)
+}
+
+// leasedTo is what a lease holds of the deciding rule's tokens: a rule's
+// own pool when the lease has one (wire.Lease.ChargeGranted), the lease's
+// tokens otherwise. The client counts them as left.
+func leasedTo(ruleID string, l wire.Lease, charges []wire.Charge) int64 {
+	if l.ChargeGranted > 0 && len(charges) == 1 && charges[0].RuleID == ruleID {
+		return l.ChargeGranted
+	}
+	return l.Granted
 }
 
 // deny answers 429 itself, with the RATE_LIMIT_EXCEEDED envelope the control
