@@ -274,6 +274,17 @@ func TestTokenBudgetEstimate(t *testing.T) {
 	if r := check("300"); r.status != 200 || num(t, r.json(t), "remaining") != 299 {
 		t.Fatalf("an estimate that fits: %d %s, want admitted spending 1", r.status, r.body)
 	}
+	// Violations count tokens under such a rule: the refused request asked
+	// for 301; its audit event says so.
+	if err := s.app.FlushUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.admin("GET", "/admin/v1/usage/erin", nil); !strings.Contains(string(u.body), `"violations":301`) {
+		t.Fatalf("usage: %s", u.body)
+	}
+	if a := s.admin("GET", "/admin/v1/audit?type=violation", nil); !strings.Contains(string(a.body), `"rule_id":"tokens","cost":301`) {
+		t.Fatalf("audit: %s", a.body)
+	}
 	for v, want := range map[string]string{"lots": "is not a whole number", "-1": "is not a whole number", "1001": "more than rule tokens can ever have left"} {
 		if r := check(v); r.status != 400 || !strings.Contains(string(r.body), want) || !strings.Contains(string(r.body), `x-max-tokens`) {
 			t.Errorf("estimate %q: %d %s", v, r.status, r.body)

@@ -499,7 +499,13 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	if resp.Allowed && !c.refused {
 		resp.Charges = charges(rs)
 	}
-	s.record(c, &resp)
+	var refused int64 // what a refused request asked of a rule that counts tokens
+	for i := range rs {
+		if r := rs[i].req.Rule; !resp.Allowed && r.ID == resp.RuleID && r.CostFrom != "" && i < len(costs) {
+			refused = max(costs[i], admits[i])
+		}
+	}
+	s.record(c, &resp, refused)
 	if !c.refused || !resp.Allowed {
 		// A refused key's request that the rules let through is answered
 		// with the refusal: it is no allowed decision.
@@ -542,14 +548,16 @@ func (s *Service) giveBack(ctx context.Context, r limiter.Request, n int64) {
 // last check (spent), admitted or not; a denial is a violation. Tokens
 // leased but not yet spent are not requests: they count once reported.
 // It only adds to memory.
-func (s *Service) record(c *caller, resp *wire.CheckResponse) {
+func (s *Service) record(c *caller, resp *wire.CheckResponse, cost int64) {
 	now := s.now()
 	if !resp.Allowed {
 		// The endpoint is the client's choice, up to 8 KiB: the trail keeps
 		// its first 256 bytes, so that a caller refused at its limit cannot
-		// fill the trail's memory with long paths.
+		// fill the trail's memory with long paths. A rule that counts
+		// tokens counts its violations in tokens (cost: what the request
+		// asked for).
 		s.usage.Record(c.name, now, c.spent, &audit.Event{At: now, Type: audit.TypeViolation,
-			Identity: clip(c.name, maxTrailField), Endpoint: clip(c.endpoint, maxTrailField), RuleID: resp.RuleID})
+			Identity: clip(c.name, maxTrailField), Endpoint: clip(c.endpoint, maxTrailField), RuleID: resp.RuleID, Cost: cost})
 		return
 	}
 	if !c.refused {

@@ -52,6 +52,10 @@ type Event struct {
 	Identity string `json:"identity,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 	RuleID   string `json:"rule_id,omitempty"`
+	// Cost is what a violation of a rule that counts tokens (a cost_from)
+	// asked for: the request's cost, or the estimate a response cost's
+	// admission needed (1 without one). 0 for rules that count requests.
+	Cost int64 `json:"cost,omitempty"`
 }
 
 // Store appends to and reads the streams.
@@ -104,6 +108,9 @@ func fields(e *Event) []any {
 		if kv[1] != "" {
 			out = append(out, kv[0], kv[1])
 		}
+	}
+	if e.Cost > 0 {
+		out = append(out, "cost", strconv.FormatInt(e.Cost, 10))
 	}
 	return out
 }
@@ -248,6 +255,7 @@ func decode(m redis.XMessage) Event {
 	e := Event{ID: m.ID, Type: str("type"), Actor: str("actor"), Action: str("action"), Target: str("target"),
 		Identity: str("identity"), Endpoint: str("endpoint"), RuleID: str("rule_id")}
 	e.At, _ = time.Parse(time.RFC3339Nano, str("at"))
+	e.Cost, _ = strconv.ParseInt(str("cost"), 10, 64)
 	if b := str("before"); b != "" {
 		e.Before = json.RawMessage(b)
 	}

@@ -71,8 +71,9 @@ func NewRecorder(st Store, trail *audit.Store, log *slog.Logger) *Recorder {
 	return &Recorder{counters: st.b, trail: trail, log: log, pending: map[slot]*counts{}}
 }
 
-// Record counts requests admitted for identity at `at`, and a violation
-// (with its audit event) when v is not nil. It never waits on Redis.
+// Record counts requests admitted for identity at `at` (tokens, under a
+// rule that counts them), and a violation (with its audit event) when v is
+// not nil: v.Cost of them, at least 1. It never waits on Redis.
 func (r *Recorder) Record(identity string, at time.Time, requests int64, v *audit.Event) {
 	k := slot{identity, at.Unix() / 60}
 	r.mu.Lock()
@@ -88,7 +89,9 @@ func (r *Recorder) Record(identity string, at time.Time, requests int64, v *audi
 	}
 	c.requests += requests
 	if v != nil {
-		c.violations++
+		// A violation of a rule that counts tokens counts the tokens it
+		// asked for, as its usage counts tokens spent.
+		c.violations += max(v.Cost, 1)
 		if len(r.events) < maxPending {
 			r.events = append(r.events, *v)
 		} else {
