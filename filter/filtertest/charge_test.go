@@ -195,3 +195,67 @@ func TestNoChargeWithoutResponseCost(t *testing.T) {
 		t.Fatalf("resumed %v, failures %d", s.ResponseResumed, e.host.Counter("tollgate_charge_failures_total"))
 	}
 }
+
+// A lease with a pool of the budget's tokens: a request admitted on it
+// reads its response, whose cost the pool pays (no charge sent) as far as
+// it can, the rest charged at the service. An answer whose pool names no
+// charge rule (or two) is not kept: its requests could go uncharged.
+func TestChargesThroughTheLease(t *testing.T) {
+	const pooled = `{"control_cluster":"controlsvc","lease":{"request":3},"decision_token":"t0ken-for-tests"}`
+	chat := req{method: "POST", path: "/v1/chat/completions"}
+	answer := func(charges []wire.Charge, pool int64) string {
+		d := wire.CheckResponse{Allowed: true, Limit: 10000, Remaining: 9000, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window",
+			WindowSeconds: 60, RuleID: "tokens", Identity: "ip:198.51.100.7", Charges: charges,
+			Lease: wire.Lease{Granted: 3, TTLMs: 1000, ChargeGranted: pool}}
+		b, _ := json.Marshal(d)
+		return string(b)
+	}
+	tokens := []wire.Charge{{RuleID: "tokens", CostFrom: "response_header:x-tokens"}}
+
+	e := newEnv(t, pooled, 1)
+	e.start(chat)
+	if c, _ := e.callout(0); !strings.Contains(string(c.Body), `"lease_charges":true`) {
+		t.Fatalf("the check does not say the filter pays responses from leases: %s", c.Body)
+	}
+	e.answer(0, "200", answer(tokens, 100))
+	// Admitted on the lease (1 of 100), the answer's 40 paid from it.
+	s, act := e.start(chat)
+	if act != wasmhost.Continue {
+		t.Fatal("not admitted on the lease")
+	}
+	upstream(t, s, wasmhost.Headers{{"x-tokens", "40"}})
+	e.noCallout(0)
+	if got := s.ResponseHeaders.Value("x-ratelimit-remaining"); got != "9060" {
+		t.Errorf("X-RateLimit-Remaining %q, want 9060 (9000 and the pool's 60)", got)
+	}
+	// The next answer's 500 is more than the pool's 59: 441 charged.
+	s, _ = e.start(chat)
+	upstream(t, s, wasmhost.Headers{{"x-tokens", "500"}})
+	if item := e.charged(0); item.Cost == nil || *item.Cost != 441 {
+		t.Fatalf("charged %v, want 441 (500 less the 59 the pool paid)", deref(item.Cost))
+	}
+	if got := e.host.Counter("tollgate_lease_paid_cost_total"); got != 39+59 {
+		t.Errorf("the pools paid %d tokens, want %d", got, 39+59)
+	}
+	// The pool spent, the lease admits no more: the request tokens left go
+	// back with the next check, and what was spent is reported.
+	e.start(chat)
+	c, _ := e.callout(0)
+	var back wire.CheckRequest
+	if err := json.Unmarshal(c.Body, &back); err != nil || back.Returned != 1 || back.ChargeReturned != 0 || back.Spent != 2+39+59 {
+		t.Fatalf("the check after the pool: %s (%v)", c.Body, err)
+	}
+
+	for name, bad := range map[string]string{
+		"a pool without a charge":  answer(nil, 100),
+		"a pool under two charges": answer(append(tokens, wire.Charge{RuleID: "other", CostFrom: "response_header:x-other"}), 100),
+		"charges without a pool":   answer(tokens, 0),
+	} {
+		e := newEnv(t, pooled, 1)
+		e.start(chat)
+		e.answer(0, "200", bad)
+		if _, act := e.start(chat); act != wasmhost.Pause {
+			t.Errorf("%s: a request was admitted on the lease", name)
+		}
+	}
+}
