@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,4 +214,32 @@ func status(t *testing.T, ctl *control, id, endpoint string) wire.StatusResponse
 		t.Fatalf("status: %d %v", resp.StatusCode, err)
 	}
 	return st
+}
+
+// The README's token budget demo, on the example configuration the
+// `make run` service loads, through the gateway with leases: four answers
+// of about 400 tokens spend the 1,500 (the fourth into debt), the fifth
+// request is refused by llm_tokens (the only limit of 1,500).
+func TestReadmeTokenBudgetDemo(t *testing.T) {
+	config, err := os.ReadFile("../controlsvc/tollgate.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startLLMGateway(t, string(config))
+	for i := range 5 {
+		req, _ := http.NewRequest(http.MethodPost, l.url+llmdemo.Path, strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"hello"}]}`))
+		req.Header.Set("X-Forwarded-For", "203.0.113.90")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case i < 4 && resp.StatusCode != 200:
+			t.Fatalf("answer %d: %d %s", i+1, resp.StatusCode, body)
+		case i == 4 && (resp.StatusCode != 429 || !bytes.Contains(body, []byte(`"limit":1500`)) || resp.Header.Get("X-RateLimit-Limit") != "1500"):
+			t.Fatalf("the fifth request: %d %s %v, want refused by llm_tokens (limit 1500)", resp.StatusCode, body, resp.Header)
+		}
+	}
 }
