@@ -64,7 +64,9 @@ func TestDecisionAPIHostile(t *testing.T) {
 	}
 	// The attacker's own counter for the path, spent: every other spelling
 	// of the path must land on it and be denied.
-	adhoc := `,"strategy":"fixed_window","limit":1,"window_seconds":60`
+	// A token bucket refilling 1 an hour: no window edge for the table's
+	// requests to straddle (a fixed window could open anew mid-test).
+	adhoc := `,"strategy":"token_bucket","limit":1,"window_seconds":3600`
 	if r := filter.check(`{"user_id":"user:mallory",` + items + adhoc + `}`); r.status != 200 {
 		t.Fatalf("attacker: %d %s", r.status, r.body)
 	}
