@@ -6,8 +6,6 @@ package pluginconf
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,9 +86,9 @@ type Config struct {
 // JWT configures token verification inside the filter.
 type JWT struct {
 	// JWKS is an inline JSON Web Key Set (RSA, EC P-256 and oct keys).
-	JWKS      json.RawMessage `json:"jwks"`
-	Issuer    string          `json:"issuer,omitempty"`
-	Audiences []string        `json:"audiences,omitempty"`
+	JWKS      []byte   `json:"jwks"`
+	Issuer    string   `json:"issuer,omitempty"`
+	Audiences []string `json:"audiences,omitempty"`
 	// Claim names.
 	SubjectClaim string `json:"subject_claim"`
 	TierClaim    string `json:"tier_claim"`
@@ -170,27 +168,14 @@ func Parse(data []byte) (*Config, error) {
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 {
-		if err := wire.Decode(data, c, true); err != nil {
-			return nil, describe(err)
+		if err := decode(data, c); err != nil {
+			return nil, err
 		}
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// describe turns a JSON decoding error into the field it concerns, or into
-// an error of the whole document.
-func describe(err error) error {
-	fe, _ := fielderr.As(err) // wire.Decode fails with field errors only
-	switch {
-	case fe.Field == "":
-		return errors.New("plugin configuration: " + fe.Reason)
-	case errors.Is(err, wire.ErrUnknownField):
-		return &fielderr.Error{Field: fe.Field, Reason: "unknown setting"}
-	}
-	return fe
 }
 
 // Name checks (no regexp: it would add a quarter of a megabyte to the module).

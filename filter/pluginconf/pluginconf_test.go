@@ -1,6 +1,8 @@
 package pluginconf
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -78,6 +80,28 @@ func FuzzParse(f *testing.F) {
 		}
 		if c.TimeoutMs == 0 || c.Lease.Slots == 0 || c.Breaker.Failures == 0 {
 			t.Fatalf("accepted a config with a zero bound: %+v", c)
+		}
+	})
+}
+
+// FuzzDecodeAgreesWithEncodingJSON: what decode accepts, encoding/json reads
+// into the same settings (the key set aside: encoding/json would want a
+// []byte as base64), so no setting is read under another name or type.
+func FuzzDecodeAgreesWithEncodingJSON(f *testing.F) {
+	f.Add([]byte(`{"control_cluster":"c","timeout_ms":5,"lease":{"request":5,"slots":9},"headers":{"x_ratelimit":false,"prefix":"P"}}`))
+	f.Add([]byte(`{"fallback":{"share":0.5,"limit":3},"breaker":{"failures":2},"cost_headers":["a","b"],"excluded_paths":[],"trust_x_real_ip":true}`))
+	f.Add([]byte(`{"jwt":{"issuer":"i","audiences":["a"],"leeway_seconds":3,"reject_invalid":true},"trusted_proxy_depth":2,"ipv6_prefix":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var mine Config
+		if decode(data, &mine) != nil || mine.JWT != nil && mine.JWT.JWKS != nil {
+			return
+		}
+		var theirs Config
+		if err := json.Unmarshal(data, &theirs); err != nil {
+			t.Fatalf("decode accepted %q, encoding/json refuses it: %v", data, err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("%q:\n mine %+v\njson %+v", data, mine, theirs)
 		}
 	})
 }

@@ -13,15 +13,17 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // MaxTokenLen bounds a token; a longer one is refused before any parsing.
@@ -45,34 +47,100 @@ type KeySet struct{ keys []key }
 func (k *KeySet) Len() int { return len(k.keys) }
 
 type jwk struct {
-	Kty string `json:"kty"`
-	Kid string `json:"kid"`
-	Alg string `json:"alg"`
-	Use string `json:"use"`
-	N   string `json:"n"`
-	E   string `json:"e"`
-	Crv string `json:"crv"`
-	X   string `json:"x"`
-	Y   string `json:"y"`
-	K   string `json:"k"`
+	Kty, Kid, Alg, Use, N, E, Crv, X, Y, K string
 }
+
+// jwkFields are a key's members the verifier reads, by name; the others
+// are skipped.
+func (j *jwk) field(name string) *string {
+	switch name {
+	case "kty":
+		return &j.Kty
+	case "kid":
+		return &j.Kid
+	case "alg":
+		return &j.Alg
+	case "use":
+		return &j.Use
+	case "n":
+		return &j.N
+	case "e":
+		return &j.E
+	case "crv":
+		return &j.Crv
+	case "x":
+		return &j.X
+	case "y":
+		return &j.Y
+	case "k":
+		return &j.K
+	}
+	return nil
+}
+
+// readJWKS reads {"keys":[{...}, ...]}: each key's members as strings
+// (a repeated member: its last value), other members skipped.
+func readJWKS(raw []byte) ([]jwk, *fielderr.Error) {
+	r := wire.NewReader(raw)
+	var keys []jwk
+	var bad *fielderr.Error
+	err := r.Object(func(name string) error {
+		if name != "keys" {
+			return r.Skip()
+		}
+		keys = keys[:0]
+		if r.Kind() != wire.KindArray {
+			bad = fielderr.New("jwks.keys", "must be an array of keys")
+			return errStop
+		}
+		return r.Array(func(i int) error {
+			keys = append(keys, jwk{})
+			k := &keys[len(keys)-1]
+			if r.Kind() != wire.KindObject {
+				bad = fielderr.New("jwks.keys["+strconv.Itoa(i)+"]", "must be an object")
+				return errStop
+			}
+			return r.Object(func(member string) error {
+				dst := k.field(member)
+				if dst == nil {
+					return r.Skip()
+				}
+				if r.Kind() != wire.KindString {
+					bad = fielderr.New("jwks.keys["+strconv.Itoa(i)+"]."+member, "must be a string")
+					return errStop
+				}
+				s, err := r.Str()
+				*dst = s
+				return err
+			})
+		})
+	})
+	switch {
+	case bad != nil:
+		return nil, bad
+	case err != nil || r.End() != nil:
+		return nil, fielderr.New("jwks", "not a JWKS: malformed JSON at byte "+strconv.Itoa(r.Offset()))
+	}
+	return keys, nil
+}
+
+// errStop ends a read whose error is said otherwise.
+var errStop = errors.New("stop")
 
 // ParseJWKS reads {"keys":[...]}. An error names the bad part from the key
 // set itself ("jwks.keys[1].n"), for the caller to place under its own field
 // with In.
 func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
-	var set struct {
-		Keys []jwk `json:"keys"`
+	keys, ferr := readJWKS(raw)
+	if ferr != nil {
+		return nil, ferr
 	}
-	if err := json.Unmarshal(raw, &set); err != nil {
-		return nil, fielderr.New("jwks", "not a JWKS: %v", err)
-	}
-	if len(set.Keys) == 0 {
+	if len(keys) == 0 {
 		return nil, fielderr.New("jwks.keys", "at least one key is needed")
 	}
 	ks := &KeySet{}
-	for i, j := range set.Keys {
-		at := fmt.Sprintf("jwks.keys[%d]", i)
+	for i, j := range keys {
+		at := "jwks.keys[" + strconv.Itoa(i) + "]"
 		if j.Use != "" && j.Use != "sig" {
 			return nil, fielderr.New(at+".use", "%q is not \"sig\"", j.Use)
 		}
@@ -182,12 +250,114 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 }
 
 type header struct {
-	Alg string `json:"alg"`
-	Kid string `json:"kid"`
+	Alg, Kid string
 	// Crit lists extensions the token requires its recipient to understand
 	// (RFC 7515, 4.1.11). This verifier understands none, so a token with a
 	// crit parameter, whatever it holds, is invalid.
-	Crit json.RawMessage `json:"crit"`
+	Crit bool
+}
+
+// readHeader reads a token's header. Names are matched as encoding/json
+// matched them before (Unicode case folding: "ALG" is alg, and any
+// spelling of crit refuses the token); a repeated one counts its last
+// value.
+func readHeader(b []byte) (header, error) {
+	var h header
+	r := wire.NewReader(b)
+	err := r.Object(func(name string) error {
+		var dst *string
+		switch {
+		case strings.EqualFold(name, "crit"):
+			h.Crit = true
+			return r.Skip()
+		case strings.EqualFold(name, "alg"):
+			dst = &h.Alg
+		case strings.EqualFold(name, "kid"):
+			dst = &h.Kid
+		default:
+			return r.Skip()
+		}
+		switch r.Kind() {
+		case wire.KindNull:
+			r.Null()
+			return nil
+		case wire.KindString:
+			v, err := r.Str()
+			*dst = v
+			return err
+		}
+		return errStop
+	})
+	if err == nil {
+		err = r.End()
+	}
+	return h, err
+}
+
+// claims are the payload's members the verifier reads (a repeated one: its
+// last value); the others are skipped.
+type claims map[string]claim
+
+type claim struct {
+	kind wire.Kind
+	str  string
+	num  float64
+	strs []string // the strings of an array (aud)
+}
+
+// skipValue consumes a value the verifier does not read, refusing what a
+// JSON decoder of the whole payload would refuse (a number beyond float64),
+// so that a token is valid or not whatever claims are read of it.
+func skipValue(r *wire.Reader, depth int) error {
+	if depth > 64 {
+		return errStop
+	}
+	switch r.Kind() {
+	case wire.KindNumber:
+		_, err := r.Float()
+		return err
+	case wire.KindArray:
+		return r.Array(func(int) error { return skipValue(r, depth+1) })
+	case wire.KindObject:
+		return r.Object(func(string) error { return skipValue(r, depth+1) })
+	}
+	return r.Skip()
+}
+
+// readClaims reads the payload's members named in want.
+func readClaims(b []byte, want ...string) (claims, error) {
+	out := claims{}
+	r := wire.NewReader(b)
+	err := r.Object(func(name string) error {
+		if !slices.Contains(want, name) {
+			return skipValue(r, 0)
+		}
+		c := claim{kind: r.Kind()}
+		var err error
+		switch c.kind {
+		case wire.KindString:
+			c.str, err = r.Str()
+		case wire.KindNumber:
+			c.num, err = r.Float()
+		case wire.KindArray:
+			err = r.Array(func(int) error {
+				if r.Kind() != wire.KindString {
+					return skipValue(r, 1)
+				}
+				s, err := r.Str()
+				c.strs = append(c.strs, s)
+				return err
+			})
+		default:
+			err = skipValue(r, 0)
+		}
+		out[name] = c
+		return err
+	})
+	if err == nil {
+		err = r.End()
+	}
+	return out, err
 }
 
 func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
@@ -200,11 +370,11 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: header is not base64url", ErrInvalid)
 	}
-	var h header
-	if err := json.Unmarshal(hb, &h); err != nil {
+	h, err := readHeader(hb)
+	if err != nil {
 		return Claims{}, fmt.Errorf("%w: header is not JSON", ErrInvalid)
 	}
-	if h.Crit != nil {
+	if h.Crit {
 		return Claims{}, fmt.Errorf("%w: header names critical extensions (crit) this verifier does not support", ErrInvalid)
 	}
 	sig, err := b64(s64)
@@ -219,8 +389,8 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: payload is not base64url", ErrInvalid)
 	}
-	var claims map[string]any
-	if err := json.Unmarshal(pb, &claims); err != nil {
+	claims, err := readClaims(pb, "exp", "nbf", "iat", "iss", "aud", v.o.SubjectClaim, v.o.TierClaim, v.o.TenantClaim)
+	if err != nil {
 		return Claims{}, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
 	}
 	// Registered dates: exp is required; nbf and iat are optional, but a
@@ -247,19 +417,18 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	if _, _, err := numericDate(claims, "iat"); err != nil {
 		return Claims{}, err
 	}
-	if v.o.Issuer != "" && claims["iss"] != v.o.Issuer {
+	if iss := claims["iss"]; v.o.Issuer != "" && (iss.kind != wire.KindString || iss.str != v.o.Issuer) {
 		return Claims{}, fmt.Errorf("%w: wrong issuer", ErrInvalid)
 	}
 	if len(v.o.Audiences) > 0 && !audienceOK(claims["aud"], v.o.Audiences) {
 		return Claims{}, fmt.Errorf("%w: wrong audience", ErrInvalid)
 	}
-	sub, _ := claims[v.o.SubjectClaim].(string)
+	sub := claims[v.o.SubjectClaim].str // "" unless a string
 	if sub == "" {
 		return Claims{}, fmt.Errorf("%w: no %s claim", ErrInvalid, v.o.SubjectClaim)
 	}
 	c.Subject = sub
-	c.Tier, _ = claims[v.o.TierClaim].(string)
-	c.Tenant, _ = claims[v.o.TenantClaim].(string)
+	c.Tier, c.Tenant = claims[v.o.TierClaim].str, claims[v.o.TenantClaim].str
 	return c, nil
 }
 
@@ -298,21 +467,13 @@ func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 	return false
 }
 
-func audienceOK(aud any, want []string) bool {
-	match := func(s string) bool {
-		for _, w := range want {
-			if s == w {
-				return true
-			}
-		}
-		return false
-	}
-	switch a := aud.(type) {
-	case string:
-		return match(a)
-	case []any:
-		for _, x := range a {
-			if s, ok := x.(string); ok && match(s) {
+func audienceOK(aud claim, want []string) bool {
+	switch aud.kind {
+	case wire.KindString:
+		return slices.Contains(want, aud.str)
+	case wire.KindArray:
+		for _, s := range aud.strs {
+			if slices.Contains(want, s) {
 				return true
 			}
 		}
@@ -331,13 +492,13 @@ const maxNumericDate = 253402300799
 // an issuer asked for must not vanish because the value is odd. JSON has no
 // NaN or infinity, and a number too large for a float64 already fails the
 // payload's decoding.
-func numericDate(claims map[string]any, name string) (t time.Time, ok bool, err error) {
+func numericDate(claims claims, name string) (t time.Time, ok bool, err error) {
 	v, present := claims[name]
 	if !present {
 		return time.Time{}, false, nil
 	}
-	f, isNum := v.(float64)
-	if !isNum || math.IsNaN(f) || f < 0 || f > maxNumericDate {
+	f := v.num
+	if v.kind != wire.KindNumber || math.IsNaN(f) || f < 0 || f > maxNumericDate {
 		return time.Time{}, false, fmt.Errorf("%w: %s is not a date", ErrInvalid, name)
 	}
 	// The fraction counts: truncating it would let a token in up to a

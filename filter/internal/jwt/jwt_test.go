@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt/jwttest"
@@ -208,9 +209,12 @@ func mustKeys(b *testing.B) *jwt.KeySet {
 // from the verifier: the payload must be a JSON object with a non-empty
 // string sub; exp must be a number in 0..year 9999 and after now; nbf and iat,
 // when present, numbers in that range, and nbf not after now.
+// Beyond encoding/json's own rules, a payload is refused when it is not
+// UTF-8 (encoding/json would repair its strings) or nests deeper than 66
+// (the payload object and 65 levels in a claim).
 func claimsOracle(payload []byte, now time.Time) bool {
 	var m map[string]any
-	if json.Unmarshal(payload, &m) != nil || m == nil {
+	if json.Unmarshal(payload, &m) != nil || m == nil || !utf8.Valid(payload) || nesting(payload) > 66 {
 		return false
 	}
 	if sub, _ := m["sub"].(string); sub == "" {
@@ -242,8 +246,14 @@ func FuzzVerifyPayload(f *testing.F) {
 		`{"sub":"","exp":1800000060}`,
 		`[]`,
 		`null`,
+		`{"sub":"a","exp":1800000060,"x":1e400}`,
+		`{"sub":"a","exp":1800000060,"aud":["\u00e9",{"a":[1e400]}]}`,
+		"{\"sub\":\"a\xff\",\"exp\":1800000060}",
 	} {
 		f.Add([]byte(p))
+	}
+	for _, depth := range []int{63, 64, 65, 66} {
+		f.Add([]byte(`{"sub":"a","exp":1800000060,"x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`))
 	}
 	v := verifier(f, jwt.Options{CacheSize: 1})
 	f.Fuzz(func(t *testing.T, payload []byte) {
@@ -259,6 +269,26 @@ func FuzzVerifyPayload(f *testing.F) {
 			t.Fatalf("%s: accepted without a subject", payload)
 		}
 	})
+}
+
+// nesting is how deep arrays and objects nest in a JSON document.
+func nesting(b []byte) int {
+	depth, most, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			most = max(most, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return most
 }
 
 func mustJSON(v any) []byte {
