@@ -5,23 +5,19 @@
 package jwt
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/hmac"
-	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/filter/internal/sigverify"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -36,8 +32,8 @@ type key struct {
 	kid    string
 	alg    string // HS256, RS256, ES256
 	secret []byte
-	rsa    *rsa.PublicKey
-	ec     *ecdsa.PublicKey
+	rsa    *sigverify.RSAKey
+	ec     *sigverify.P256Key
 }
 
 // KeySet is a parsed JWKS.
@@ -167,9 +163,11 @@ func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
 			if err != nil || len(e) == 0 || len(e) > 4 {
 				return nil, fielderr.New(at+".e", "must be base64url of a small exponent")
 			}
-			var eb [4]byte
-			copy(eb[4-len(e):], e)
-			k.alg, k.rsa = "RS256", &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(binary.BigEndian.Uint32(eb[:]))}
+			pub, ok := sigverify.ParseRSA(n, e)
+			if !ok {
+				return nil, fielderr.New(at, "is not an RSA key RS256 can use here: an odd modulus of 2048 to 8192 bits and an odd exponent of 3 to 2^31-1")
+			}
+			k.alg, k.rsa = "RS256", pub
 		case "EC":
 			if j.Crv != "P-256" || (j.Alg != "" && j.Alg != "ES256") {
 				return nil, fielderr.New(at+".crv", "only P-256 (ES256) is supported")
@@ -179,8 +177,8 @@ func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
 			if errX != nil || errY != nil || len(x) != 32 || len(y) != 32 {
 				return nil, fielderr.New(at+".x", "x and y must be base64url of 32 bytes each")
 			}
-			pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
-			if !pub.Curve.IsOnCurve(pub.X, pub.Y) {
+			pub, ok := sigverify.ParseP256(x, y)
+			if !ok {
 				return nil, fielderr.New(at+".x", "the point is not on P-256")
 			}
 			k.alg, k.ec = "ES256", pub
@@ -449,17 +447,11 @@ func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 				return true
 			}
 		case "RS256":
-			sum := sha256.Sum256([]byte(signed))
-			if rsa.VerifyPKCS1v15(k.rsa, crypto.SHA256, sum[:], sig) == nil {
+			if k.rsa.VerifyPKCS1v15(sha256.Sum256([]byte(signed)), sig) {
 				return true
 			}
 		case "ES256":
-			if len(sig) != 64 {
-				continue
-			}
-			sum := sha256.Sum256([]byte(signed))
-			r, s := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
-			if ecdsa.Verify(k.ec, sum[:], r, s) {
+			if k.ec.Verify(sha256.Sum256([]byte(signed)), sig) {
 				return true
 			}
 		}
