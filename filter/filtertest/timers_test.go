@@ -35,10 +35,6 @@ var deadEdges = map[[2]string]string{
 	// reports them non-blocking; Envoy's host reports no flags (and EBADF
 	// for stdin), so they stay blocking and the poller is never started.
 	{"os.init", "os.newFileFromNewFile"}: "os's standard files stay blocking under Envoy",
-	// crypto/rand.Reader is kept because crypto/rsa and crypto/ecdsa
-	// reference it for signing and key generation; the module only
-	// verifies signatures, which reads no randomness.
-	{"crypto/rand.init", "crypto/internal/rand.Reader"}: "signature verification reads no randomness",
 }
 
 // TestNothingArmsATimer reads the linker's reachability graph of the module
