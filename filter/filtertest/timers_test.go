@@ -30,12 +30,9 @@ var forbidden = map[string]string{
 
 // deadEdges are calls the linker keeps but that never happen in the module,
 // each with the reason, proven at run time by the soak's zero poll_oneoff.
-var deadEdges = map[[2]string]string{
-	// os makes Stdin, Stdout and Stderr pollable only if fd_fdstat_get
-	// reports them non-blocking; Envoy's host reports no flags (and EBADF
-	// for stdin), so they stay blocking and the poller is never started.
-	{"os.init", "os.newFileFromNewFile"}: "os's standard files stay blocking under Envoy",
-}
+// (None since the module stopped linking os: its standard files were the
+// last, kept blocking under Envoy.)
+var deadEdges = map[[2]string]string{}
 
 // TestNothingArmsATimer reads the linker's reachability graph of the module
 // (-ldflags=-dumpdep) and fails, naming the chain of calls, when anything
@@ -51,6 +48,31 @@ func TestNothingArmsATimer(t *testing.T) {
 	for target, why := range forbidden {
 		if path := g.pathTo(target, deadEdges); path != nil {
 			t.Errorf("the module reaches %s (%s):\n  %s", target, why, strings.Join(path, "\n  -> "))
+		}
+	}
+}
+
+// heavy are packages the module does without, each with why it would come
+// back and what it cost: a symbol of any of them in the linker's graph
+// fails the build of the test (the module's size, issue 26).
+var heavy = map[string]string{
+	"fmt.":           "fmt (with reflect): format with strconv, fielderr's own formatting",
+	"encoding/json.": "encoding/json (with reflect): read JSON with wire.Reader, write it with wire's encoders",
+	"math/big.":      "math/big (with fmt): crypto/rsa and crypto/ecdsa use it; sigverify checks signatures",
+	"crypto/":        "the standard library's FIPS 140 module (AES, SHA-3, a DRBG): digest has SHA-256 and HMAC",
+	"os.":            "os (and internal/poll, whose descriptors can start Go's poller): syscall.Getenv reads the environment",
+}
+
+// TestModuleLinksNoHeavyPackage: none of heavy's packages is reachable in
+// the module (about 2.5 MB of its size when they were).
+func TestModuleLinksNoHeavyPackage(t *testing.T) {
+	g := moduleDeps(t)
+	for prefix, why := range heavy {
+		for sym := range g {
+			if strings.HasPrefix(sym, prefix) {
+				t.Errorf("the module links %s: %s\n  %s", sym, why, strings.Join(g.pathTo(sym, deadEdges), "\n  -> "))
+				break
+			}
 		}
 	}
 }

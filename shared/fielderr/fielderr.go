@@ -6,7 +6,6 @@ package fielderr
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -24,7 +23,7 @@ type Error struct {
 // New returns the error of field with a formatted reason.
 func New(field, format string, args ...any) *Error {
 	if len(args) > 0 {
-		format = fmt.Sprintf(format, args...)
+		format = formatArgs(format, args)
 	}
 	return &Error{Field: field, Reason: format}
 }

@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 )
@@ -64,10 +63,17 @@ func ClientIP(in ClientIPInput) (netip.Addr, ClientIPSource, error) {
 	}
 	a, err := ParseAddr(in.SourceAddress)
 	if err != nil {
-		return netip.Addr{}, "", fmt.Errorf("client ip: no usable source: %w", err)
+		return netip.Addr{}, "", &noSource{err}
 	}
 	return a, SourceConnection, nil
 }
+
+// noSource is ClientIP's error when no address can be read: it wraps the
+// source address's (errors.Is finds ErrInvalid through it).
+type noSource struct{ err error }
+
+func (e *noSource) Error() string { return "client ip: no usable source: " + e.err.Error() }
+func (e *noSource) Unwrap() error { return e.err }
 
 // pickForwarded returns the entry hops+1 from the right, walking from the
 // right end without splitting the list, so a hostile header costs no

@@ -2,8 +2,8 @@ package rules
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/identity"
@@ -50,12 +50,12 @@ func NewSet(version string, rs []Rule) (*Set, error) {
 		r := rs[i]
 		if err := r.Validate(); err != nil {
 			if fe, ok := fielderr.As(err); ok {
-				return nil, fe.In(fmt.Sprintf("[%d]", i))
+				return nil, fe.In("[" + strconv.Itoa(i) + "]")
 			}
 			return nil, err
 		}
 		if j, dup := seen[r.ID]; dup {
-			return nil, fielderr.New(fmt.Sprintf("[%d].id", i), "%q is also the id of [%d]", r.ID, j)
+			return nil, fielderr.New("["+strconv.Itoa(i)+"].id", "%q is also the id of [%d]", r.ID, j)
 		}
 		seen[r.ID] = i
 		if !r.IsEnabled() {

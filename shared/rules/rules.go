@@ -3,8 +3,8 @@
 package rules
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/ascii"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
@@ -235,7 +235,7 @@ type Names struct {
 }
 
 // FileNames are the config file's field names.
-var FileNames = Names{ID: "id", Path: "path", Tiers: "tiers", Tier: func(i int) string { return fmt.Sprintf("tiers[%d]", i) }}
+var FileNames = Names{ID: "id", Path: "path", Tiers: "tiers", Tier: func(i int) string { return "tiers[" + strconv.Itoa(i) + "]" }}
 
 // Validate checks one rule and returns a *fielderr.Error naming the bad field
 // as the config file does.
@@ -269,10 +269,10 @@ func (r *Rule) ValidateAs(n Names) error {
 	}
 	for i, m := range r.Methods {
 		if !ValidMethod(m) {
-			return bad(fmt.Sprintf("methods[%d]", i), "%q must be an upper-case HTTP method", m)
+			return bad("methods["+strconv.Itoa(i)+"]", "%q must be an upper-case HTTP method", m)
 		}
 		if slices.Contains(r.Methods[:i], m) {
-			return bad(fmt.Sprintf("methods[%d]", i), "%q is listed twice", m)
+			return bad("methods["+strconv.Itoa(i)+"]", "%q is listed twice", m)
 		}
 	}
 	if r.Path != "" {

@@ -1,7 +1,5 @@
 package wire
 
-import "encoding/json"
-
 // Error codes of the envelope: one per kind of failure a client can act on,
 // fixed by the API contract (DESIGN.md) and shared by the filter and service.
 const (
@@ -36,16 +34,6 @@ const (
 // ErrorEnvelope is the body of every Tollgate error response.
 type ErrorEnvelope struct {
 	Error ErrorBody `json:"error"`
-}
-
-// MarshalJSON writes details as {} when there are none: every envelope has
-// the same four fields, so a client reads details without a nil check.
-func (b ErrorBody) MarshalJSON() ([]byte, error) {
-	type plain ErrorBody
-	if b.Details == nil {
-		b.Details = map[string]any{}
-	}
-	return json.Marshal(plain(b))
 }
 
 // ErrorBody is the inside of the envelope.

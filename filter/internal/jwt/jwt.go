@@ -5,18 +5,16 @@
 package jwt
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/filter/internal/digest"
 	"github.com/tollgate-rl/tollgate/filter/internal/sigverify"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -27,6 +25,14 @@ const MaxTokenLen = 8192
 
 // ErrInvalid is wrapped by every verification failure.
 var ErrInvalid = errors.New("invalid token")
+
+// invalidError is a verification failure: ErrInvalid and why.
+type invalidError struct{ why string }
+
+func (e *invalidError) Error() string { return ErrInvalid.Error() + ": " + e.why }
+func (e *invalidError) Unwrap() error { return ErrInvalid }
+
+func invalid(why string) error { return &invalidError{why} }
 
 type key struct {
 	kid    string
@@ -228,16 +234,16 @@ func NewVerifier(o Options) *Verifier {
 // Verify checks a compact JWS and returns its claims.
 func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 	if len(token) > MaxTokenLen {
-		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxTokenLen)
+		return Claims{}, invalid("longer than " + strconv.Itoa(MaxTokenLen) + " bytes")
 	}
-	sum := sha256.Sum256([]byte(token))
+	sum := digest.Sum256([]byte(token))
 	slot := &v.cache[binary.LittleEndian.Uint64(sum[:8])%uint64(len(v.cache))]
 	if slot.used && slot.sum == sum {
 		if now.Before(slot.claims.Expiry.Add(v.o.Leeway)) {
 			return slot.claims, nil
 		}
 		slot.used = false
-		return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+		return Claims{}, invalid("expired")
 	}
 	c, err := v.verify(token, now)
 	if err != nil {
@@ -362,34 +368,34 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	h64, rest, ok1 := strings.Cut(token, ".")
 	p64, s64, ok2 := strings.Cut(rest, ".")
 	if !ok1 || !ok2 || strings.Contains(s64, ".") {
-		return Claims{}, fmt.Errorf("%w: not a compact JWS", ErrInvalid)
+		return Claims{}, invalid("not a compact JWS")
 	}
 	hb, err := b64(h64)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: header is not base64url", ErrInvalid)
+		return Claims{}, invalid("header is not base64url")
 	}
 	h, err := readHeader(hb)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: header is not JSON", ErrInvalid)
+		return Claims{}, invalid("header is not JSON")
 	}
 	if h.Crit {
-		return Claims{}, fmt.Errorf("%w: header names critical extensions (crit) this verifier does not support", ErrInvalid)
+		return Claims{}, invalid("header names critical extensions (crit) this verifier does not support")
 	}
 	sig, err := b64(s64)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: signature is not base64url", ErrInvalid)
+		return Claims{}, invalid("signature is not base64url")
 	}
 	signed := token[:len(h64)+1+len(p64)]
 	if !v.checkSignature(h, signed, sig) {
-		return Claims{}, fmt.Errorf("%w: bad signature or unknown key", ErrInvalid)
+		return Claims{}, invalid("bad signature or unknown key")
 	}
 	pb, err := b64(p64)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: payload is not base64url", ErrInvalid)
+		return Claims{}, invalid("payload is not base64url")
 	}
 	claims, err := readClaims(pb, "exp", "nbf", "iat", "iss", "aud", v.o.SubjectClaim, v.o.TierClaim, v.o.TenantClaim)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
+		return Claims{}, invalid("payload is not a JSON object")
 	}
 	// Registered dates: exp is required; nbf and iat are optional, but a
 	// malformed one (a string, a boolean, a date past year 9999) makes the
@@ -399,31 +405,31 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 		return Claims{}, err
 	}
 	if !ok {
-		return Claims{}, fmt.Errorf("%w: no exp", ErrInvalid)
+		return Claims{}, invalid("no exp")
 	}
 	c := Claims{Expiry: exp}
 	if !now.Before(c.Expiry.Add(v.o.Leeway)) {
-		return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+		return Claims{}, invalid("expired")
 	}
 	nbf, ok, err := numericDate(claims, "nbf")
 	if err != nil {
 		return Claims{}, err
 	}
 	if ok && now.Add(v.o.Leeway).Before(nbf) {
-		return Claims{}, fmt.Errorf("%w: not valid yet", ErrInvalid)
+		return Claims{}, invalid("not valid yet")
 	}
 	if _, _, err := numericDate(claims, "iat"); err != nil {
 		return Claims{}, err
 	}
 	if iss := claims["iss"]; v.o.Issuer != "" && (iss.kind != wire.KindString || iss.str != v.o.Issuer) {
-		return Claims{}, fmt.Errorf("%w: wrong issuer", ErrInvalid)
+		return Claims{}, invalid("wrong issuer")
 	}
 	if len(v.o.Audiences) > 0 && !audienceOK(claims["aud"], v.o.Audiences) {
-		return Claims{}, fmt.Errorf("%w: wrong audience", ErrInvalid)
+		return Claims{}, invalid("wrong audience")
 	}
 	sub := claims[v.o.SubjectClaim].str // "" unless a string
 	if sub == "" {
-		return Claims{}, fmt.Errorf("%w: no %s claim", ErrInvalid, v.o.SubjectClaim)
+		return Claims{}, invalid("no " + v.o.SubjectClaim + " claim")
 	}
 	c.Subject = sub
 	c.Tier, c.Tenant = claims[v.o.TierClaim].str, claims[v.o.TenantClaim].str
@@ -441,17 +447,15 @@ func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 		}
 		switch k.alg {
 		case "HS256":
-			m := hmac.New(sha256.New, k.secret)
-			m.Write([]byte(signed))
-			if hmac.Equal(m.Sum(nil), sig) {
+			if mac := digest.HMAC(k.secret, []byte(signed)); digest.Equal(mac[:], sig) {
 				return true
 			}
 		case "RS256":
-			if k.rsa.VerifyPKCS1v15(sha256.Sum256([]byte(signed)), sig) {
+			if k.rsa.VerifyPKCS1v15(digest.Sum256([]byte(signed)), sig) {
 				return true
 			}
 		case "ES256":
-			if k.ec.Verify(sha256.Sum256([]byte(signed)), sig) {
+			if k.ec.Verify(digest.Sum256([]byte(signed)), sig) {
 				return true
 			}
 		}
@@ -491,7 +495,7 @@ func numericDate(claims claims, name string) (t time.Time, ok bool, err error) {
 	}
 	f := v.num
 	if v.kind != wire.KindNumber || math.IsNaN(f) || f < 0 || f > maxNumericDate {
-		return time.Time{}, false, fmt.Errorf("%w: %s is not a date", ErrInvalid, name)
+		return time.Time{}, false, invalid(name + " is not a date")
 	}
 	// The fraction counts: truncating it would let a token in up to a
 	// second before its nbf.

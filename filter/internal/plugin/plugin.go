@@ -4,7 +4,7 @@
 package plugin
 
 import (
-	"os"
+	"syscall"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/fallback"
@@ -63,7 +63,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	cfg, err := pluginconf.Parse(data)
 	if err == nil {
-		if terr := cfg.ResolveToken(os.LookupEnv); terr != nil {
+		if terr := cfg.ResolveToken(syscall.Getenv); terr != nil {
 			err = terr
 		}
 	}
