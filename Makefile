@@ -5,7 +5,7 @@ MODULES := shared testkit controlsvc filter deploy
 PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 	github.com/tollgate-rl/tollgate/e2e/... github.com/tollgate-rl/tollgate/envoy/... github.com/tollgate-rl/tollgate/scripts/...
 
-.PHONY: help deps browser peer helm build images test run bench reliability soak lint ci fuzz clean
+.PHONY: help deps browser peer helm build wasm-names images test run bench reliability soak lint ci fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -44,7 +44,15 @@ build: ## build bin/controlsvc, bin/tollgate-gateway and build/tollgate.wasm
 	$(GO) build -o bin/controlsvc ./controlsvc/cmd/controlsvc
 	$(GO) build -o bin/tollgate-gateway ./filter/devhost/cmd/tollgate-gateway
 	$(GO) build -o bin/demo-upstream ./scripts/demo-upstream
-	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o ../build/tollgate.wasm .
+	$(WASM_BUILD) -ldflags=-s -o ../build/tollgate.wasm .
+
+# The module, built for Envoy. -ldflags=-s leaves out the Wasm name section
+# (86 kB): Go's own panic traces keep their function names (they come from
+# the module's data), only an engine's trap trace shows indexes instead.
+WASM_BUILD = cd filter && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath
+
+wasm-names: ## build build/tollgate-names.wasm: the module with its name section, for scripts/wasm-size
+	$(WASM_BUILD) -o ../build/tollgate-names.wasm .
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

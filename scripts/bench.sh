@@ -21,8 +21,9 @@ go test -run '^$' -bench 'Request' -benchtime 5000x -benchmem ./filter/filtertes
 go test -run '^$' -bench 'Native' -benchtime 5000x -benchmem ./filter/internal/plugin/ | grep -E '^Benchmark'
 echo
 echo "== What the module's size is made of"
-make -s build
-go run ./scripts/wasm-size -top 15 build/tollgate.wasm
+make -s build wasm-names
+echo "shipped module (name section stripped): $(wc -c <build/tollgate.wasm) bytes"
+go run ./scripts/wasm-size -top 15 build/tollgate-names.wasm
 echo
 echo "== Control service"
 go run ./controlsvc/cmd/tollgate-bench -redis "127.0.0.1:$port"

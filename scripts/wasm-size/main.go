@@ -2,7 +2,7 @@
 // each section, and the code bytes of its functions summed by Go package
 // (from the module's name section). `go tool nm` does not read Wasm.
 //
-//	go run ./scripts/wasm-size [-top 25] build/tollgate.wasm
+//	go run ./scripts/wasm-size [-top 25] [-funcs 0] build/tollgate.wasm
 package main
 
 import (
@@ -17,14 +17,15 @@ import (
 
 func main() {
 	top := flag.Int("top", 25, "packages to list")
+	funcs := flag.Int("funcs", 0, "largest functions to list")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: wasm-size [-top N] MODULE.wasm")
+		fmt.Fprintln(os.Stderr, "usage: wasm-size [-top N] [-funcs N] MODULE.wasm")
 		os.Exit(2)
 	}
 	b, err := os.ReadFile(flag.Arg(0))
 	if err == nil {
-		err = report(b, *top)
+		err = report(b, *top, *funcs)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wasm-size:", err)
@@ -74,7 +75,7 @@ func (r *reader) name() (string, error) {
 
 var sectionNames = map[byte]string{0: "custom", 1: "type", 2: "import", 3: "function", 5: "memory", 6: "global", 7: "export", 10: "code", 11: "data"}
 
-func report(b []byte, top int) error {
+func report(b []byte, top, funcs int) error {
 	if !bytes.HasPrefix(b, []byte("\x00asm\x01\x00\x00\x00")) {
 		return errors.New("not a Wasm module")
 	}
@@ -141,6 +142,14 @@ func report(b []byte, top int) error {
 	}
 	fmt.Println()
 	printSorted(byPkg, top, "code by package")
+	if funcs > 0 {
+		byFunc := map[string]int{}
+		for i, sz := range bodies {
+			byFunc[names[imported+uint32(i)]] += sz
+		}
+		fmt.Println()
+		printSorted(byFunc, funcs, "largest functions")
+	}
 	return nil
 }
 
