@@ -257,6 +257,12 @@ func startGatewayHops(t *testing.T, ctl *control, up *upstream, pluginConfig str
 
 // serveGateway runs a gateway of cfg on a loopback port until the test ends.
 func serveGateway(t *testing.T, cfg gateway.Config) string {
+	url, _ := serveGatewayOf(t, cfg)
+	return url
+}
+
+// serveGatewayOf is serveGateway with the gateway itself (its host's metrics).
+func serveGatewayOf(t *testing.T, cfg gateway.Config) (string, *gateway.Gateway) {
 	t.Helper()
 	g, err := gateway.New(context.Background(), cfg)
 	if err != nil {
@@ -266,7 +272,7 @@ func serveGateway(t *testing.T, cfg gateway.Config) string {
 	srv.Config = g.HTTPServer()
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); g.Close(context.Background()) })
-	return srv.URL
+	return srv.URL, g
 }
 
 type result struct {

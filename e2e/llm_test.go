@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -59,19 +58,11 @@ func startLLMGateway(t *testing.T, config string) *llmGateway {
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
 	ctlURL, _ := url.Parse("http://" + l.ctl.addr)
-	g, err := gateway.New(context.Background(), gateway.Config{
+	l.url, l.g = serveGatewayOf(t, gateway.Config{
 		Wasm: wasmBytes, Upstream: upURL, Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 2, CompilationCache: compCache, XFFTrustedHops: 1,
 		PluginConfig: []byte(`{"control_cluster":"controlsvc","decision_token":"` + decisionToken + `","timeout_ms":2000,"lease":{"request":5}}`),
 		Now:          func() time.Time { return time.Now().Add(time.Duration(l.ahead.Load())) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(g)
-	srv.Config = g.HTTPServer()
-	srv.Start()
-	t.Cleanup(func() { srv.Close(); g.Close(context.Background()) })
-	l.url, l.g = srv.URL, g
 	return l
 }
 
