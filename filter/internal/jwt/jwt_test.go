@@ -104,6 +104,14 @@ func TestVerify(t *testing.T) {
 		// Fractions are not rounded away in the caller's favour.
 		{"nbf half a second ahead", testKeys.Sign("HS256", with("nbf", float64(now.Unix())+0.5)), "not valid yet"},
 		{"exp half a second ahead", testKeys.Sign("HS256", with("exp", float64(now.Unix())+0.5)), ""},
+		// The reader is the filter's own (wire.Reader): what encoding/json
+		// did with odd documents, it does, or it refuses the token.
+		{"crit spelt CRIT", testKeys.SignWithHeader("HS256", map[string]any{"CRIT": []string{"x"}}, mustJSON(good)), "crit"},
+		{"a number beyond float64 in a claim not read", testKeys.Sign("HS256", with("x", json.RawMessage("1e400"))), "payload"},
+		{"a claim nested past 64", testKeys.Sign("HS256", with("x", json.RawMessage(strings.Repeat("[", 70)+strings.Repeat("]", 70)))), "payload"},
+		{"a subject not UTF-8", testKeys.SignPayload("HS256", []byte(`{"sub":"al`+"\xff"+`ice","exp":`+strconv.FormatInt(now.Unix()+600, 10)+`}`)), "payload"},
+		{"sub given twice: the last counts", testKeys.SignPayload("HS256", []byte(`{"sub":"mallory","tier":"premium","tenant":"acme","iss":"https://issuer","aud":"api","exp":`+strconv.FormatInt(now.Unix()+600, 10)+`,"sub":"alice"}`)), ""},
+		{"a header that is not an object", testKeys.SignPayload("HS256", mustJSON(good))[0:0] + "WyJhIl0." + strings.SplitN(testKeys.Sign("HS256", good), ".", 2)[1], "header"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
