@@ -138,7 +138,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 // response headers.
 func (h *httpContext) writeLimitHeaders() {
 	p := h.p
-	buf, fields := wire.AppendHeaderFields(p.headerBuf[:0], p.headerFields[:0], &h.verdict.limits, p.headerSet, h.now().Unix(), false)
+	buf, fields := wire.AppendHeaderFields(p.headerBuf[:0], p.headerFields[:0], &h.verdict.limits, p.headerSet, h.headerClock(), false)
 	for _, f := range fields {
 		_ = proxywasm.ReplaceHttpResponseHeaderBytes(f.Name, f.Value(buf))
 	}
@@ -148,7 +148,16 @@ func (h *httpContext) writeLimitHeaders() {
 // limitHeaders appends the rate-limit header fields the configuration
 // selects (Retry-After wins over the IETF t= on a 429).
 func (h *httpContext) limitHeaders(dst [][2]string, v *verdict, denied bool) [][2]string {
-	return wire.AppendHeaders(dst, &v.limits, h.p.headerSet, h.now().Unix(), denied)
+	return wire.AppendHeaders(dst, &v.limits, h.p.headerSet, h.headerClock(), denied)
+}
+
+// headerClock is the Unix second the IETF fields count from; without them
+// no field reads the clock, and the response costs no clock call.
+func (h *httpContext) headerClock() int64 {
+	if !h.p.headerSet.IETF {
+		return 0
+	}
+	return h.now().Unix()
 }
 
 // denyWith answers a denial with the rule's own response: its status, its
