@@ -49,6 +49,17 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		`{"headers":{"ietf":"yes"}}`:                      "headers.ietf:",
 		`{"lease":{"requests":5}}`:                        "requests: unknown setting",
 		`{} {}`:                                           "data after",
+		// The configuration's own reader: every kind error names its field.
+		`{"timeout_ms":4294967296}`:              "timeout_ms: must be a whole number in 0..4294967295",
+		`{"timeout_ms":1.5}`:                     "timeout_ms: must be a whole number",
+		`{"lease":[]}`:                           "lease: must be an object, not an array",
+		`{"excluded_paths":["/a",null]}`:         "excluded_paths[1]: must be a string, not null",
+		`{"excluded_paths":"/a"}`:                "excluded_paths: must be an array, not a string",
+		`{"jwt":{"jwks":"{}"}}`:                  "jwt.jwks: must be an object, not a string",
+		`{"fallback":{"share":1e400}}`:           "fallback.share: must be a number",
+		`{"control_cluster":"a` + "\xff" + `b"}`: "malformed JSON",
+		`{"jwt":{"jwks":` + strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80) + `}}`: "malformed JSON",
+		`[]`: "malformed JSON",
 	} {
 		if _, err := Parse([]byte(cfg)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", cfg, err, want)
