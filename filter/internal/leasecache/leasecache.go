@@ -119,6 +119,8 @@ type Cache struct {
 	keys   []string
 	keyKey string // the shared-data key holding the hash key
 	k0, k1 uint64
+	// buf is Put's encoding buffer (the Store copies what it is given).
+	buf []byte
 	// insertCAS is the CAS this VM writes a missing key with: by the host's
 	// rules it inserts when the key is still missing and is refused when
 	// another VM wrote the key in between (unless that write drew this very
@@ -394,7 +396,8 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		case live && e.Tokens == 0:
 			return nil // a denial never evicts another bucket's live lease
 		}
-		switch err := c.store.Set(k, encode(next), cas); {
+		c.buf = encodeInto(c.buf, next) // Set copies it
+		switch err := c.store.Set(k, c.buf, cas); {
 		case err == nil:
 			return nil
 		case !errors.Is(err, ErrCasMismatch):
@@ -513,8 +516,12 @@ const (
 	minLen     = fixedLen + numStrings*2
 )
 
-func encode(e Entry) []byte {
-	b := make([]byte, fixedLen, minLen+len(e.RuleID)+len(e.Identity)+len(e.Tier)+len(e.Strategy)+len(e.ChargeRule)+len(e.CostFrom)+len(e.Refusal))
+func encode(e Entry) []byte { return encodeInto(nil, e) }
+
+// encodeInto writes e's slot bytes over buf's storage (Put reuses one
+// buffer: a slot is written on every callout).
+func encodeInto(buf []byte, e Entry) []byte {
+	b := append(buf[:0], make([]byte, fixedLen)...)
 	copy(b, e.Owner[:])
 	le := binary.LittleEndian
 	le.PutUint64(b[16:], uint64(e.Tokens))

@@ -62,6 +62,7 @@ type httpContext struct {
 	// What rules with a cost_from read, sent with the check: the body's
 	// size (nil: unknown, a chunked body) and the configured cost headers.
 	bodyBytes   *int64
+	bodySize    int64 // what bodyBytes points at, when known (no allocation of its own)
 	costHeaders map[string]string
 
 	// The request as checked, for a charge after its response.
@@ -362,11 +363,10 @@ const maxHandBack = 1_000_000_000
 func (h *httpContext) meter(rq *request, endOfStream bool) {
 	switch {
 	case endOfStream:
-		var zero int64
-		h.bodyBytes = &zero
+		h.bodySize, h.bodyBytes = 0, &h.bodySize
 	case rq.contentLength != "" && len(rq.contentLength) <= 15:
 		if n, err := strconv.ParseInt(rq.contentLength, 10, 64); err == nil && n >= 0 && rq.contentLength[0] != '+' {
-			h.bodyBytes = &n
+			h.bodySize, h.bodyBytes = n, &h.bodySize
 		}
 	}
 	for i, name := range h.p.cfg.CostHeaders {
