@@ -249,10 +249,11 @@ func (h *httpContext) sendCharge() types.Action {
 		return types.ActionContinue
 	}
 	// The same caller fields as the check's, so the same counters.
-	body := wire.AppendChargeRequest(make([]byte, 0, 256), &wire.ChargeRequest{
+	body := wire.AppendChargeRequest(p.bodyBuf[:0], &wire.ChargeRequest{
 		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant, APIKey: h.apiKey,
 		ClientAddress: h.addressField(), MethodOverride: h.override, Charges: ch.items,
 	})
+	p.bodyBuf = body[:0] // the host copies the body
 	p.m.charges.Increment(1)
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h.onChargeResponse); err != nil {
 		p.m.chargeFailures.Increment(1)

@@ -390,7 +390,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 	if !p.breaker.Allow(now) {
 		return h.failure("circuit breaker open")
 	}
-	body := wire.AppendCheckRequest(make([]byte, 0, 256), &wire.CheckRequest{
+	body := wire.AppendCheckRequest(p.bodyBuf[:0], &wire.CheckRequest{
 		UserID: h.ident(), Endpoint: h.path, Method: h.method, Tier: h.tier, Tenant: h.tenant,
 		APIKey: h.apiKey, Lease: p.cfg.Lease.Request, Returned: back.returned, Spent: back.spent, ClientAddress: h.addressField(),
 		MethodOverride: h.override, BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
@@ -398,6 +398,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 		// lease says so (allowLeased).
 		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned,
 	})
+	p.bodyBuf = body[:0] // keep what it grew to
 	h.start = now
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)

@@ -41,7 +41,9 @@ type pluginContext struct {
 	headerSet wire.HeaderSet
 	// headerBuf and headerFields are reused to render each response's
 	// rate-limit header fields (a VM runs one callback at a time).
-	headerBuf    []byte
+	headerBuf []byte
+	// bodyBuf is reused for each callout's body: the host copies it.
+	bodyBuf      []byte
 	headerFields [wire.MaxHeaderFields]wire.HeaderField
 	// calloutHeaders are the control service callout's headers, the same
 	// on every call: serialised once.
