@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Through the gateway, rules take each request's cost from the request: a
 // header's tokens and a body's bytes, exactly, with leases on elsewhere; a
 // bad cost header is the client's 400.
 func TestCostFromTheRequestThroughTheGateway(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	r := redistest.Start(t)
 	ctl := startControl(t, r.Addr, controlConfig+`
 [[rules]]

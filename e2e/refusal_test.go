@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Through the gateway, a rule's own response answers what it refuses, with
 // the denial's numbers in its body, while leases are on; other rules keep
 // the standard 429.
 func TestRulesOwnResponseThroughTheGateway(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	r := redistest.Start(t)
 	ctl := startControl(t, r.Addr, controlConfig+`
 [[rules]]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Answers that were wrong when tried from outside against the seeds, each
@@ -43,6 +44,7 @@ func TestLimitIsTheBucketUnderABurst(t *testing.T) {
 // A strategy is not silently ignored: without a limit it is refused, and a
 // status reads the counter of the limit it names.
 func TestStrategyIsNeverIgnored(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "", nil)
 	r := s.check(map[string]any{"user_id": "strat", "endpoint": "/x", "strategy": "gcra"})
 	if r.status != 400 || r.errorCode(t) != "INVALID_LIMIT" {

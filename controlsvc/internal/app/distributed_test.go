@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Two instances of the service on one Redis are one limiter: 200 concurrent
@@ -45,6 +46,7 @@ func TestTwoInstancesOneLimit(t *testing.T) {
 // An override set through one instance reaches the other with its next
 // refresh of the overrides.
 func TestOverrideReachesOtherInstance(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	r := redistest.Start(t)
 	url := "redis://" + r.Addr + "/0"
 	a := startServiceOn(t, r, url, "override_refresh_ms = 100\n", nil)

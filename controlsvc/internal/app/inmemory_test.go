@@ -10,6 +10,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // inMemory runs a service without Redis (redis_enabled = false).
@@ -20,6 +22,7 @@ var inMemory = map[string]string{"TOLLGATE_REDIS_ENABLED": "false"}
 // idempotent batches, usage and the audit trail. Nothing dials Redis (the
 // URL points where nothing listens, and every answer is a decision).
 func TestInMemoryWalkthrough(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 60\n",
 		map[string]string{"TOLLGATE_REDIS_ENABLED": "false", "TOLLGATE_ADMIN_TOKEN": "ops:" + adminToken})
 	ctx := context.Background()

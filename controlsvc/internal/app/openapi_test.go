@@ -14,12 +14,15 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Every route answers as /openapi.yaml says: real requests to each route
 // (and to its errors), each answer validated against the document, and
 // every operation of the document exercised.
 func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n"+
 		"[[rules]]\nid = \"llm\"\npath = \"/llm\"\nscope = \"user\"\nalgorithm = \"token_bucket\"\nlimit = 1000\nwindow_seconds = 60\ncost_from = \"response_json:usage.total_tokens\"\n", nil)
 	spec := s.do("GET", "/openapi.yaml", nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // replicas starts n control services on one Redis. Their version check is
@@ -48,6 +49,7 @@ func awaitVersion(t *testing.T, s *service) {
 
 // A rule created on one replica decides the next request on another.
 func TestRuleCreatedOnOneReplicaDecidesOnTheOther(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	rs := replicas(t, 2, "")
 	a, b := rs[0], rs[1]
 	r := a.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{
@@ -73,6 +75,7 @@ func TestRuleCreatedOnOneReplicaDecidesOnTheOther(t *testing.T) {
 
 // The rules API in the seed's shape, and what it refuses.
 func TestRuleAPI(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/api/v1/auth/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow_seconds = 60\n", nil)
 	create := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{
 		"tier_id": 1, "endpoint_pattern": "/api/v1/uploads", "algorithm": "token_bucket", "limit": 50, "window_seconds": 60, "priority": 50})

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 const seed001 = `
@@ -100,6 +101,7 @@ func TestSeed001PremiumEndpointOverride(t *testing.T) {
 // Seed 003: the 429 carries Retry-After, the X-RateLimit-* headers and the
 // RATE_LIMIT_EXCEEDED body with limit, window, reset time and retry seconds.
 func TestSeed003TooManyRequestsBody(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "", nil)
 	req := map[string]any{"user_id": "key:k_demo", "endpoint": "/api/v1/posts", "limit": 2, "window_seconds": 60, "strategy": "fixed_window"}
 	s.check(req)
@@ -243,6 +245,7 @@ func TestExemptions(t *testing.T) {
 }
 
 func TestRulesScopesAndMostRestrictive(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, `
 [[rules]]
 id = "per-user"

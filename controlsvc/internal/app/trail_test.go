@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // Usage counts what was admitted (leases the filter will spend included,
@@ -122,6 +123,7 @@ func TestUsageAndAudit(t *testing.T) {
 
 // Overrides can be listed and deleted, and the deletion is audited.
 func TestOverridesListAndDelete(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "", nil)
 	put := map[string]any{"user_id": "user_9", "endpoint": "/api/v1/users", "limit": 2, "window_seconds": 60, "strategy": "fixed_window"}
 	if r := s.admin("PUT", "/v1/rate-limit/config", put); r.status != 200 {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/keys"
 	"github.com/tollgate-rl/tollgate/shared/wire"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // countersExcept serialises every rate-limit key outside an identity's hash
@@ -237,6 +238,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 // Without a decision token (a service on loopback only), callers get the
 // seed's plain check and nothing a filter alone may say.
 func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
 	plain := func(extra string) string {
 		return `{"user_id":"alice","endpoint":"/api/v1/items","method":"GET"` + extra + `}`
@@ -362,6 +364,7 @@ func TestEndpointSpellingsShareACounter(t *testing.T) {
 // tier and status and reset; case-sensitive (the default) they are apart.
 // A rule pattern with an upper-case letter is refused, naming the field.
 func TestPathCase(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	const toml = "[[rules]]\nid = \"orders\"\npath = \"/api/orders\"\nscope = \"identity\"\nalgorithm = \"fixed_window\"\nlimit = 2\nwindow_seconds = 60\n"
 	s := startService(t, "path_case = \"insensitive\"\n"+toml, nil)
 	var got []int
@@ -403,6 +406,7 @@ func TestPathCase(t *testing.T) {
 // HEAD counts for a rule on GET: servers answer it with the GET handler, so
 // it must not walk around the rule. Other methods stay apart.
 func TestHeadCountsForAGetRule(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "[[rules]]\nid = \"export\"\npath = \"/export\"\nmethods = [\"GET\"]\nscope = \"identity\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n", nil)
 	var got []string
 	for _, m := range []string{"GET", "HEAD", "POST"} {
@@ -535,6 +539,7 @@ func TestBatchIdempotencyBoundToChecks(t *testing.T) {
 // limit), and a user's keys share the user's limit: the ip scope counts a key
 // caller's client address and the user scope the key's user.
 func TestKeyCallersCountForAddressAndUserRules(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, `[[rules]]
 id = "login"
 path = "/api/v1/auth/login"
@@ -645,6 +650,7 @@ func TestRefusedKeysCountForTheirAddress(t *testing.T) {
 // the filter sends its client address, and the ip scope counts it. Only the
 // filter may say where a caller is.
 func TestJWTCallersCountForAddressRules(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, `[[rules]]
 id = "login"
 path = "/api/v1/auth/login"

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 // The decision route is served by a lean HTTP/1.1 path that hands every
@@ -82,6 +84,7 @@ func TestDecisionRouteOnTheWire(t *testing.T) {
 // comes back in the header and in a 429's body, and one is made up when it
 // sent none.
 func TestDecisionRouteRequestID(t *testing.T) {
+	windowtest.RoomInMinute(t)
 	s := startService(t, "", nil)
 	body := `{"user_id":"user:rid","endpoint":"/x","strategy":"fixed_window","limit":1,"window_seconds":60}`
 	r := s.do(http.MethodPost, "/v1/rate-limit/check", body, "X-Request-Id", "trace-1")
