@@ -516,8 +516,6 @@ const (
 	minLen     = fixedLen + numStrings*2
 )
 
-func encode(e Entry) []byte { return encodeInto(nil, e) }
-
 // encodeInto writes e's slot bytes over buf's storage (Put reuses one
 // buffer: a slot is written on every callout).
 func encodeInto(buf []byte, e Entry) []byte {

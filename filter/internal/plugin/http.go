@@ -699,7 +699,11 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 		return
 	}
 	if h.keepLease(&v, d.Lease, d.Charges, now) {
-		v.limits.Remaining += leasedTo(v.limits.RuleID, d.Lease, d.Charges)
+		chargeRule := ""
+		if d.Lease.ChargeGranted > 0 {
+			chargeRule = d.Charges[0].RuleID // plausible: exactly one
+		}
+		v.limits.Remaining += leasedTo(v.limits.RuleID, chargeRule, d.Lease.Granted, d.Lease.ChargeGranted)
 	} else if !d.Degraded && v.limits.Limit > 0 {
 		// The bucket's last limit, for the fallback while the service
 		// cannot be asked (a lease carries it otherwise).

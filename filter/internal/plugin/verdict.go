@@ -77,25 +77,23 @@ func (h *httpContext) allowLeased(e *leasecache.Entry) {
 	h.p.m.localHits.Increment(1)
 	h.p.m.allowed.Increment(1)
 	v := cachedVerdict(e)
-	v.limits.Remaining += e.Tokens
+	v.limits.Remaining += leasedTo(e.RuleID, e.ChargeRule, e.Tokens, e.ChargeTokens)
 	if e.CostFrom != "" {
-		if e.ChargeRule == e.RuleID {
-			v.limits.Remaining += e.ChargeTokens - e.Tokens // that rule's pool
-		}
 		// Admitted on the rule's pool: its response pays the rest.
 		h.expectCharges([]wire.Charge{{RuleID: e.ChargeRule, CostFrom: e.CostFrom}})
 	}
 	h.allow(v, decisionAllowed)
 }
 
-// leasedTo is what a lease holds of the deciding rule's tokens: a rule's
-// own pool when the lease has one (wire.Lease.ChargeGranted), the lease's
-// tokens otherwise. The client counts them as left.
-func leasedTo(ruleID string, l wire.Lease, charges []wire.Charge) int64 {
-	if l.ChargeGranted > 0 && len(charges) == 1 && charges[0].RuleID == ruleID {
-		return l.ChargeGranted
+// leasedTo is what a lease holds of rule ruleID's tokens, which the client
+// counts as left: the pool of chargeRule (the rule whose cost the response
+// reports; "" when the lease has no pool) when that is ruleID, the lease's
+// tokens otherwise.
+func leasedTo(ruleID, chargeRule string, tokens, chargeTokens int64) int64 {
+	if chargeRule != "" && chargeRule == ruleID {
+		return chargeTokens
 	}
-	return l.Granted
+	return tokens
 }
 
 // deny answers 429 itself, with the RATE_LIMIT_EXCEEDED envelope the control

@@ -15,6 +15,8 @@ var (
 	p256NMinus2 = hexBytes("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc63254f")
 )
 
+// hexBytes reads the constants' lower-case hex (encoding/hex would bring
+// fmt back into the module).
 func hexBytes(s string) []byte {
 	out := make([]byte, len(s)/2)
 	for i := range out {
