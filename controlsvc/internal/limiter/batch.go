@@ -3,9 +3,7 @@ package limiter
 import (
 	"context"
 	"runtime"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,24 +22,25 @@ import (
 // the price of one scheduler pass for a lone call. Every call keeps its own
 // result and error, its own NOSCRIPT fallback, and Redis runs the scripts in
 // queue order, each atomically, as it would one by one.
+//
+// A pipeline runs under no deadline of its own: the client's read and write
+// timeouts (redisconn sets them from the service's Redis timeout) bound
+// every round trip, and a context with a timer per pipeline cost 8 of a
+// check's allocations for nothing more.
 const (
 	maxBatch = 64
 	flushers = 1
-	// callTimeout bounds a pipeline when the caller gave no deadline; the
-	// client's own read and write timeouts bound it otherwise.
-	callTimeout = 10 * time.Second
 )
 
 type call struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	done   chan callResult // buffered: a flusher never waits on a caller
-}
-
-type callResult struct {
-	v   any
-	err error
+	s    *script
+	argv []any // the EVALSHA command (script.evalSha)
+	// v and err are the answer, written before done is signalled. done
+	// is buffered, so a flusher never waits on a caller; it carries no
+	// value, so it is one allocation (a channel of pointers is two).
+	v    any
+	err  error
+	done chan struct{}
 }
 
 type batcher struct {
@@ -61,8 +60,8 @@ func newBatcher(rdb Client) *batcher {
 }
 
 // run queues one script call and waits for its answer or ctx.
-func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
-	c, err := b.enqueue(ctx, s, keys, args)
+func (b *batcher) run(ctx context.Context, s *script, argv []any) (any, error) {
+	c, err := b.enqueue(ctx, s, argv)
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +70,8 @@ func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args 
 
 // enqueue queues one script call. Calls queued one after another run in
 // Redis in that order.
-func (b *batcher) enqueue(ctx context.Context, s *redis.Script, keys []string, args []any) (*call, error) {
-	c := &call{script: s, keys: keys, args: args, done: make(chan callResult, 1)}
+func (b *batcher) enqueue(ctx context.Context, s *script, argv []any) (*call, error) {
+	c := &call{s: s, argv: argv, done: make(chan struct{}, 1)}
 	select {
 	case b.queue <- c:
 		return c, nil
@@ -86,8 +85,8 @@ func (b *batcher) enqueue(ctx context.Context, s *redis.Script, keys []string, a
 // wait waits for a queued call's answer or ctx.
 func (c *call) wait(ctx context.Context) (any, error) {
 	select {
-	case r := <-c.done:
-		return r.v, r.err
+	case <-c.done:
+		return c.v, c.err
 	case <-ctx.Done():
 		// The call may still run in Redis, as a call cancelled in flight
 		// may: its answer is dropped.
@@ -123,30 +122,36 @@ func (b *batcher) flusher() {
 
 // send runs a batch as one pipeline and answers each call.
 func (b *batcher) send(batch []*call) {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
+	ctx := context.Background()
 	if len(batch) == 1 {
 		c := batch[0]
-		v, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
-		c.done <- callResult{v, err}
+		c.answer(c.s.run(ctx, b.rdb, c.argv))
 		return
 	}
 	cmds := make([]*redis.Cmd, len(batch))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+			cmds[i] = redis.NewCmd(ctx, c.argv...)
+			_ = p.Process(ctx, cmds[i])
 		}
 		return nil
 	})
 	for i, c := range batch {
 		v, err := cmds[i].Result()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			// Redis lost the script (a restart, SCRIPT FLUSH): Run loads
+		if noScript(err) {
+			// Redis lost the script (a restart, SCRIPT FLUSH): EVAL loads
 			// it and runs this call again, as a lone call would.
-			v, err = c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
+			v, err = c.s.eval(ctx, b.rdb, c.argv)
 		}
-		c.done <- callResult{v, err}
+		c.answer(v, err)
 	}
+}
+
+// answer gives the call its result and wakes its caller; the flusher
+// touches the call no more.
+func (c *call) answer(v any, err error) {
+	c.v, c.err = v, err
+	c.done <- struct{}{}
 }
 
 func (b *batcher) close() {

@@ -3,8 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // HitCount is a fixed-window counter's answer (see Count).
@@ -46,7 +44,8 @@ func (l *Limiter) CountAsync(ctx context.Context, key string, hits, windowSecond
 	if hits < 0 || windowSeconds <= 0 {
 		return nil, fmt.Errorf("%w: hits %d, window %d s", ErrBadRequest, hits, windowSeconds)
 	}
-	c, err := l.batch.enqueue(ctx, l.hitCount, []string{key}, []any{hits, windowSeconds})
+	argv := append(l.hitCount.evalSha(1, 3), key, hits, windowSeconds)
+	c, err := l.batch.enqueue(ctx, l.hitCount, argv)
 	if err != nil {
 		return nil, fmt.Errorf("queue hit count: %w", err)
 	}
@@ -77,10 +76,10 @@ func (p *PendingCount) Wait(ctx context.Context) (HitCount, error) {
 	return HitCount{Count: c, ResetSeconds: r}, nil
 }
 
-func newHitCountScript() (*redis.Script, error) {
+func newHitCountScript() (*script, error) {
 	body, err := luaFiles.ReadFile("lua/hit_count.lua")
 	if err != nil {
 		return nil, fmt.Errorf("read hit count script: %w", err)
 	}
-	return redis.NewScript(string(body)), nil
+	return newScript(string(body)), nil
 }

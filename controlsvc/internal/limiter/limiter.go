@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,7 @@ var luaFiles embed.FS
 // sentinel-backed client and a cluster client all satisfy it.
 type Client interface {
 	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
 	Unlink(ctx context.Context, keys ...string) *redis.IntCmd
 	Ping(ctx context.Context) *redis.StatusCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
@@ -136,10 +138,12 @@ type Result struct {
 // Limiter runs the scripts against one Redis client.
 type Limiter struct {
 	rdb     Client
-	scripts map[rules.Algorithm]*redis.Script
+	scripts map[rules.Algorithm]*script
 	// hitCount is the rate limit service's fixed window (Count).
-	hitCount *redis.Script
+	hitCount *script
 	batch    *batcher
+	// lastFraction is the lease fraction last sent (fraction).
+	lastFraction atomic.Pointer[fractionArg]
 }
 
 // New loads the embedded scripts. It does not talk to Redis; scripts are sent
@@ -153,13 +157,13 @@ func New(rdb Client) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read epilogue: %w", err)
 	}
-	l := &Limiter{rdb: rdb, scripts: make(map[rules.Algorithm]*redis.Script, len(rules.Algorithms)), batch: newBatcher(rdb)}
+	l := &Limiter{rdb: rdb, scripts: make(map[rules.Algorithm]*script, len(rules.Algorithms)), batch: newBatcher(rdb)}
 	for _, a := range rules.Algorithms {
 		body, err := luaFiles.ReadFile("lua/" + string(a) + ".lua")
 		if err != nil {
 			return nil, fmt.Errorf("read script %s: %w", a, err)
 		}
-		l.scripts[a] = redis.NewScript(string(prelude) + "\n" + string(body) + "\n" + string(epilogue))
+		l.scripts[a] = newScript(string(prelude) + "\n" + string(body) + "\n" + string(epilogue))
 	}
 	if l.hitCount, err = newHitCountScript(); err != nil {
 		return nil, err
@@ -212,17 +216,18 @@ func scriptError(err error) bool {
 
 // Do runs one counter.
 func (l *Limiter) Do(ctx context.Context, r Request) (Result, error) {
-	s, ks, args, err := l.prepare(&r)
+	s, argv, err := l.prepare(&r)
 	if err != nil {
 		return Result{}, err
 	}
 	var v any
 	if r.Peek {
 		// A read-only script may run on a replica; leave that choice to the
-		// client (RunRO uses EVALSHA_RO).
-		v, err = s.RunRO(ctx, l.rdb, ks, args...).Result()
+		// client (EVALSHA_RO).
+		argv[0] = "evalsha_ro"
+		v, err = s.run(ctx, l.rdb, argv)
 	} else {
-		v, err = l.batch.run(ctx, s, ks, args)
+		v, err = l.batch.run(ctx, s, argv)
 	}
 	return scriptResult(r.Rule, r.Charge, v, err)
 }
@@ -245,11 +250,11 @@ func (l *Limiter) DoAsync(ctx context.Context, r Request) (*PendingDo, error) {
 	if r.Peek {
 		return nil, fmt.Errorf("%w: a peek is not queued", ErrBadRequest)
 	}
-	s, ks, args, err := l.prepare(&r)
+	s, argv, err := l.prepare(&r)
 	if err != nil {
 		return nil, err
 	}
-	c, err := l.batch.enqueue(ctx, s, ks, args)
+	c, err := l.batch.enqueue(ctx, s, argv)
 	if err != nil {
 		return nil, fmt.Errorf("queue %s script: %w", r.Rule.Algorithm, err)
 	}
@@ -265,23 +270,32 @@ func (p *PendingDo) Wait(ctx context.Context) (Result, error) {
 	return scriptResult(p.rule, p.charge, v, err)
 }
 
-// prepare checks a request and builds its script call.
-func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
+// prepare checks a request and builds its script call: the EVALSHA
+// command, its keys and arguments in one slice.
+func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	q := r.Rule
 	if q == nil {
-		return nil, nil, nil, fmt.Errorf("%w: no rule", ErrBadRequest)
+		return nil, nil, fmt.Errorf("%w: no rule", ErrBadRequest)
 	}
 	s, ok := l.scripts[q.Algorithm]
 	if !ok {
-		return nil, nil, nil, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
+		return nil, nil, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
 	}
 	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
-		return nil, nil, nil, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
+		return nil, nil, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
 	}
 	if r.Charge && (r.Peek || r.Lease > 0 || r.Returned > 0 || r.Penalty != nil || q.Algorithm == rules.SlidingLog) {
-		return nil, nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund or penalty, and no sliding log", ErrBadRequest)
+		return nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund or penalty, and no sliding log", ErrBadRequest)
 	}
-	args := make([]any, 0, 12)
+	// Without penalties the script is sent only what it reads: the counter
+	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
+	// costs Redis a conversion per call.
+	var args []any
+	if r.Penalty != nil {
+		args = append(s.evalSha(3, 3+14), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
+	} else {
+		args = append(s.evalSha(1, 1+14), r.Key())
+	}
 	args = append(args,
 		q.Limit,
 		q.WindowSeconds*1000,
@@ -289,18 +303,11 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 		r.Cost,
 		r.Lease,
 		r.Returned,
-		strconv.FormatFloat(r.LeaseFraction, 'f', -1, 64),
+		l.fraction(r.LeaseFraction),
 		mode(r),
 	)
-	// Without penalties the script is sent only what it reads: the counter
-	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
-	// costs Redis a conversion per call.
-	var ks []string
 	if p := r.Penalty; p != nil {
 		args = append(args, "1", p.Window.Milliseconds(), p.Threshold, joinInts(p.Multipliers))
-		ks = []string{r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner)}
-	} else {
-		ks = []string{r.Key()}
 	}
 	if r.Origin > 0 || r.Admit > r.Cost {
 		if r.Penalty == nil {
@@ -311,7 +318,7 @@ func (l *Limiter) prepare(r *Request) (*redis.Script, []string, []any, error) {
 	if r.Admit > r.Cost {
 		args = append(args, r.Admit) // ARGV[14]
 	}
-	return s, ks, args, nil
+	return s, args, nil
 }
 
 // scriptResult reads a limiter script's answer.
@@ -330,8 +337,26 @@ func scriptResult(q *rules.Rule, charge bool, v any, err error) (Result, error) 
 	return res, err
 }
 
-// mode is ARGV[8]: what the script may write and grant.
-func mode(r *Request) string {
+// fraction is ARGV[7], the lease fraction as Redis reads it. A service
+// sends one fraction (its configuration's), so the last one is kept
+// formatted and boxed: two allocations less per call.
+func (l *Limiter) fraction(f float64) any {
+	if last := l.lastFraction.Load(); last != nil && last.f == f {
+		return last.arg
+	}
+	a := &fractionArg{f: f, arg: strconv.FormatFloat(f, 'f', -1, 64)}
+	l.lastFraction.Store(a)
+	return a.arg
+}
+
+type fractionArg struct {
+	f   float64
+	arg any
+}
+
+// mode is ARGV[8]: what the script may write and grant. It answers a
+// boxed constant: a string boxed at run time is an allocation.
+func mode(r *Request) any {
 	switch {
 	case r.Peek:
 		return "1"

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,21 +284,71 @@ func BenchmarkDo(b *testing.B) {
 }
 
 // A Redis that lost its script cache (restart, failover, SCRIPT FLUSH) is
-// answered by EVAL and the script is cached again.
+// answered by EVAL (EVAL_RO for a read) and the script is cached again, for
+// every shape of call: a lone write, a read, a call with the penalty keys,
+// a hit count.
 func TestScriptFlushFallsBackToEval(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
-	if err := l.Load(ctx); err != nil {
-		t.Fatal(err)
+	spend := req(rules.GCRA, "flushed", 10, 60)
+	cases := []struct {
+		name string
+		run  func() error
+		want string // the script that must be cached again
+		eval string // the command that ran it
+	}{
+		{"write", func() error {
+			res, err := l.Do(ctx, spend)
+			if err == nil && (!res.Allowed || res.Remaining != 9) {
+				err = fmt.Errorf("%+v, want allowed with 9 left", res)
+			}
+			return err
+		}, l.scripts[rules.GCRA].Hash(), "eval"},
+		{"read", func() error {
+			r := spend
+			r.Peek, r.Cost = true, 0
+			res, err := l.Do(ctx, r)
+			if err == nil && res.Remaining != 9 {
+				err = fmt.Errorf("%+v, want 9 left, as the write left it", res)
+			}
+			return err
+		}, l.scripts[rules.GCRA].Hash(), "eval_ro"},
+		{"penalty keys", func() error {
+			r := req(rules.TokenBucket, "flushed-penalty", 10, 60)
+			r.Penalty = &Penalty{Window: time.Minute, Threshold: 3, Multipliers: []int64{1, 2}}
+			res, err := l.Do(ctx, r)
+			if err == nil && (!res.Allowed || res.Remaining != 9) {
+				err = fmt.Errorf("%+v, want allowed with 9 left", res)
+			}
+			return err
+		}, l.scripts[rules.TokenBucket].Hash(), "eval"},
+		{"hit count", func() error {
+			h, err := l.Count(ctx, "flushed-count", 2, 60)
+			if err == nil && h.Count != 2 {
+				err = fmt.Errorf("%+v, want 2 counted", h)
+			}
+			return err
+		}, l.hitCount.Hash(), "eval"},
 	}
-	rdb.ScriptFlush(ctx)
-	r := req(rules.GCRA, "flushed", 10, 60)
-	if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
-		t.Fatalf("after SCRIPT FLUSH: %+v, %v", res, err)
-	}
-	sha, _ := l.ScriptHash(rules.GCRA)
-	if ok := rdb.ScriptExists(ctx, sha).Val(); len(ok) != 1 || !ok[0] {
-		t.Fatal("the script was not cached again")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.run(); err != nil {
+				t.Fatalf("after SCRIPT FLUSH: %v", err)
+			}
+			stats := rdb.Info(ctx, "commandstats").Val()
+			if !strings.Contains(stats, "cmdstat_"+c.eval+":calls=1,") {
+				t.Fatalf("the script did not run once as %s:\n%s", strings.ToUpper(c.eval), stats)
+			}
+			if ok := rdb.ScriptExists(ctx, c.want).Val(); len(ok) != 1 || !ok[0] {
+				t.Fatal("the script was not cached again")
+			}
+		})
 	}
 }
 
