@@ -18,7 +18,7 @@ var i64 = api.ValueTypeI64
 func (h *Host) instantiateEnv(ctx context.Context) error {
 	b := h.rt.NewHostModuleBuilder("env")
 	def := func(name string, params []api.ValueType, f hostFunc) {
-		export(b, name, params, abi.StatusInternalFailure, f)
+		export(b, h.slot(name), name, params, abi.StatusInternalFailure, f)
 	}
 	h.defineBuffers(def)
 	h.defineHeaderMaps(def)
@@ -29,9 +29,9 @@ func (h *Host) instantiateEnv(ctx context.Context) error {
 }
 
 // export registers a host function of a VM that answers one i32: each call
-// is counted and checked against the VM's phase (a call Envoy forbids there
-// traps the VM); a call outside any VM answers noVM.
-func export[R ~uint32](b wazero.HostModuleBuilder, name string, params []api.ValueType, noVM R,
+// is counted (in VM.calls[slot]) and checked against the VM's phase (a call
+// Envoy forbids there traps the VM); a call outside any VM answers noVM.
+func export[R ~uint32](b wazero.HostModuleBuilder, slot int, name string, params []api.ValueType, noVM R,
 	f func(vm *VM, m api.Module, s []uint64) R) {
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, s []uint64) {
 		vm, _ := ctx.Value(vmKey{}).(*VM)
@@ -39,7 +39,7 @@ func export[R ~uint32](b wazero.HostModuleBuilder, name string, params []api.Val
 			s[0] = uint64(noVM)
 			return
 		}
-		vm.calls[name]++
+		vm.calls[slot]++
 		vm.restricted(name)
 		s[0] = uint64(f(vm, m, s))
 	}), params, []api.ValueType{i32}).Export(name)

@@ -70,6 +70,9 @@ type Host struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	clusters map[string]bool
+	// slots numbers the host functions, for VM.calls; written only while
+	// New defines them.
+	slots map[string]int
 
 	shared  SharedData
 	metrics Metrics
@@ -135,7 +138,7 @@ type VM struct {
 	fn    exports
 
 	broken error
-	calls  map[string]int // host function name -> calls
+	calls  []int // calls of each host function, by its slot (Host.slot)
 
 	// bgCtx is context.Background with this VM in it, made once: most
 	// calls come with Background, and the host functions find their VM in
@@ -176,7 +179,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 			cfg = cfg.WithEnv(k, v)
 		}
 	}
-	vm := &VM{host: h, calls: map[string]int{},
+	vm := &VM{host: h, calls: make([]int, len(h.slots)),
 		Core: hostmodel.NewCore(hostmodel.CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.bgCtx = context.WithValue(context.Background(), vmKey{}, vm)
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
@@ -230,7 +233,27 @@ func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }
 // HostCalls is how many times the guest called a host function (by its
 // import name, "proxy_remove_header_map_value"): tests bound the work a hostile
 // request makes the filter do.
-func (vm *VM) HostCalls(name string) int { return vm.calls[name] }
+func (vm *VM) HostCalls(name string) int {
+	i, ok := vm.host.slots[name]
+	if !ok {
+		return 0
+	}
+	return vm.calls[i]
+}
+
+// slot numbers a host function for VM.calls as it is defined: a call is
+// counted by index, where a map keyed by its name cost a string hash on
+// every call the guest makes.
+func (h *Host) slot(name string) int {
+	if i, ok := h.slots[name]; ok {
+		return i
+	}
+	if h.slots == nil {
+		h.slots = map[string]int{}
+	}
+	h.slots[name] = len(h.slots)
+	return h.slots[name]
+}
 
 // Broken is the error of a guest trap (a Go panic inside the module); a
 // broken VM should be discarded, as Envoy would.

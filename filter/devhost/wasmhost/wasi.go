@@ -111,7 +111,7 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	}
 	b := h.rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
 	def := func(name string, params int, f func(vm *VM, m api.Module, s []uint64) uint32) {
-		export(b, name, i32s(params), errnoNosys, f)
+		export(b, h.slot(name), name, i32s(params), errnoNosys, f)
 	}
 	defineWASIArgs(def, h.opts.Env)
 	defineWASIFiles(def)
@@ -233,9 +233,10 @@ func (h *Host) defineWASIRuntime(b wazero.HostModuleBuilder, def wasiDefiner) {
 	})
 	// clock_time_get(id i32, precision i64, out *u64) answers the host's
 	// clock with or without a VM, and is allowed in every phase.
+	clock := h.slot("clock_time_get")
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, s []uint64) {
 		if vm, _ := ctx.Value(vmKey{}).(*VM); vm != nil {
-			vm.calls["clock_time_get"]++
+			vm.calls[clock]++
 		}
 		if id := uint32(s[0]); id > 1 { // realtime and monotonic only
 			s[0] = errnoNosys
