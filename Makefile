@@ -89,14 +89,11 @@ lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no
 
 ci: lint test ## what .ci/run runs
 
-fuzz: ## run each fuzz target for FUZZTIME (default 10s)
-	@for t in "FuzzParse ./shared/identity" "FuzzClientIP ./shared/identity" "FuzzNormalize ./shared/paths" "FuzzFoldSuffix ./shared/paths" "FuzzAgreesWithRegexp ./shared/ascii" "FuzzCounter ./controlsvc/internal/keys" \
-	          "FuzzMatchGlob ./shared/rules" "FuzzParse ./controlsvc/internal/config" \
-	          "FuzzDecodeCheck ./controlsvc/internal/server" "FuzzStatusQuery ./controlsvc/internal/server" "FuzzParseHead ./controlsvc/internal/leanhttp" "FuzzParse ./controlsvc/internal/redisconn" \
-	          "FuzzUserID ./controlsvc/internal/admin" "FuzzOverrideField ./controlsvc/internal/keys" \
-	          "FuzzVerify ./filter/internal/jwt" "FuzzParse ./filter/pluginconf" "FuzzDecode ./filter/internal/leasecache" \
-	          "FuzzDecode ./filter/proxywasm/headermap" "FuzzDecodeCheckResponse ./shared/wire" "FuzzDecode ./shared/wire" "FuzzDecodeCheckRequest ./shared/wire" "FuzzAppendCheckResponse ./shared/wire" "FuzzAppendCheckRequest ./shared/wire" "FuzzDecodeErrorAnswer ./shared/wire" "FuzzParse ./controlsvc/internal/rls" "FuzzRequest ./controlsvc/internal/rls"; do \
-	  set -- $$t; $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-10s} $$2 || exit 1; \
+fuzz: ## run every fuzz target (each func Fuzz* in a test file) for FUZZTIME (default 10s)
+	@for d in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for t in $$(grep -h '^func Fuzz' $$d/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-10s} $$d || exit 1; \
+	  done; \
 	done
 
 clean: ## remove build output
