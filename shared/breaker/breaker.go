@@ -6,24 +6,47 @@
 package breaker
 
 import (
+	"math"
 	"sync"
 	"time"
 )
 
 // Breaker is safe for concurrent use.
+//
+// Its times are int64 nanoseconds since base, not time.Time or Duration:
+// a struct field of a time type, in a value a Wasm guest holds behind an
+// interface, keeps time's formatting code (30 kB) in the filter's module.
 type Breaker struct {
 	threshold int
-	cooldown  time.Duration
+	cooldown  int64
 
 	mu        sync.Mutex
 	failures  int
-	openUntil time.Time
+	openUntil int64
+}
+
+// base is what the breakers' times count from: with the monotonic clock
+// when the times passed in have it (the service's time.Now), by the wall
+// clock otherwise (the filter's).
+var base = time.Now()
+
+func since(t time.Time) int64 { return int64(t.Sub(base)) }
+
+// until is when a cooldown that starts at now ends; it saturates rather
+// than wrap (a wrapped end would be in the past: the breaker would never
+// hold).
+func (b *Breaker) until(now time.Time) int64 {
+	t := since(now)
+	if t > math.MaxInt64-b.cooldown {
+		return math.MaxInt64
+	}
+	return t + b.cooldown
 }
 
 // New returns a closed breaker that opens after threshold consecutive
 // failures, for cooldown.
 func New(threshold int, cooldown time.Duration) *Breaker {
-	return &Breaker{threshold: max(threshold, 1), cooldown: cooldown}
+	return &Breaker{threshold: max(threshold, 1), cooldown: int64(cooldown)}
 }
 
 // Allow reports whether a call may go to Redis now. Once the cooldown is
@@ -35,10 +58,10 @@ func (b *Breaker) Allow(now time.Time) bool {
 	if b.failures < b.threshold {
 		return true
 	}
-	if now.Before(b.openUntil) {
+	if since(now) < b.openUntil {
 		return false
 	}
-	b.openUntil = now.Add(b.cooldown)
+	b.openUntil = b.until(now)
 	return true
 }
 
@@ -54,7 +77,7 @@ func (b *Breaker) Record(ok bool, now time.Time) (changed bool) {
 	}
 	b.failures++
 	if b.failures >= b.threshold {
-		b.openUntil = now.Add(b.cooldown)
+		b.openUntil = b.until(now)
 		return b.failures == b.threshold
 	}
 	return false

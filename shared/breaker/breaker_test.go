@@ -35,3 +35,16 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("a successful probe must close the breaker")
 	}
 }
+
+// A cooldown too long to add to the time it starts still holds the breaker
+// open: its end saturates instead of wrapping into the past.
+func TestCooldownSaturates(t *testing.T) {
+	b := New(1, time.Duration(1<<63-1))
+	now := time.Now()
+	if !b.Allow(now) || !b.Record(false, now) {
+		t.Fatal("the first failure must open a breaker of threshold 1")
+	}
+	if b.Allow(now.Add(24 * time.Hour)) {
+		t.Fatal("the breaker let a call through during an endless cooldown")
+	}
+}

@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // Exceeded is the RATE_LIMIT_EXCEEDED body of a request refused by a rate
 // limit, built from a denial's limits; it states the sustained quota. The
@@ -17,7 +14,7 @@ func Exceeded(d *Limits) ErrorBody {
 		Details: map[string]any{
 			"limit":               q,
 			"window_seconds":      d.WindowSeconds,
-			"reset_at":            time.Unix(d.ResetAt, 0).UTC().Format(time.RFC3339),
+			"reset_at":            string(AppendRFC3339(nil, d.ResetAt)),
 			"retry_after_seconds": d.RetryAfter,
 		},
 	}
@@ -36,7 +33,7 @@ func AppendExceeded(dst []byte, d *Limits, requestID string) []byte {
 	dst = append(dst, `","details":{"limit":`...)
 	dst = strconv.AppendInt(dst, q, 10)
 	dst = append(dst, `,"reset_at":"`...)
-	dst = time.Unix(d.ResetAt, 0).UTC().AppendFormat(dst, time.RFC3339)
+	dst = AppendRFC3339(dst, d.ResetAt)
 	dst = append(dst, `","retry_after_seconds":`...)
 	dst = strconv.AppendInt(dst, d.RetryAfter, 10)
 	dst = append(dst, `,"window_seconds":`...)
@@ -63,4 +60,62 @@ func windowText(s int64) string {
 		return "hour"
 	}
 	return strconv.FormatInt(s, 10) + " seconds"
+}
+
+// The times AppendRFC3339 writes: 0000-01-01T00:00:00Z to
+// 9999-12-31T23:59:59Z, the years RFC 3339 has four digits for.
+const (
+	minRFC3339 = -62167219200
+	maxRFC3339 = 253402300799
+)
+
+// AppendRFC3339 appends the Unix time unix in UTC as RFC 3339 (what
+// time.Time.AppendFormat writes with time.RFC3339 in UTC), a time outside
+// the four-digit years as the nearest one inside them. It is written here
+// because time's formatter is 30 kB of the filter's module, where this is
+// the only time it writes.
+func AppendRFC3339(dst []byte, unix int64) []byte {
+	unix = min(max(unix, minRFC3339), maxRFC3339)
+	// Days and seconds of the day; then the civil date of the day count
+	// (the proleptic Gregorian calendar in 400-year eras, counted from
+	// 0000-03-01 so that a leap day ends its year).
+	days, secs := unix/86400, unix%86400
+	if secs < 0 {
+		days, secs = days-1, secs+86400
+	}
+	z := days + 719468 // days since 0000-03-01
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097                                  // day of the era, 0..146096
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365 // year of the era, 0..399
+	doy := doe - (365*yoe + yoe/4 - yoe/100)               // day of the year from March 1
+	mp := (5*doy + 2) / 153                                // month from March, 0..11
+	day := doy - (153*mp+2)/5 + 1
+	month := mp + 3
+	if month > 12 {
+		month -= 12
+	}
+	year := yoe + era*400
+	if month <= 2 {
+		year++
+	}
+	dst = appendDigits(dst, year, 4)
+	dst = appendDigits(append(dst, '-'), month, 2)
+	dst = appendDigits(append(dst, '-'), day, 2)
+	dst = appendDigits(append(dst, 'T'), secs/3600, 2)
+	dst = appendDigits(append(dst, ':'), secs/60%60, 2)
+	dst = appendDigits(append(dst, ':'), secs%60, 2)
+	return append(dst, 'Z')
+}
+
+// appendDigits appends v (0 <= v < 10^width) in width digits.
+func appendDigits(dst []byte, v int64, width int) []byte {
+	var b [4]byte
+	for i := width - 1; i >= 0; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(dst, b[:width]...)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func ExampleExceeded() {
@@ -31,6 +32,45 @@ func FuzzAppendExceeded(f *testing.F) {
 		}
 		if got := AppendExceeded(nil, &l, rid); string(got) != string(want) {
 			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+// AppendRFC3339 writes what time's formatter writes, for every time with a
+// four-digit year, and the nearest of those for any other.
+func TestAppendRFC3339(t *testing.T) {
+	for _, c := range []struct {
+		unix int64
+		want string
+	}{
+		{0, "1970-01-01T00:00:00Z"},
+		{1735689720, "2025-01-01T00:02:00Z"},
+		{951782400, "2000-02-29T00:00:00Z"},  // a leap day of a century's leap year
+		{4107542399, "2100-02-28T23:59:59Z"}, // 2100 is no leap year
+		{-1, "1969-12-31T23:59:59Z"},
+		{minRFC3339, "0000-01-01T00:00:00Z"},
+		{maxRFC3339, "9999-12-31T23:59:59Z"},
+		{minRFC3339 - 1, "0000-01-01T00:00:00Z"},
+		{maxRFC3339 + 1, "9999-12-31T23:59:59Z"},
+		{-1 << 63, "0000-01-01T00:00:00Z"},
+		{1<<63 - 1, "9999-12-31T23:59:59Z"},
+	} {
+		if got := string(AppendRFC3339([]byte("x"), c.unix)); got != "x"+c.want {
+			t.Errorf("AppendRFC3339(%d) = %q, want %q", c.unix, got[1:], c.want)
+		}
+	}
+}
+
+func FuzzAppendRFC3339(f *testing.F) {
+	f.Add(int64(0))
+	f.Add(int64(minRFC3339))
+	f.Add(int64(maxRFC3339))
+	f.Add(int64(-86401))
+	f.Fuzz(func(t *testing.T, unix int64) {
+		in := min(max(unix, minRFC3339), maxRFC3339)
+		want := time.Unix(in, 0).UTC().Format(time.RFC3339)
+		if got := string(AppendRFC3339(nil, unix)); got != want {
+			t.Fatalf("AppendRFC3339(%d) = %q, want %q", unix, got, want)
 		}
 	})
 }

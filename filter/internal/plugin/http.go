@@ -75,7 +75,10 @@ type httpContext struct {
 	localReply bool
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
-	start      time.Time
+	// start is when the callout left, in Unix nanoseconds: a time.Time
+	// field here (the context is held behind an interface) would keep
+	// time's formatting code in the module.
+	start int64
 }
 
 // now is the wall clock: one host call (time.Now makes two).
@@ -399,7 +402,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned,
 	})
 	p.bodyBuf = body[:0] // keep what it grew to
-	h.start = now
+	h.start = now.UnixNano()
 	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
 		p.breaker.Record(false, now)
 		p.m.calloutFailures.Increment(1)
@@ -558,7 +561,7 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	p := h.p
 	defer h.release() // the bucket's waiters take from what it brought
 	now := h.now()
-	p.m.calloutLatency.Record(uint64(now.Sub(h.start).Milliseconds()))
+	p.m.calloutLatency.Record(uint64(max(now.UnixNano()-h.start, 0) / 1e6))
 	if numHeaders == 0 {
 		h.calloutFailed(now, "stream reset")
 		return
