@@ -29,7 +29,7 @@ var (
 	plugins                   = map[uint32]*pluginState{}
 	// streams holds its states by value: a new stream costs no allocation
 	// of its own here.
-	streams = map[uint32]httpState{}
+	streams = newStreamTable()
 	// activeID is the context whose callback runs now; DispatchHttpCall
 	// remembers it so the response runs in the same context.
 	activeID uint32
@@ -62,7 +62,7 @@ func onContextCreate(contextID, parentID uint32) {
 		return
 	}
 	if h := p.ctx.NewHttpContext(contextID); h != nil {
-		streams[contextID] = httpState{ctx: h, rootID: parentID}
+		streams.put(contextID, httpState{ctx: h, rootID: parentID})
 	}
 }
 
@@ -81,7 +81,7 @@ func onResponseBody(contextID, bodySize uint32, end bool) uint32 {
 // onStream runs a stream callback with its context active; a stream the
 // plugin made no context for continues.
 func onStream(contextID uint32, callback func(types.HttpContext) types.Action) uint32 {
-	h, ok := streams[contextID]
+	h, ok := streams.get(contextID)
 	if !ok {
 		return uint32(types.ActionContinue)
 	}
@@ -106,7 +106,7 @@ func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32)
 	// the answer brought (a lease, a breaker outcome), with the root context
 	// effective.
 	activeID = rootID
-	if _, live := streams[c.contextID]; live && c.contextID != rootID {
+	if _, live := streams.get(c.contextID); live && c.contextID != rootID {
 		proxySetEffectiveContext(c.contextID)
 		activeID = c.contextID
 	}
@@ -128,10 +128,10 @@ func onDone(contextID uint32) bool {
 }
 
 func onDelete(contextID uint32) {
-	if h, ok := streams[contextID]; ok {
+	if h, ok := streams.get(contextID); ok {
 		activeID = contextID
 		h.ctx.OnHttpStreamDone()
-		delete(streams, contextID)
+		streams.remove(contextID)
 		return
 	}
 	delete(plugins, contextID)

@@ -291,7 +291,7 @@ func dispatch(cluster string, h, body, t []byte, timeoutMs uint32, callBack func
 	}
 	token = retID
 	root := activeID
-	if s, ok := streams[activeID]; ok {
+	if s, ok := streams.get(activeID); ok {
 		root = s.rootID
 	}
 	if p, ok := plugins[root]; ok {
