@@ -21,10 +21,27 @@ var (
 // GC cannot reuse it in between.
 var allocBuf []byte
 
+// scratch is the buffer a *Scratch call's answer is written into, reused
+// from one call to the next (an allocation under wazero costs about as
+// much as the rest of a small host call); inScratch says the allocation
+// the host asks for now is that answer's.
+var (
+	scratch   []byte
+	inScratch bool
+)
+
 func allocate(size uint32) *byte {
 	if size == 0 {
 		allocBuf = []byte{}
 		return nil
+	}
+	if inScratch {
+		inScratch = false
+		if uint32(cap(scratch)) < size {
+			scratch = make([]byte, size)
+		}
+		allocBuf = scratch[:size]
+		return &allocBuf[0]
 	}
 	allocBuf = make([]byte, size)
 	return &allocBuf[0]
@@ -145,6 +162,17 @@ func GetPropertyString(path string) (string, error) {
 		return "", err
 	}
 	return owned(hostData()), nil
+}
+
+// GetPropertyScratch is GetPropertyString for a value read and dropped at
+// once: it is written into a buffer the next *Scratch call reuses, so the
+// string is valid only until then, and nothing may keep it (or a part of
+// it).
+func GetPropertyScratch(path string) (string, error) {
+	inScratch = true
+	v, err := GetPropertyString(path)
+	inScratch = false
+	return v, err
 }
 
 // --- headers

@@ -499,7 +499,9 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 // is none.
 func (h *httpContext) clientAddress(xff, realIP string) (netip.Addr, bool) {
 	p := h.p
-	source, _ := proxywasm.GetPropertyString(sourceAddress)
+	// The address is parsed into a netip.Addr and dropped: a scratch read
+	// (one guest allocation less per request).
+	source, _ := proxywasm.GetPropertyScratch(sourceAddress)
 	addr, _, err := identity.ClientIP(identity.ClientIPInput{
 		SourceAddress: source, ForwardedFor: xff, XFFTrustedHops: p.cfg.XFFTrustedHops,
 		RealIP: realIP, TrustRealIP: p.cfg.TrustXRealIP,
