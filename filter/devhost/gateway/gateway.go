@@ -263,7 +263,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeLocal(w, local)
 		return
 	}
-	out := r.Clone(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
+	// A shallow copy: the proxy clones the request again before it
+	// changes anything, and the headers are the filter's new map.
+	out := r.WithContext(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
 	out.Header = header
 	g.proxy.ServeHTTP(w, out)
 }
