@@ -458,7 +458,7 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	ref.w.mu.Lock()
 	out := ref.s.ResponseHeaders
 	ref.w.mu.Unlock()
-	resp.Header = http.Header{}
+	resp.Header = make(http.Header, len(out))
 	for _, kv := range out {
 		if !strings.HasPrefix(kv[0], ":") {
 			resp.Header.Add(kv[0], kv[1])
@@ -588,7 +588,8 @@ func newRequestID() string {
 }
 
 func requestHeaders(r *http.Request) wasmhost.Headers {
-	h := wasmhost.Headers{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", scheme(r)}}
+	h := make(wasmhost.Headers, 0, 4+len(r.Header)+2)
+	h = append(h, [2]string{":method", r.Method}, [2]string{":path", r.URL.RequestURI()}, [2]string{":authority", r.Host}, [2]string{":scheme", scheme(r)})
 	for k, vs := range r.Header {
 		for _, v := range vs {
 			h = append(h, [2]string{strings.ToLower(k), v})
@@ -598,7 +599,7 @@ func requestHeaders(r *http.Request) wasmhost.Headers {
 }
 
 func upstreamHeaders(h wasmhost.Headers) http.Header {
-	out := http.Header{}
+	out := make(http.Header, len(h))
 	for _, kv := range h {
 		if !strings.HasPrefix(kv[0], ":") {
 			out.Add(kv[0], kv[1])
