@@ -41,7 +41,14 @@ type parser struct {
 	// scratch holds an unescaped string until it is copied out, so a body
 	// costs one buffer, not one per string.
 	scratch []byte
+	// strictText refuses (errBadText) a string that is not Unicode text:
+	// bytes that are not UTF-8, or half a surrogate pair escaped, which
+	// encoding/json (and this parser without it) reads as U+FFFD.
+	strictText bool
 }
+
+// errBadText is a string that strictText refuses.
+var errBadText = errors.New("wire: a string is not UTF-8 text")
 
 func (p *parser) checkField(key []byte, d *CheckResponse) error {
 	if !ascii(key) {
@@ -327,6 +334,9 @@ func (p *parser) rawString(dst *[]byte) error {
 		case c == '"':
 			p.i++
 			if !utf8.Valid(out) {
+				if p.strictText {
+					return errBadText
+				}
 				return ErrSyntax
 			}
 			*dst = out
@@ -373,6 +383,9 @@ func (p *parser) rawString(dst *[]byte) error {
 							continue
 						}
 						p.i = save
+					}
+					if p.strictText {
+						return errBadText
 					}
 					r = utf8.RuneError
 				}

@@ -10,7 +10,9 @@ package wire
 // that takes the first user_id, this service the last) can never disagree.
 // What it accepts, encoding/json accepts with the same result (fuzzed).
 func DecodeCheckRequest(b []byte, r *CheckRequest) error {
-	p := parser{b: b}
+	// Text that is not UTF-8 is refused, not read as U+FFFD: two callers'
+	// different bytes would count as one (Decode names the field).
+	p := parser{b: b, strictText: true}
 	var seen uint32
 	return p.document(func(key []byte) error { return p.requestField(key, r, &seen) })
 }

@@ -43,6 +43,9 @@ func Decode(b []byte, dst any, strict bool) error {
 	if dec.More() {
 		return fielderr.New("", "has data after the JSON value")
 	}
+	if field, reason, bad := BadText(b); bad {
+		return fielderr.New(field, "%s", reason)
+	}
 	if strict {
 		var doc any
 		if err := json.Unmarshal(b, &doc); err != nil {

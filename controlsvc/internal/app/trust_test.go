@@ -117,6 +117,12 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"caller-chosen tier, field name in capitals", open, "POST", check, mallory(`,"TIER":"premium"`), nil, 400, "INVALID_INPUT", "TIER"},
 		{"user_id twice (a proxy may read the first)", filter, "POST", check, `{"user_id":"user:victim","user_id":"user:mallory","endpoint":"/z"}`, nil, 400, "INVALID_INPUT", "user_id"},
 		{"user_id in another case beside it", filter, "POST", check, `{"user_id":"user:victim","User_Id":"user:mallory","endpoint":"/z"}`, nil, 400, "INVALID_INPUT", "User_Id"},
+		// Text that is not UTF-8 is refused, not read as U+FFFD: several
+		// such ids (or paths) would spend one counter.
+		{"user_id with a byte that is not UTF-8", filter, "POST", check, "{\"user_id\":\"user:\xff\"," + items + "}", nil, 400, "INVALID_INPUT", "user_id"},
+		{"user_id with half a surrogate pair", filter, "POST", check, `{"user_id":"user:\ud800",` + items + `}`, nil, 400, "INVALID_INPUT", "user_id"},
+		{"endpoint with a byte that is not UTF-8", filter, "POST", check, "{\"user_id\":\"user:mallory\",\"endpoint\":\"/\xc3(\"}", nil, 400, "INVALID_INPUT", "endpoint"},
+		{"batch check with half a surrogate pair", filter, "POST", batchPath, `{"checks":[{"user_id":"user:mallory",` + items + `},{"user_id":"user:\udfff",` + items + `}]}`, nil, 400, "INVALID_INPUT", "checks[1].user_id"},
 		{"caller-chosen tenant", open, "POST", check, mallory(`,"tenant":"acme"`), nil, 403, "FORBIDDEN", "tenant"},
 		{"caller-chosen cost", open, "POST", check, mallory(`,"cost":2`), nil, 403, "FORBIDDEN", "cost"},
 		{"key identity without the key", open, "POST", check, `{"user_id":"key:k_victim",` + items + `}`, nil, 403, "FORBIDDEN", "user_id"},
