@@ -86,3 +86,35 @@ func BenchmarkDecodeCheckResponse(b *testing.B) {
 		}
 	})
 }
+
+// FuzzDecoderReuse: a Decoder that read other decisions before reads each
+// one as a fresh decode does, whatever came before (its buffers and kept
+// strings change nothing but allocations).
+func FuzzDecoderReuse(f *testing.F) {
+	sample, _ := json.Marshal(sampleDecision)
+	f.Add(sample, []byte(`{"rule_id":"tier_free","strategy":"gcra","refusal":{"headers":{"a":"b"}}}`), []byte(`{"rule_id":"tier_fre"}`))
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		var dec Decoder
+		for _, body := range [][]byte{a, b, c, a} {
+			var mine, fresh CheckResponse
+			errMine := dec.DecodeCheckResponse(body, &mine)
+			errFresh := DecodeCheckResponse(body, &fresh)
+			if (errMine == nil) != (errFresh == nil) || !reflect.DeepEqual(mine, fresh) {
+				t.Fatalf("%q after others:\n reused %+v, %v\n fresh %+v, %v", body, mine, errMine, fresh, errFresh)
+			}
+		}
+	})
+}
+
+func TestDecoderAllocations(t *testing.T) {
+	body, _ := json.Marshal(CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, Strategy: "token_bucket",
+		WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000}, Identity: "user:alice", Tier: "free"})
+	var dec Decoder
+	var d CheckResponse
+	if err := dec.DecodeCheckResponse(body, &d); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { d = CheckResponse{}; _ = dec.DecodeCheckResponse(body, &d) }); n != 0 {
+		t.Fatalf("a decision like the last one costs %v allocations, want none", n)
+	}
+}

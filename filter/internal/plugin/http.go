@@ -590,7 +590,7 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	switch {
 	case status == 200 || status == 429:
 		var d wire.CheckResponse
-		if err := wire.DecodeCheckResponse(body, &d); err != nil || (status == 200) != d.Allowed {
+		if err := p.decoder.DecodeCheckResponse(body, &d); err != nil || (status == 200) != d.Allowed {
 			h.calloutFailed(now, "unparsable answer")
 			return
 		}

@@ -39,6 +39,9 @@ type pluginContext struct {
 	fallback *fallback.Limiter
 	// headerSet is the rate-limit header fields the configuration selects.
 	headerSet wire.HeaderSet
+	// decoder reads the control service's decisions (its buffers and
+	// strings kept from one to the next).
+	decoder wire.Decoder
 	// headerBuf and headerFields are reused to render each response's
 	// rate-limit header fields (a VM runs one callback at a time).
 	headerBuf []byte
