@@ -208,6 +208,7 @@ func newUpstream(t *testing.T) *upstream {
 		h := r.Header.Clone()
 		h.Set("X-Test-Body", string(body))
 		h.Set("X-Test-Method", r.Method)
+		h.Set("X-Test-URI", r.URL.RequestURI())
 		u.mu.Lock()
 		u.seen = append(u.seen, h)
 		u.mu.Unlock()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
@@ -62,5 +63,62 @@ window_seconds = 3600
 	}
 	if n := up.count() - before; n > 25 {
 		t.Errorf("the upstream saw %d requests; at most 25 were admitted", n)
+	}
+}
+
+// A DELETE-only limit cannot be walked around with ?_method=DELETE on a
+// POST (which Laravel, Symfony and Express's method-override route as a
+// DELETE): counted, the override spends the DELETE rule; stripped, the
+// upstream never sees it (found by an outsider's attack: 6 of 6 admitted
+// past a limit of 2).
+func TestMethodOverrideInTheQueryThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, `
+[[tiers]]
+name = "free"
+limit = 1000
+window_seconds = 3600
+
+[[rules]]
+id = "deletes"
+path = "/api/v1/items"
+methods = ["DELETE"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 3600
+`)
+	up := newUpstream(t)
+	post := func(gw, path, address string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, gw+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Forwarded-For", address)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	config := func(mode string) string {
+		return `{"control_cluster":"controlsvc","decision_token":"` + decisionToken + `","timeout_ms":2000,"lease":{"request":0},"method_override":"` + mode + `"}`
+	}
+	counted := startGateway(t, ctl, up, config("count"))
+	var got []int
+	for _, path := range []string{"/api/v1/items?_method=DELETE", "/api/v1/items?a=1&%5Fmethod=delete", "/api/v1/items?_method=DELETE", "/api/v1/items"} {
+		got = append(got, post(counted, path, "203.0.113.20"))
+	}
+	if fmt.Sprint(got) != "[200 200 429 200]" {
+		t.Errorf("POSTs with ?_method=DELETE, then a plain POST: %v; want [200 200 429 200] (two DELETEs allowed)", got)
+	}
+	stripped := startGateway(t, ctl, up, config("strip"))
+	if st := post(stripped, "/api/v1/items?a=1&_method=DELETE&b=2", "203.0.113.21"); st != 200 {
+		t.Fatalf("stripped: %d", st)
+	}
+	if h := up.last(t); h.Get("X-Test-URI") != "/api/v1/items?a=1&b=2" || h.Get("X-Test-Method") != "POST" {
+		t.Errorf("the upstream got %s %s; want POST /api/v1/items?a=1&b=2", h.Get("X-Test-Method"), h.Get("X-Test-URI"))
 	}
 }

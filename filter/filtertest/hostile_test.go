@@ -282,6 +282,15 @@ func TestMethodOverrideHeaders(t *testing.T) {
 		{"no method", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "GET /admin"}}}, 400, ""},
 		{"empty", baseConfig, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", ""}}}, 400, ""},
 		{"stripped", strip, req{method: "POST", headers: wasmhost.Headers{{"x-http-method-override", "DELETE"}, {"x_method_override", "GET"}}}, 0, ""},
+		// The same in the query string (Laravel, Symfony, Express's
+		// method-override route ?_method=DELETE as a DELETE).
+		{"_method parameter counted", baseConfig, req{method: "POST", path: "/api/v1/items?_method=DELETE"}, 0, "DELETE"},
+		{"_method parameter percent-encoded, lower case", baseConfig, req{method: "POST", path: "/api/v1/items?a=1&%5Fmethod=delete"}, 0, "DELETE"},
+		{"_method parameter agreeing with the header", baseConfig, req{method: "POST", path: "/api/v1/items?_method=PUT", headers: wasmhost.Headers{{"x-http-method-override", "put"}}}, 0, "PUT"},
+		{"_method parameter disagreeing with the header", baseConfig, req{method: "POST", path: "/api/v1/items?_method=PUT", headers: wasmhost.Headers{{"x-http-method-override", "DELETE"}}}, 400, ""},
+		{"two _method parameters disagreeing", baseConfig, req{method: "POST", path: "/api/v1/items?_method=PUT;_method=DELETE"}, 400, ""},
+		{"_method parameter naming no method", baseConfig, req{method: "POST", path: "/api/v1/items?_method=%3Cscript%3E"}, 400, ""},
+		{"_method parameter stripped", strip, req{method: "POST", path: "/api/v1/items?a=1&_method=DELETE;b=2"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.config, 1)
@@ -298,6 +307,9 @@ func TestMethodOverrideHeaders(t *testing.T) {
 				t.Fatalf("counted as %q overridden to %q; want %q overridden to %q", body.Method, body.MethodOverride, tc.r.method, tc.override)
 			}
 			if tc.config == strip {
+				if p := s.RequestHeaders.Value(":path"); strings.Contains(strings.ToLower(p), "method") {
+					t.Fatalf(":path %q still carries the override", p)
+				}
 				for _, kv := range s.RequestHeaders {
 					if strings.HasPrefix(strings.ReplaceAll(kv[0], "_", "-"), "x-") && strings.Contains(kv[0], "method") {
 						t.Fatalf("header %q reached the upstream", kv[0])

@@ -255,8 +255,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wk.mu.Lock()
 	local := s.Local
 	var header http.Header
+	var path string
 	if local == nil {
-		header = upstreamHeaders(s.RequestHeaders)
+		header, path = upstreamHeaders(s.RequestHeaders), s.RequestHeaders.Value(":path")
 	}
 	wk.mu.Unlock()
 	if local != nil {
@@ -267,6 +268,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// changes anything, and the headers are the filter's new map.
 	out := r.WithContext(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
 	out.Header = header
+	if path != r.URL.RequestURI() {
+		// The filter rewrote :path (method_override: strip takes _method
+		// out of the query): the upstream gets the new one, as from Envoy.
+		u, err := url.ParseRequestURI(path)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "INTERNAL", "the filter set a :path that is not a request target")
+			return
+		}
+		out.URL = &url.URL{Scheme: r.URL.Scheme, Host: r.URL.Host, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
+	}
 	g.proxy.ServeHTTP(w, out)
 }
 

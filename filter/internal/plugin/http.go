@@ -186,7 +186,7 @@ var overrideHeaders = [...]string{"x-http-method-override", "x-method-override",
 // Stripping, it removes them. settled is true when the request has its
 // answer (act).
 func (h *httpContext) methodOverride(rq *request) (method string, act types.Action, settled bool) {
-	if rq.overrides == 0 {
+	if rq.overrides == 0 && rq.queryOverride == 0 {
 		return "", 0, false
 	}
 	if h.p.cfg.MethodOverride == pluginconf.MethodOverrideStrip {
@@ -201,11 +201,17 @@ func (h *httpContext) methodOverride(rq *request) (method string, act types.Acti
 				return "", h.failure("strip method override"), true
 			}
 		}
+		if rq.queryOverride > 0 {
+			if err := proxywasm.ReplaceHttpRequestHeader(":path", withoutMethodParams(rq.rawPath)); err != nil {
+				proxywasm.LogError("tollgate: strip _method from :path: " + err.Error())
+				return "", h.failure("strip method override"), true
+			}
+		}
 		return "", 0, false
 	}
 	m := upperASCII(rq.override)
 	if rq.overrideConflict || !rules.ValidMethod(m) {
-		return "", h.refuse(400, "a method override header must name one HTTP method"), true
+		return "", h.refuse(400, "a method override (header or _method parameter) must name one HTTP method"), true
 	}
 	if m == rq.method {
 		return "", 0, false
@@ -235,11 +241,13 @@ type request struct {
 	// forged counts client-supplied x-tollgate-* headers; auths and apiKeys
 	// the credentials of each kind.
 	forged, auths, apiKeys int
-	// override is a method override header's value; overrides counts such
-	// headers (overrideNames holds the first names, as sent, for removal)
-	// and overrideConflict says two of them disagree.
+	// override is a method override header's (or _method parameter's)
+	// value; overrides counts such headers (overrideNames holds the first
+	// names, as sent, for removal), queryOverride such parameters
+	// (override.go), and overrideConflict says two of them disagree.
 	override         string
 	overrides        int
+	queryOverride    int
 	overrideNames    [4]string
 	overrideConflict bool
 	// contentLength is the Content-Length header ("" when absent; the
@@ -316,6 +324,7 @@ func (h *httpContext) readRequest() (request, error) {
 		}
 		return true
 	})
+	rq.queryOverrides()
 	return rq, err
 }
 

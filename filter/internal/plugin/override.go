@@ -1,0 +1,124 @@
+package plugin
+
+import "strings"
+
+// A method override can also come in the query string: Laravel, Symfony
+// and Express's method-override (configured for it) route a POST with
+// ?_method=DELETE as a DELETE. The filter treats such parameters as it
+// treats the override headers: counted under the method they name (and
+// refused when they name none, or disagree with each other or with a
+// header), or removed before the upstream with method_override: strip.
+// One in a form body (Rails, Laravel, Symfony) is beyond a filter that
+// decides on the headers: docs/security.md says what that admits.
+
+// isMethodParam reports whether a query parameter's name, as sent, is
+// one a framework reads as _method: percent-decoded, with PHP's mapping of
+// ' ', '.' and '[' in names to '_'.
+func isMethodParam(name string) bool {
+	if len(name) < len("_method") || len(name) > 3*len("_method") {
+		return false
+	}
+	// PHP also drops leading spaces; the name is compared without case,
+	// which can only count more.
+	n := strings.TrimLeft(formUnescape(name), " ")
+	if len(n) != len("_method") {
+		return false
+	}
+	switch n[0] {
+	case '_', ' ', '.', '[':
+		return strings.EqualFold(n[1:], "method")
+	}
+	return false
+}
+
+// queryOverrides notes every _method parameter of the request's query
+// (parameters split at '&' and at ';', which some frameworks also take:
+// splitting at more than the upstream does can only count more).
+func (rq *request) queryOverrides() {
+	i := strings.IndexByte(rq.rawPath, '?')
+	if i < 0 {
+		return
+	}
+	for q := rq.rawPath[i+1:]; q != ""; {
+		param := q
+		if j := strings.IndexAny(q, "&;"); j >= 0 {
+			param, q = q[:j], q[j+1:]
+		} else {
+			q = ""
+		}
+		name, value, _ := strings.Cut(param, "=")
+		if !isMethodParam(name) {
+			continue
+		}
+		v := formUnescape(value)
+		if (rq.overrides > 0 || rq.queryOverride > 0) && !strings.EqualFold(v, rq.override) {
+			rq.overrideConflict = true
+		}
+		rq.queryOverride++
+		rq.override = v
+	}
+}
+
+// withoutMethodParams is the path with its _method parameters removed, the
+// rest of it byte for byte: each parameter kept keeps the separator before
+// it (the first one kept follows the '?'), and a query left empty loses
+// its '?'.
+func withoutMethodParams(path string) string {
+	i := strings.IndexByte(path, '?')
+	if i < 0 {
+		return path
+	}
+	out := []byte(path[:i])
+	kept := false
+	sep := byte('?')
+	for q := path[i+1:]; ; {
+		param, next, rest := q, byte(0), ""
+		if j := strings.IndexAny(q, "&;"); j >= 0 {
+			param, next, rest = q[:j], q[j], q[j+1:]
+		}
+		if name, _, _ := strings.Cut(param, "="); !isMethodParam(name) {
+			if !kept {
+				sep, kept = '?', true
+			}
+			out = append(append(out, sep), param...)
+		}
+		if next == 0 {
+			break
+		}
+		sep, q = next, rest
+	}
+	return string(out)
+}
+
+// formUnescape decodes %XX escapes and '+' as a form decoder does; an
+// escape that is not one is kept as it is (PHP's urldecode does too).
+func formUnescape(s string) string {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b = append(b, ' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}

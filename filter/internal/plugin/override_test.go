@@ -1,0 +1,108 @@
+package plugin
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestQueryOverrides(t *testing.T) {
+	for _, c := range []struct {
+		path     string
+		n        int
+		override string
+		conflict bool
+	}{
+		{"/items", 0, "", false},
+		{"/items?a=1&b=2", 0, "", false},
+		{"/items?_method=DELETE", 1, "DELETE", false},
+		{"/items?a=1;_method=put", 1, "put", false},
+		{"/items?%5Fmethod=DELETE", 1, "DELETE", false},
+		{"/items?%5f%6D%65%74%68%6f%64=PATCH", 1, "PATCH", false},
+		{"/items?.method=DELETE", 1, "DELETE", false},    // PHP reads '.' as '_'
+		{"/items?+method=DELETE", 0, "", false},          // a leading space is dropped: PHP reads "method"
+		{"/items?%20_method=DELETE", 1, "DELETE", false}, // a leading space is dropped
+		{"/items?_METHOD=DELETE", 1, "DELETE", false},
+		{"/items?_method=DEL%45TE", 1, "DELETE", false},
+		{"/items?_method=GET&_method=get", 2, "get", false},
+		{"/items?_method=GET&_method=DELETE", 2, "DELETE", true},
+		{"/items?_method", 1, "", false}, // no value: refused later as no method
+		{"/items?x_method=DELETE&_methods=DELETE&method=DELETE", 0, "", false},
+		{"/items?a=_method=DELETE", 0, "", false},
+	} {
+		rq := request{rawPath: c.path}
+		rq.queryOverrides()
+		if rq.queryOverride != c.n || rq.override != c.override || rq.overrideConflict != c.conflict {
+			t.Errorf("%s: %d parameters, override %q, conflict %v; want %d, %q, %v", c.path, rq.queryOverride, rq.override, rq.overrideConflict, c.n, c.override, c.conflict)
+		}
+	}
+	// A parameter that disagrees with a header is a conflict too.
+	rq := request{rawPath: "/x?_method=DELETE", overrides: 1, override: "PUT"}
+	if rq.queryOverrides(); !rq.overrideConflict {
+		t.Error("a _method parameter that disagrees with the header was not a conflict")
+	}
+}
+
+func TestWithoutMethodParams(t *testing.T) {
+	for in, want := range map[string]string{
+		"/items":                           "/items",
+		"/items?":                          "/items?",
+		"/items?a=1":                       "/items?a=1",
+		"/items?_method=DELETE":            "/items",
+		"/items?_method=DELETE&a=1":        "/items?a=1",
+		"/items?a=1&_method=DELETE":        "/items?a=1",
+		"/items?a=1;_method=DELETE&b=%202": "/items?a=1&b=%202",
+		"/items?a=1&%5Fmethod=X;b=2":       "/items?a=1;b=2",
+		"/items?_method=A&_method=B":       "/items",
+		"/items?a&&b":                      "/items?a&&b",
+	} {
+		if got := withoutMethodParams(in); got != want {
+			t.Errorf("withoutMethodParams(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzWithoutMethodParams: what is left has no _method parameter, and
+// every other parameter, in order and as sent.
+func FuzzWithoutMethodParams(f *testing.F) {
+	f.Add("/items?a=1;_method=DELETE&b=%202")
+	f.Add("/x?%5Fmethod=1&&_method")
+	f.Fuzz(func(t *testing.T, path string) {
+		got := withoutMethodParams(path)
+		rq := request{rawPath: got}
+		if rq.queryOverrides(); rq.queryOverride != 0 {
+			t.Fatalf("%q -> %q still has a _method parameter", path, got)
+		}
+		params := func(p string) []string {
+			_, q, ok := strings.Cut(p, "?")
+			if !ok {
+				return nil
+			}
+			var out []string
+			for _, s := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' }) {
+				if name, _, _ := strings.Cut(s, "="); !isMethodParam(name) {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+		if a, b := params(path), params(got); strings.Join(a, "\x00") != strings.Join(b, "\x00") {
+			t.Fatalf("%q -> %q: parameters %q, want %q", path, got, b, a)
+		}
+		if before, _, _ := strings.Cut(path, "?"); !strings.HasPrefix(got, before) {
+			t.Fatalf("%q -> %q changed the path", path, got)
+		}
+	})
+}
+
+// formUnescape decodes what url.QueryUnescape decodes, and keeps what it
+// refuses instead of failing.
+func FuzzFormUnescape(f *testing.F) {
+	f.Add("a+b%20c%zz%4")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := formUnescape(s)
+		if want, err := url.QueryUnescape(s); err == nil && got != want {
+			t.Fatalf("formUnescape(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
