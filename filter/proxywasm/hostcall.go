@@ -30,12 +30,16 @@ var (
 	inScratch bool
 )
 
+// maxScratch bounds what the scratch buffer grows to (and keeps): a larger
+// answer gets an allocation of its own.
+const maxScratch = 4096
+
 func allocate(size uint32) *byte {
 	if size == 0 {
 		allocBuf = []byte{}
 		return nil
 	}
-	if inScratch {
+	if inScratch && size <= maxScratch {
 		inScratch = false
 		if uint32(cap(scratch)) < size {
 			scratch = make([]byte, size)

@@ -37,7 +37,7 @@ func since(t time.Time) int64 { return int64(t.Sub(base)) }
 // hold).
 func (b *Breaker) until(now time.Time) int64 {
 	t := since(now)
-	if t > math.MaxInt64-b.cooldown {
+	if b.cooldown > 0 && t > math.MaxInt64-b.cooldown {
 		return math.MaxInt64
 	}
 	return t + b.cooldown
