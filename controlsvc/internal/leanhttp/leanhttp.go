@@ -222,7 +222,15 @@ func (c *conn) serve() {
 		if _, err := c.br.Peek(1); err != nil {
 			return // closed, idle too long, or shutting down
 		}
-		req, n, ok := c.readRequest()
+		req, n, ok, late := c.readRequest()
+		if late {
+			// The request began and stopped (a body shorter than its
+			// Content-Length, a head never finished) for the whole
+			// ReadHeaderTimeout: answered here, not handed to net/http,
+			// which would wait its own read timeout again.
+			_, _ = c.Write([]byte(requestTimeout))
+			return
+		}
 		if !ok {
 			handedOff = c.handOff()
 			return
@@ -262,10 +270,26 @@ func (c *conn) answer(ctx context.Context, req *Request) (keep, answered bool) {
 	return !c.resp.close, true
 }
 
+// timedOut reports whether a read failed at its deadline.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// requestTimeout is the answer to a request that stopped arriving: 408,
+// with the API's error envelope.
+var requestTimeout = func() string {
+	body := wire.AppendErrorEnvelope(nil, &wire.ErrorBody{Code: wire.CodeInvalidInput,
+		Message: "the request stopped arriving before its end", Details: map[string]any{"field": "body"}})
+	return "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)
+}()
+
 // readRequest parses the request at the head of the read buffer without
 // consuming it: the request and the number of bytes it spans, or ok=false
-// when it is not the lean route's plain shape (or does not fit).
-func (c *conn) readRequest() (req Request, n int, ok bool) {
+// when it is not the lean route's plain shape (or does not fit); late is
+// true when the request stopped arriving before the read deadline.
+func (c *conn) readRequest() (req Request, n int, ok, late bool) {
 	if c.s.ReadHeaderTimeout > 0 {
 		_ = c.SetReadDeadline(time.Now().Add(c.s.ReadHeaderTimeout))
 	}
@@ -277,23 +301,23 @@ func (c *conn) readRequest() (req Request, n int, ok bool) {
 			break
 		}
 		if c.br.Buffered() >= c.br.Size() {
-			return req, 0, false // too large for the lean path
+			return req, 0, false, false // too large for the lean path
 		}
 		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
-			return req, 0, false // let net/http say what went wrong
+			return req, 0, false, timedOut(err) // else let net/http say what went wrong
 		}
 	}
 	cl, close, ok := parseHead(head, c.s.Path, &req)
 	if !ok || len(head)+cl > c.br.Size() {
-		return req, 0, false
+		return req, 0, false, false
 	}
 	all, err := c.br.Peek(len(head) + cl)
 	if err != nil {
-		return req, 0, false
+		return req, 0, false, timedOut(err)
 	}
 	req.Body = all[len(head):]
 	c.resp.close = close
-	return req, len(all), true
+	return req, len(all), true, false
 }
 
 // headEnd is the length of the head at the start of buf, through its

@@ -21,6 +21,13 @@ const route = "/v1/check"
 // fallback answers "fallback:" with method, path and body.
 func start(t *testing.T) (*Server, string) {
 	t.Helper()
+	return startTimeout(t, 5*time.Second)
+}
+
+// startTimeout is start with the given ReadHeaderTimeout (the fallback's
+// stays 5 s).
+func startTimeout(t *testing.T, readHeader time.Duration) (*Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func start(t *testing.T) (*Server, string) {
 			b, _ := io.ReadAll(r.Body)
 			_, _ = io.WriteString(w, "fallback:"+r.Method+" "+r.URL.RequestURI()+" "+string(b))
 		})}
-	s := &Server{Path: route, Fallback: fallback, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, BufferBytes: 1024,
+	s := &Server{Path: route, Fallback: fallback, ReadHeaderTimeout: readHeader, IdleTimeout: time.Minute, BufferBytes: 1024,
 		Handle: func(_ context.Context, r *Request, w *Response) bool {
 			switch {
 			case bytes.HasPrefix(r.Body, []byte("decline")):
@@ -340,5 +347,32 @@ func TestSilentConnectionIsClosed(t *testing.T) {
 	_, br := dial(t, addr)
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("a silent connection: %v; want it closed (EOF)", err)
+	}
+}
+
+// TestRequestCutShort: a request that starts and stops (a body shorter
+// than its Content-Length, a head never finished) is answered 408 when
+// ReadHeaderTimeout runs out, and the connection closed: handed to
+// net/http, it held the connection for net/http's own timeouts too (35 s
+// in all, found by an outsider's attack).
+func TestRequestCutShort(t *testing.T) {
+	_, addr := startTimeout(t, 300*time.Millisecond)
+	for name, raw := range map[string]string{
+		"body short of its length": "POST " + route + " HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+		"head never finished":      "POST " + route + " HTTP/1.1\r\nHost: x\r\nContent-Len",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, br := dial(t, addr)
+			if _, err := io.WriteString(c, raw); err != nil {
+				t.Fatal(err)
+			}
+			resp, body := readAnswer(t, br)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, `"code":"INVALID_INPUT"`) || !resp.Close {
+				t.Fatalf("%d %q (close %v); want a 408 that closes the connection", resp.StatusCode, body, resp.Close)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("after the 408: %v; want the connection closed", err)
+			}
+		})
 	}
 }
