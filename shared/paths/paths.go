@@ -205,6 +205,28 @@ func unreserved(c byte) bool {
 		c == '-' || c == '.' || c == '_' || c == '~'
 }
 
+// FormUnescape decodes a query parameter's name or value as a form
+// decoder does: %XX escapes, and '+' as a space; an escape that is not one
+// is kept as it is (as PHP's urldecode keeps it) rather than refused.
+func FormUnescape(s string) string {
+	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b = append(b, ' ')
+		case c == '%' && i+2 < len(s) && unhex(s[i+1]) >= 0 && unhex(s[i+2]) >= 0:
+			b = append(b, byte(unhex(s[i+1])<<4|unhex(s[i+2])))
+			i += 2
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
 func unhex(c byte) int {
 	switch {
 	case '0' <= c && c <= '9':

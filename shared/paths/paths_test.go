@@ -2,6 +2,7 @@ package paths
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -195,6 +196,18 @@ func FuzzFoldSuffix(f *testing.F) {
 		}
 		if FoldSuffix(got) != got {
 			t.Fatalf("FoldSuffix(%q) = %q, folded again %q", n, got, FoldSuffix(got))
+		}
+	})
+}
+
+// FuzzFormUnescape: FormUnescape decodes what url.QueryUnescape decodes,
+// and keeps what it refuses instead of failing.
+func FuzzFormUnescape(f *testing.F) {
+	f.Add("a+b%20c%zz%4")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := FormUnescape(s)
+		if want, err := url.QueryUnescape(s); err == nil && got != want {
+			t.Fatalf("FormUnescape(%q) = %q, want %q", s, got, want)
 		}
 	})
 }

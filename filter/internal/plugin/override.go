@@ -1,6 +1,10 @@
 package plugin
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/paths"
+)
 
 // A method override can also come in the query string: Laravel, Symfony
 // and Express's method-override (configured for it) route a POST with
@@ -20,7 +24,7 @@ func isMethodParam(name string) bool {
 	}
 	// PHP also drops leading spaces; the name is compared without case,
 	// which can only count more.
-	n := strings.TrimLeft(formUnescape(name), " ")
+	n := strings.TrimLeft(paths.FormUnescape(name), " ")
 	if len(n) != len("_method") {
 		return false
 	}
@@ -50,7 +54,7 @@ func (rq *request) queryOverrides() {
 		if !isMethodParam(name) {
 			continue
 		}
-		v := formUnescape(value)
+		v := paths.FormUnescape(value)
 		if (rq.overrides > 0 || rq.queryOverride > 0) && !strings.EqualFold(v, rq.override) {
 			rq.overrideConflict = true
 		}
@@ -88,37 +92,4 @@ func withoutMethodParams(path string) string {
 		sep, q = next, rest
 	}
 	return string(out)
-}
-
-// formUnescape decodes %XX escapes and '+' as a form decoder does; an
-// escape that is not one is kept as it is (PHP's urldecode does too).
-func formUnescape(s string) string {
-	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '+':
-			b = append(b, ' ')
-		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-		default:
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
 }

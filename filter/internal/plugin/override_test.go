@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 )
@@ -91,18 +90,6 @@ func FuzzWithoutMethodParams(f *testing.F) {
 		}
 		if before, _, _ := strings.Cut(path, "?"); !strings.HasPrefix(got, before) {
 			t.Fatalf("%q -> %q changed the path", path, got)
-		}
-	})
-}
-
-// formUnescape decodes what url.QueryUnescape decodes, and keeps what it
-// refuses instead of failing.
-func FuzzFormUnescape(f *testing.F) {
-	f.Add("a+b%20c%zz%4")
-	f.Fuzz(func(t *testing.T, s string) {
-		got := formUnescape(s)
-		if want, err := url.QueryUnescape(s); err == nil && got != want {
-			t.Fatalf("formUnescape(%q) = %q, want %q", s, got, want)
 		}
 	})
 }
