@@ -42,7 +42,7 @@ var native NativeHost
 // a fresh VM would.
 func SetNativeHost(h NativeHost) {
 	native = h
-	plugins, streams, activeID = map[uint32]*pluginState{}, newStreamTable(), 0
+	plugins, streams, activeID = map[uint32]*pluginState{}, newIDTable[httpState](), 0
 }
 
 func str(p *byte, n uint32) string {

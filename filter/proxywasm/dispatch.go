@@ -11,12 +11,23 @@ import "github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 
 type pluginState struct {
 	ctx      types.PluginContext
-	callouts map[uint32]callout
+	callouts idTable[callout]
 }
 
 type callout struct {
 	contextID uint32 // the context that dispatched it, made effective again
-	cb        func(numHeaders, bodySize, numTrailers int)
+	// The answer goes to recv (with kind) or, without one, to cb.
+	recv CalloutReceiver
+	kind uint8
+	cb   func(numHeaders, bodySize, numTrailers int)
+}
+
+// CalloutReceiver gets the answer of a callout dispatched with
+// DispatchHttpCallTo, with the kind it was given: a context that makes
+// several kinds of callout is one receiver, where a method value per
+// callout would be an allocation each.
+type CalloutReceiver interface {
+	OnCalloutResponse(kind uint8, numHeaders, bodySize, numTrailers int)
 }
 
 type httpState struct {
@@ -29,7 +40,7 @@ var (
 	plugins                   = map[uint32]*pluginState{}
 	// streams holds its states by value: a new stream costs no allocation
 	// of its own here.
-	streams = newStreamTable()
+	streams = newIDTable[httpState]()
 	// activeID is the context whose callback runs now; DispatchHttpCall
 	// remembers it so the response runs in the same context.
 	activeID uint32
@@ -54,7 +65,7 @@ func onConfigure(rootID, pluginConfigSize uint32) bool {
 
 func onContextCreate(contextID, parentID uint32) {
 	if parentID == 0 {
-		plugins[contextID] = &pluginState{ctx: vmContext.NewPluginContext(contextID), callouts: map[uint32]callout{}}
+		plugins[contextID] = &pluginState{ctx: vmContext.NewPluginContext(contextID), callouts: newIDTable[callout]()}
 		return
 	}
 	p, ok := plugins[parentID]
@@ -94,11 +105,11 @@ func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32)
 	if !ok {
 		return
 	}
-	c, ok := p.callouts[token]
+	c, ok := p.callouts.get(token)
 	if !ok {
 		return
 	}
-	delete(p.callouts, token)
+	p.callouts.remove(token)
 	// The answer arrives on the root context; the request it belongs to must
 	// be made effective before its headers are touched or it is resumed.
 	// Envoy delivers an answer even after its stream ended (the callout
@@ -109,6 +120,10 @@ func onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32)
 	if _, live := streams.get(c.contextID); live && c.contextID != rootID {
 		proxySetEffectiveContext(c.contextID)
 		activeID = c.contextID
+	}
+	if c.recv != nil {
+		c.recv.OnCalloutResponse(c.kind, int(numHeaders), int(bodySize), int(numTrailers))
+		return
 	}
 	c.cb(int(numHeaders), int(bodySize), int(numTrailers))
 }

@@ -303,18 +303,20 @@ func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCS
 // answer (or a failure) arrives.
 func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers [][2]string,
 	timeoutMs uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return dispatch(cluster, headermap.Encode(headers), body, headermap.Encode(trailers), timeoutMs, callBack)
+	return dispatch(cluster, headermap.Encode(headers), body, headermap.Encode(trailers), timeoutMs, callout{cb: callBack})
 }
 
-// DispatchHttpCallEncoded is DispatchHttpCall with the headers already
-// serialised (headermap.Encode) and no trailers: a caller whose callout
-// headers never change encodes them once.
-func DispatchHttpCallEncoded(cluster string, headers, body []byte, timeoutMs uint32,
-	callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
-	return dispatch(cluster, headers, body, nil, timeoutMs, callBack)
+// DispatchHttpCallTo is DispatchHttpCall with the headers already
+// serialised (headermap.Encode: a caller whose callout headers never change
+// encodes them once), no trailers, and the answer delivered to recv (with
+// kind) instead of a callback: no closure to allocate per callout.
+func DispatchHttpCallTo(cluster string, headers, body []byte, timeoutMs uint32, recv CalloutReceiver, kind uint8) (uint32, error) {
+	return dispatch(cluster, headers, body, nil, timeoutMs, callout{recv: recv, kind: kind})
 }
 
-func dispatch(cluster string, h, body, t []byte, timeoutMs uint32, callBack func(numHeaders, bodySize, numTrailers int)) (uint32, error) {
+// dispatch sends a callout and keeps c (its context filled in here) for
+// the answer.
+func dispatch(cluster string, h, body, t []byte, timeoutMs uint32, c callout) (uint32, error) {
 	var token uint32
 	st := proxyHttpCall(strPtr(cluster), uint32(len(cluster)), bytesPtr(h), uint32(len(h)), bytesPtr(body), uint32(len(body)),
 		bytesPtr(t), uint32(len(t)), timeoutMs, &retID)
@@ -327,7 +329,8 @@ func dispatch(cluster string, h, body, t []byte, timeoutMs uint32, callBack func
 		root = s.rootID
 	}
 	if p, ok := plugins[root]; ok {
-		p.callouts[token] = callout{contextID: activeID, cb: callBack}
+		c.contextID = activeID
+		p.callouts.put(token, c)
 	}
 	return token, nil
 }

@@ -255,7 +255,7 @@ func (h *httpContext) sendCharge() types.Action {
 	})
 	p.bodyBuf = body[:0] // the host copies the body
 	p.m.charges.Increment(1)
-	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h.onChargeResponse); err != nil {
+	if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.chargeHeaders, body, p.cfg.TimeoutMs, h, calloutCharge); err != nil {
 		p.m.chargeFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: charge not dispatched (its cost is lost): " + err.Error())
 		return types.ActionContinue

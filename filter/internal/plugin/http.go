@@ -412,7 +412,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 	})
 	p.bodyBuf = body[:0] // keep what it grew to
 	h.start = now.UnixNano()
-	if _, err := proxywasm.DispatchHttpCallEncoded(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h.onCheckResponse); err != nil {
+	if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h, calloutCheck); err != nil {
 		p.breaker.Record(false, now)
 		p.m.calloutFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
@@ -565,6 +565,23 @@ func (h *httpContext) refuse(status uint32, msg string) types.Action {
 func (h *httpContext) OnHttpStreamDone() {
 	h.done = true
 	h.chargeCut()
+}
+
+// The kinds of callout an HTTP context makes (OnCalloutResponse).
+const (
+	calloutCheck uint8 = iota
+	calloutCharge
+)
+
+// OnCalloutResponse delivers a callout's answer to its handler: the
+// context is the binding's receiver, so a callout allocates no closure.
+func (h *httpContext) OnCalloutResponse(kind uint8, numHeaders, bodySize, numTrailers int) {
+	switch kind {
+	case calloutCheck:
+		h.onCheckResponse(numHeaders, bodySize, numTrailers)
+	case calloutCharge:
+		h.onChargeResponse(numHeaders, bodySize, numTrailers)
+	}
 }
 
 // onCheckResponse handles the control service's answer (or its absence).
