@@ -293,8 +293,14 @@ func GetHttpResponseHeaderMap() (string, error) {
 
 // SendHttpResponse answers the request locally; it does not reach upstream.
 func SendHttpResponse(statusCode uint32, headers [][2]string, body []byte, gRPCStatus int32) error {
-	h := headermap.Encode(headers)
-	return statusErr(proxySendLocalResponse(statusCode, nil, 0, bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), gRPCStatus))
+	return SendHttpResponseEncoded(statusCode, headermap.Encode(headers), body, gRPCStatus)
+}
+
+// SendHttpResponseEncoded is SendHttpResponse with the headers already
+// serialised (headermap): the host copies them and the body, so a caller
+// may render both into buffers it reuses.
+func SendHttpResponseEncoded(statusCode uint32, headers, body []byte, gRPCStatus int32) error {
+	return statusErr(proxySendLocalResponse(statusCode, nil, 0, bytesPtr(body), uint32(len(body)), bytesPtr(headers), uint32(len(headers)), gRPCStatus))
 }
 
 // --- callouts

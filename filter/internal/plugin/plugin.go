@@ -48,6 +48,12 @@ type pluginContext struct {
 	// bodyBuf is reused for each callout's body: the host copies it.
 	bodyBuf      []byte
 	headerFields [wire.MaxHeaderFields]wire.HeaderField
+	// replyBody, replyFields and replyMap are reused for each refusal the
+	// filter answers itself (the host copies them): a refused client's
+	// flood is the traffic an attacker chooses, so it allocates least.
+	replyBody   []byte
+	replyFields []headermap.Field
+	replyMap    []byte
 	// calloutHeaders are the control service callout's headers, the same
 	// on every call: serialised once.
 	calloutHeaders []byte

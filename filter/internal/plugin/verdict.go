@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -110,12 +111,26 @@ func (h *httpContext) deny(v verdict) {
 			return
 		}
 	}
-	body := wire.AppendExceeded(make([]byte, 0, 320), &v.limits, h.requestID)
-	headers := [][2]string{{"content-type", "application/json"}, {"retry-after", strconv.FormatInt(v.limits.RetryAfter, 10)}}
-	headers = h.limitHeaders(headers, &v, true)
+	// Rendered into the plugin's reused buffers: the retry-after value and
+	// the rate-limit fields into headerBuf, the map and the body beside.
+	p := h.p
+	buf := strconv.AppendInt(p.headerBuf[:0], v.limits.RetryAfter, 10)
+	retryEnd := len(buf)
+	buf, fields := wire.AppendHeaderFields(buf, p.headerFields[:0], &v.limits, p.headerSet, h.headerClock(), true)
+	reply := append(p.replyFields[:0], headermap.Field{Name: "content-type", Value: jsonType},
+		headermap.Field{Name: "retry-after", Value: buf[:retryEnd]})
+	for _, f := range fields {
+		reply = append(reply, headermap.Field{Name: f.Name, Value: f.Value(buf)})
+	}
+	p.replyMap = headermap.AppendEncodeFields(p.replyMap[:0], reply)
+	p.replyBody = wire.AppendExceeded(p.replyBody[:0], &v.limits, h.requestID)
+	p.headerBuf, p.replyFields = buf[:0], reply[:0]
 	h.localReply = true
-	_ = proxywasm.SendHttpResponse(429, headers, body, -1)
+	_ = proxywasm.SendHttpResponseEncoded(429, p.replyMap, p.replyBody, -1)
 }
+
+// jsonType is the refusal's content-type.
+var jsonType = []byte("application/json")
 
 // OnHttpResponseHeaders writes the verdict back to the client, rendered
 // into the plugin's reused buffer (the host copies each value).

@@ -22,19 +22,45 @@ func AppendEncode(dst []byte, pairs [][2]string) []byte {
 	for _, p := range pairs {
 		size += 8 + len(p[0]) + len(p[1]) + 2
 	}
-	start := len(dst)
-	b := slices.Grow(dst, size)[:start+4+8*len(pairs)]
-	head := b[start:]
-	binary.LittleEndian.PutUint32(head, uint32(len(pairs)))
-	for i, p := range pairs {
-		binary.LittleEndian.PutUint32(head[4+8*i:], uint32(len(p[0])))
-		binary.LittleEndian.PutUint32(head[8+8*i:], uint32(len(p[1])))
-	}
+	b := appendLengths(dst, size, len(pairs), func(i int) (int, int) { return len(pairs[i][0]), len(pairs[i][1]) })
 	for _, p := range pairs {
-		b = append(b, p[0]...)
-		b = append(b, 0)
-		b = append(b, p[1]...)
-		b = append(b, 0)
+		b = append(append(append(append(b, p[0]...), 0), p[1]...), 0)
+	}
+	return b
+}
+
+// Field is a header whose value is bytes: a caller that renders values
+// into a reused buffer encodes them without making a string of each.
+type Field struct {
+	Name  string
+	Value []byte
+}
+
+// AppendEncodeFields appends the serialisation of fields to dst (the same
+// map AppendEncode writes for the same names and values).
+func AppendEncodeFields(dst []byte, fields []Field) []byte {
+	size := 4
+	for _, f := range fields {
+		size += 8 + len(f.Name) + len(f.Value) + 2
+	}
+	b := appendLengths(dst, size, len(fields), func(i int) (int, int) { return len(fields[i].Name), len(fields[i].Value) })
+	for _, f := range fields {
+		b = append(append(append(append(b, f.Name...), 0), f.Value...), 0)
+	}
+	return b
+}
+
+// appendLengths grows dst by size and appends the map's head: the count n
+// and each entry's key and value lengths (lengths(i)).
+func appendLengths(dst []byte, size, n int, lengths func(i int) (int, int)) []byte {
+	start := len(dst)
+	b := slices.Grow(dst, size)[:start+4+8*n]
+	head := b[start:]
+	binary.LittleEndian.PutUint32(head, uint32(n))
+	for i := range n {
+		k, v := lengths(i)
+		binary.LittleEndian.PutUint32(head[4+8*i:], uint32(k))
+		binary.LittleEndian.PutUint32(head[8+8*i:], uint32(v))
 	}
 	return b
 }

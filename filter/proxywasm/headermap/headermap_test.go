@@ -60,3 +60,17 @@ func TestAppendEncodeAppends(t *testing.T) {
 		t.Fatalf("empty map %q", Encode(nil))
 	}
 }
+
+// AppendEncodeFields writes the map AppendEncode writes for the same
+// names and values.
+func TestAppendEncodeFields(t *testing.T) {
+	for _, pairs := range [][][2]string{nil, {{"a", ""}}, {{"content-type", "application/json"}, {"retry-after", "12"}, {"x", "\x00y"}}} {
+		fields := make([]Field, len(pairs))
+		for i, p := range pairs {
+			fields[i] = Field{p[0], []byte(p[1])}
+		}
+		if got, want := AppendEncodeFields([]byte("pre"), fields), AppendEncode([]byte("pre"), pairs); string(got) != string(want) {
+			t.Errorf("%q: fields %q, pairs %q", pairs, got, want)
+		}
+	}
+}
