@@ -16,15 +16,17 @@ import (
 // decides on the headers: docs/security.md says what that admits.
 
 // isMethodParam reports whether a query parameter's name, as sent, is
-// one a framework reads as _method: percent-decoded, with PHP's mapping of
-// ' ', '.' and '[' in names to '_'.
+// one a framework reads as _method: percent-decoded and read as PHP reads
+// a name (leading spaces dropped, however many; cut at a NUL; ' ', '.'
+// and '[' as '_'), compared without case (which can only count more).
 func isMethodParam(name string) bool {
-	if len(name) < len("_method") || len(name) > 3*len("_method") {
+	if len(name) < len("_method") {
 		return false
 	}
-	// PHP also drops leading spaces; the name is compared without case,
-	// which can only count more.
 	n := strings.TrimLeft(paths.FormUnescape(name), " ")
+	if i := strings.IndexByte(n, 0); i >= 0 {
+		n = n[:i]
+	}
 	if len(n) != len("_method") {
 		return false
 	}
@@ -64,9 +66,12 @@ func (rq *request) queryOverrides() {
 }
 
 // withoutMethodParams is the path with its _method parameters removed, the
-// rest of it byte for byte: each parameter kept keeps the separator before
-// it (the first one kept follows the '?'), and a query left empty loses
-// its '?'.
+// rest of it byte for byte: each parameter kept keeps the '&' before it
+// (the first one kept follows the '?'), and a query left empty loses its
+// '?'. Parameters are split at '&' only, as the frameworks that read
+// _method from the query split them (PHP, qs): splitting at ';' too would
+// change the value of the parameter before one ("a=1;_method=X" is one
+// parameter to them, which they do not read as an override).
 func withoutMethodParams(path string) string {
 	i := strings.IndexByte(path, '?')
 	if i < 0 {
@@ -77,7 +82,7 @@ func withoutMethodParams(path string) string {
 	sep := byte('?')
 	for q := path[i+1:]; ; {
 		param, next, rest := q, byte(0), ""
-		if j := strings.IndexAny(q, "&;"); j >= 0 {
+		if j := strings.IndexByte(q, '&'); j >= 0 {
 			param, next, rest = q[:j], q[j], q[j+1:]
 		}
 		if name, _, _ := strings.Cut(param, "="); !isMethodParam(name) {
