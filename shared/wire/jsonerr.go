@@ -7,6 +7,7 @@ package wire
 
 import (
 	"bytes"
+	"cmp"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,17 @@ var ErrUnknownField = errors.New("unknown field")
 func Decode(b []byte, dst any, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(dst); err != nil {
+		var pe *time.ParseError
+		if errors.As(err, &pe) {
+			// time.Time decodes itself, so encoding/json names no field:
+			// the first time field holding a string that is not one is it.
+			var doc any
+			if json.Unmarshal(b, &doc) == nil {
+				if path := badTime(doc, reflect.TypeOf(dst), ""); path != "" {
+					return fielderr.New(path, "is not a time in RFC 3339 (%s): %q", time.RFC3339, pe.Value)
+				}
+			}
+		}
 		return describe(err)
 	}
 	if dec.More() {
@@ -108,6 +120,51 @@ var (
 // Keys must be spelled exactly as the tag, else the field's name (encoding/json
 // would also take them in another case). A type that decodes itself accepts
 // anything.
+// badTime is the path of the first value of v that dst's type t reads as
+// a time.Time and that is a string time.Time refuses ("" when none).
+func badTime(v any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeOf(time.Time{}) {
+		if s, ok := v.(string); ok {
+			if _, err := time.Parse(time.RFC3339, s); err != nil {
+				return cmp.Or(path, "body")
+			}
+		}
+		return ""
+	}
+	switch doc := v.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Map:
+			for _, k := range slices.Sorted(maps.Keys(doc)) {
+				if p := badTime(doc[k], t.Elem(), join(path, k)); p != "" {
+					return p
+				}
+			}
+		case reflect.Struct:
+			fields := jsonFields(t)
+			for _, k := range slices.Sorted(maps.Keys(doc)) {
+				if ft, ok := fields[k]; ok {
+					if p := badTime(doc[k], ft, join(path, k)); p != "" {
+						return p
+					}
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, item := range doc {
+				if p := badTime(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}
+
 func unknownKey(v any, t reflect.Type, path string) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()

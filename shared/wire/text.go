@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package wire
 
 import (
@@ -33,7 +35,7 @@ func (p *parser) walkText(depth int, path string) (field, reason string) {
 	switch p.b[p.i] {
 	case '{':
 		err := p.object(func(key []byte) error {
-			field, reason = p.walkText(depth+1, joinPath(path, string(key)))
+			field, reason = p.walkText(depth+1, join(path, string(key)))
 			if reason != "" {
 				return errStop
 			}
@@ -65,11 +67,4 @@ func (p *parser) walkText(depth int, path string) (field, reason string) {
 	}
 	_ = p.skip(depth) // a number, true, false or null
 	return "", ""
-}
-
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }

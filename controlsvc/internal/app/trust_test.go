@@ -191,7 +191,7 @@ func TestDecisionAPIHostile(t *testing.T) {
 		{"tier name with braces", filter, "PUT", "/admin/v1/tiers/9", `{"name":"a}{b","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "name"},
 		{"tier id beyond bounds", filter, "PUT", "/admin/v1/tiers/99999999999", `{"name":"t","limit":1,"window_seconds":60}`, asAdmin, 400, "INVALID_INPUT", "tier_id"},
 		{"api key for a crlf user", filter, "POST", "/admin/v1/api-keys", `{"user_id":"a\r\nb"}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
-		{"api key expiry that is only a date", filter, "POST", "/admin/v1/api-keys", `{"user_id":"u","expires_at":"2030-01-01"}`, asAdmin, 400, "INVALID_INPUT", "body"},
+		{"api key expiry that is only a date", filter, "POST", "/admin/v1/api-keys", `{"user_id":"u","expires_at":"2030-01-01"}`, asAdmin, 400, "INVALID_INPUT", "expires_at"},
 		{"api key user id beyond an int64", filter, "POST", "/admin/v1/api-keys", `{"user_id":99999999999999999999}`, asAdmin, 400, "INVALID_INPUT", "user_id"},
 		{"usage of a crlf identity", filter, "GET", "/admin/v1/usage/user:a%0D%0Ab", "", asAdmin, 400, "INVALID_INPUT", "identity"},
 		{"audit since that is not an id", filter, "GET", "/admin/v1/audit?since=1-x%0D%0AFLUSHALL", "", asAdmin, 400, "INVALID_INPUT", "since"},
