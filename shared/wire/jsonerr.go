@@ -120,75 +120,62 @@ var (
 // Keys must be spelled exactly as the tag, else the field's name (encoding/json
 // would also take them in another case). A type that decodes itself accepts
 // anything.
+func unknownKey(v any, t reflect.Type, path string) string {
+	return walkDoc(v, t, path, func(_ any, t reflect.Type, path string) (string, bool) {
+		switch {
+		case t == nil:
+			return path, true
+		case decodesItself(t):
+			return "", true
+		}
+		return "", false
+	})
+}
+
 // badTime is the path of the first value of v that dst's type t reads as
 // a time.Time and that is a string time.Time refuses ("" when none).
 func badTime(v any, t reflect.Type, path string) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == reflect.TypeOf(time.Time{}) {
-		if s, ok := v.(string); ok {
-			if _, err := time.Parse(time.RFC3339, s); err != nil {
-				return cmp.Or(path, "body")
-			}
-		}
-		return ""
-	}
-	switch doc := v.(type) {
-	case map[string]any:
-		switch t.Kind() {
-		case reflect.Map:
-			for _, k := range slices.Sorted(maps.Keys(doc)) {
-				if p := badTime(doc[k], t.Elem(), join(path, k)); p != "" {
-					return p
+	return walkDoc(v, t, path, func(v any, t reflect.Type, path string) (string, bool) {
+		if t == reflect.TypeFor[time.Time]() {
+			if s, ok := v.(string); ok {
+				if _, err := time.Parse(time.RFC3339, s); err != nil {
+					return cmp.Or(path, "body"), true
 				}
 			}
-		case reflect.Struct:
-			fields := jsonFields(t)
-			for _, k := range slices.Sorted(maps.Keys(doc)) {
-				if ft, ok := fields[k]; ok {
-					if p := badTime(doc[k], ft, join(path, k)); p != "" {
-						return p
-					}
-				}
-			}
+			return "", true
 		}
-	case []any:
-		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-			for i, item := range doc {
-				if p := badTime(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); p != "" {
-					return p
-				}
-			}
-		}
-	}
-	return ""
+		return "", t == nil || decodesItself(t)
+	})
 }
 
-func unknownKey(v any, t reflect.Type, path string) string {
-	for t.Kind() == reflect.Pointer {
+func decodesItself(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)
+}
+
+// walkDoc walks the decoded document v as type t reads it (keys in sorted
+// order), calling visit at each value with its type (nil for a key t has no
+// field for) and path; the walk ends at the first visit that says done,
+// with its answer.
+func walkDoc(v any, t reflect.Type, path string, visit func(v any, t reflect.Type, path string) (string, bool)) string {
+	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
-		return ""
+	if p, done := visit(v, t, path); done {
+		return p
 	}
 	switch doc := v.(type) {
 	case map[string]any:
 		switch t.Kind() {
 		case reflect.Map:
 			for _, k := range slices.Sorted(maps.Keys(doc)) {
-				if p := unknownKey(doc[k], t.Elem(), path+"["+strconv.Quote(k)+"]"); p != "" {
+				if p := walkDoc(doc[k], t.Elem(), path+"["+strconv.Quote(k)+"]", visit); p != "" {
 					return p
 				}
 			}
 		case reflect.Struct:
 			fields := jsonFields(t)
 			for _, k := range slices.Sorted(maps.Keys(doc)) {
-				ft, ok := fields[k]
-				if !ok {
-					return join(path, k)
-				}
-				if p := unknownKey(doc[k], ft, join(path, k)); p != "" {
+				if p := walkDoc(doc[k], fields[k], join(path, k), visit); p != "" {
 					return p
 				}
 			}
@@ -196,7 +183,7 @@ func unknownKey(v any, t reflect.Type, path string) string {
 	case []any:
 		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
 			for i, item := range doc {
-				if p := unknownKey(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); p != "" {
+				if p := walkDoc(item, t.Elem(), path+"["+strconv.Itoa(i)+"]", visit); p != "" {
 					return p
 				}
 			}
