@@ -217,27 +217,20 @@ type Options struct {
 	Issuer                               string
 	Audiences                            []string
 	SubjectClaim, TierClaim, TenantClaim string
-	Leeway                               time.Duration
-	CacheSize                            int
+	// LeewaySeconds tolerates clock skew on exp and nbf (seconds, not a
+	// time.Duration: see Claims).
+	LeewaySeconds int64
+	CacheSize     int
 }
+
+// leeway is LeewaySeconds as a duration.
+func (o *Options) leeway() time.Duration { return time.Duration(o.LeewaySeconds) * time.Second }
 
 // Verifier checks tokens. It is not safe for concurrent use (one per VM).
 type Verifier struct {
-	o     settings
+	o     Options
 	cache []cacheEntry
 }
-
-// settings are the Options a verifier keeps, the leeway in nanoseconds.
-type settings struct {
-	Keys                                 *KeySet
-	Issuer                               string
-	Audiences                            []string
-	SubjectClaim, TierClaim, TenantClaim string
-	leeway                               int64
-}
-
-// leeway is the clock skew tolerated on exp and nbf.
-func (o *settings) Leeway() time.Duration { return time.Duration(o.leeway) }
 
 type cacheEntry struct {
 	sum    [32]byte
@@ -247,9 +240,7 @@ type cacheEntry struct {
 
 // NewVerifier returns a verifier with an empty cache.
 func NewVerifier(o Options) *Verifier {
-	s := settings{Keys: o.Keys, Issuer: o.Issuer, Audiences: o.Audiences, SubjectClaim: o.SubjectClaim, TierClaim: o.TierClaim,
-		TenantClaim: o.TenantClaim, leeway: int64(o.Leeway)}
-	return &Verifier{o: s, cache: make([]cacheEntry, max(o.CacheSize, 1))}
+	return &Verifier{o: o, cache: make([]cacheEntry, max(o.CacheSize, 1))}
 }
 
 // Verify checks a compact JWS and returns its claims.
@@ -260,7 +251,7 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 	sum := digest.Sum256([]byte(token))
 	slot := &v.cache[binary.LittleEndian.Uint64(sum[:8])%uint64(len(v.cache))]
 	if slot.used && slot.sum == sum {
-		if now.Before(slot.claims.Expiry().Add(v.o.Leeway())) {
+		if now.Before(slot.claims.Expiry().Add(v.o.leeway())) {
 			return slot.claims, nil
 		}
 		slot.used = false
@@ -429,14 +420,14 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 		return Claims{}, invalid("no exp")
 	}
 	c := Claims{exp: [2]int64{exp.Unix(), int64(exp.Nanosecond())}}
-	if !now.Before(exp.Add(v.o.Leeway())) {
+	if !now.Before(exp.Add(v.o.leeway())) {
 		return Claims{}, invalid("expired")
 	}
 	nbf, ok, err := numericDate(claims, "nbf")
 	if err != nil {
 		return Claims{}, err
 	}
-	if ok && now.Add(v.o.Leeway()).Before(nbf) {
+	if ok && now.Add(v.o.leeway()).Before(nbf) {
 		return Claims{}, invalid("not valid yet")
 	}
 	if _, _, err := numericDate(claims, "iat"); err != nil {

@@ -105,7 +105,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		}
 		p.verifier = jwt.NewVerifier(jwt.Options{Keys: keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
-			Leeway: time.Duration(j.LeewaySeconds) * time.Second, CacheSize: j.CacheSize})
+			LeewaySeconds: j.LeewaySeconds, CacheSize: j.CacheSize})
 	}
 	cache, err := leasecache.New(sharedData{}, proxywasm.RandomBytes, "tollgate.lease", cfg.Lease.Slots)
 	if err != nil {
