@@ -101,6 +101,10 @@ type Entry struct {
 	// FallbackStartMs and FallbackCount count the requests let through by
 	// Fallback in its current window, across the proxy's VMs.
 	FallbackStartMs, FallbackCount int64
+	// RefillUntilMs: a VM's callout for this bucket is in flight until at
+	// most then (MarkRefill); the bucket's requests on other VMs wait for
+	// the lease it brings instead of calling out too (Refilling).
+	RefillUntilMs int64
 }
 
 // Outcome of Take.
@@ -110,6 +114,10 @@ const (
 	Miss   Outcome = iota // ask the control service
 	Hit                   // a token was taken locally
 	Denied                // a cached denial is still in force
+	// Refilling: nothing to spend, but a VM's callout for the bucket is
+	// in flight (MarkRefill): take from what it brings (Take again) rather
+	// than call out too.
+	Refilling
 )
 
 // Cache is a view of the slots; it keeps no state of its own but the hash key.
@@ -275,6 +283,8 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			// the tokens left and reports those spent, once.
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
+		case e.RefillUntilMs > nowMs:
+			return Entry{}, Refilling, 0
 		default:
 			return Entry{}, Miss, 0
 		}
@@ -407,6 +417,65 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
+// MarkRefill records in owner's slot that this VM's callout for the bucket
+// is in flight until at most untilMs, so that the bucket's requests on other
+// VMs wait for its lease (Refilling) rather than each call out and take a
+// lease of its own. It marks the bucket's own slot, an empty one, or one
+// whose entry is spent (a lease would take that over anyway); never a slot
+// with another bucket's live tokens or denial. False when nothing was
+// marked: the other VMs call out as before, which only costs calls.
+func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) bool {
+	k := c.key(owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			cas = c.insertCAS
+		case err != nil:
+			return false
+		}
+		old, ok := decode(data, false)
+		switch {
+		case ok && old.Owner == owner:
+			// The bytes read are Get's to give (Set copies them).
+			binary.LittleEndian.PutUint64(data[offRefill:], uint64(untilMs))
+		case ok && (old.DeniedUntilMs > nowMs || (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs):
+			return false
+		default:
+			c.buf = encodeInto(c.buf, Entry{Owner: owner, RefillUntilMs: untilMs})
+			data = c.buf
+		}
+		switch err := c.store.Set(k, data, cas); {
+		case err == nil:
+			return true
+		case !errors.Is(err, ErrCasMismatch):
+			return false
+		}
+	}
+	return false
+}
+
+// EndRefill clears owner's refill mark (MarkRefill) once its callout is
+// answered: a decision put in the slot has cleared it already; an answer
+// that brought none (a failure, no lease) leaves the bucket's waiters on
+// other VMs to call out themselves now rather than when the mark runs out.
+func (c *Cache) EndRefill(owner Owner) {
+	k := c.key(owner)
+	for i := 0; i < maxCASRetries; i++ {
+		data, cas, err := c.store.Get(k)
+		if err != nil {
+			return
+		}
+		if e, ok := decode(data, false); !ok || e.Owner != owner || e.RefillUntilMs == 0 {
+			return
+		}
+		binary.LittleEndian.PutUint64(data[offRefill:], 0)
+		if err := c.store.Set(k, data, cas); !errors.Is(err, ErrCasMismatch) {
+			return
+		}
+	}
+}
+
 // FallbackResult is what Fallback decided.
 type FallbackResult struct {
 	// Known: the slot held the owner's last decision, with a limit.
@@ -500,7 +569,8 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
-// FallbackStartMs, FallbackCount, ChargeTokens (int64 each, little endian);
+// FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs (int64 each,
+// little endian);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
@@ -511,7 +581,8 @@ const (
 	offFbStart = 96
 	offFbCount = 104
 	offCharge  = 112
-	fixedLen   = 16 + 13*8
+	offRefill  = 120
+	fixedLen   = 16 + 14*8
 	numStrings = 7
 	minLen     = fixedLen + numStrings*2
 )
@@ -535,6 +606,7 @@ func encodeInto(buf []byte, e Entry) []byte {
 	le.PutUint64(b[offFbStart:], uint64(e.FallbackStartMs))
 	le.PutUint64(b[offFbCount:], uint64(e.FallbackCount))
 	le.PutUint64(b[offCharge:], uint64(e.ChargeTokens))
+	le.PutUint64(b[offRefill:], uint64(e.RefillUntilMs))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -585,6 +657,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		FallbackStartMs: int64(le.Uint64(b[offFbStart:])),
 		FallbackCount:   int64(le.Uint64(b[offFbCount:])),
 		ChargeTokens:    int64(le.Uint64(b[offCharge:])),
+		RefillUntilMs:   int64(le.Uint64(b[offRefill:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

@@ -562,6 +562,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Entry{Owner: Owner{1, 2}, Tokens: 5, Identity: "user:" + strings.Repeat("x", 255), Tier: "free"}))
 	f.Add(encode(Entry{Identity: strings.Repeat("y", maxField)}))
 	f.Add(encode(Entry{Owner: Owner{4}, Tokens: 9, ChargeTokens: 900, ChargeRule: "llm", CostFrom: "response_json:usage.total_tokens", Strategy: "fixed_window", Refusal: `{"status":403}`}))
+	f.Add(encode(Entry{Owner: Owner{5}, RefillUntilMs: 1 << 41}))
 	f.Add(make([]byte, minLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, ok := decode(b, true)
@@ -610,6 +611,58 @@ func FuzzPutTake(f *testing.F) {
 		e.Spent++ // a token taken is one more to report
 		if out != Hit || got != e {
 			t.Fatalf("put %+v, took %v %+v", e, out, got)
+		}
+	})
+}
+
+// Whatever a slot holds (another bucket's entry of any kind, or bytes of no
+// layout), MarkRefill leaves another bucket's live tokens and denial alone
+// and marks anything else for its bucket, which then finds it Refilling
+// until the mark's end.
+func FuzzMarkRefill(f *testing.F) {
+	f.Add(encode(Entry{Owner: Owner{9}, Tokens: 5, ExpiresMs: 2000}), int64(1000), int64(500))
+	f.Add(encode(Entry{Owner: Owner{9}, ChargeTokens: 5, ExpiresMs: 2000}), int64(1000), int64(500))
+	f.Add(encode(Entry{Owner: Owner{9}, DeniedUntilMs: 5000, Identity: "user:b"}), int64(1000), int64(500))
+	f.Add(encode(Entry{Owner: Owner{9}, Tokens: 5, ExpiresMs: 1000}), int64(1000), int64(0))
+	f.Add([]byte("not a slot"), int64(0), int64(1))
+	f.Fuzz(func(t *testing.T, slot []byte, nowMs, forMs int64) {
+		if forMs < 0 || nowMs < 0 || nowMs > 1<<50 || forMs > 1<<20 {
+			return // times as the filter makes them: Unix ms, timeout_ms
+		}
+		s := newMemStore()
+		c := newCache(t, s, 1)
+		a := c.Bucket("user:a")
+		if err := s.Set(c.key(a), slot, 0); err != nil {
+			t.Fatal(err)
+		}
+		old, ok := decode(slot, false)
+		protected := ok && old.Owner != a && (old.DeniedUntilMs > nowMs || (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs)
+		until := nowMs + forMs
+		marked := c.MarkRefill(a, until, nowMs)
+		data, _, _ := s.Get(c.key(a))
+		if !marked {
+			if !protected || !bytes.Equal(data, slot) {
+				t.Fatalf("not marked over %+v (protected %v); the slot changed %v", old, protected, !bytes.Equal(data, slot))
+			}
+			return
+		}
+		if protected {
+			t.Fatalf("marked over another bucket's live entry %+v", old)
+		}
+		e, ok := decode(data, true)
+		if !ok || e.Owner != a || e.RefillUntilMs != until || e.Tokens != 0 || e.DeniedUntilMs != 0 {
+			t.Fatalf("the mark reads %+v (%v)", e, ok)
+		}
+		want := Miss
+		if until > nowMs {
+			want = Refilling
+		}
+		if _, out, _ := c.Take(a, nowMs); out != want {
+			t.Fatalf("Take under the mark: %v, want %v", out, want)
+		}
+		c.EndRefill(a)
+		if _, out, _ := c.Take(a, nowMs); out != Miss {
+			t.Fatalf("Take after EndRefill: %v", out)
 		}
 	})
 }
@@ -807,3 +860,86 @@ func TestTwoPools(t *testing.T) {
 
 // encode is a slot's bytes for e, in a buffer of its own.
 func encode(e Entry) []byte { return encodeInto(nil, e) }
+
+// A refill in flight on one VM (MarkRefill) makes the bucket's requests on
+// another VM wait (Refilling) until the lease it brings is put, the mark is
+// ended, or it runs out; a mark never takes a slot from another bucket's
+// live lease or denial.
+func TestRefillMark(t *testing.T) {
+	const now = 10_000
+	s := newMemStore()
+	vm1, vm2 := newCache(t, s, 1), newCache(t, s, 1) // one slot: every bucket collides
+	a, b := vm1.Bucket("user:a", "/x"), vm1.Bucket("user:b", "/y")
+
+	if !vm1.MarkRefill(a, now+500, now) {
+		t.Fatal("an empty slot was not marked")
+	}
+	if _, out, _ := vm2.Take(a, now+1); out != Refilling {
+		t.Fatalf("another VM's take during the refill: %v, want Refilling", out)
+	}
+	if _, out, _ := vm2.Take(b, now+1); out != Miss {
+		t.Fatalf("another bucket in the marked slot: %v, want Miss", out)
+	}
+	if _, out, _ := vm2.Take(a, now+500); out != Miss {
+		t.Fatalf("a mark past its end: %v, want Miss", out)
+	}
+	// The lease the refill brings clears the mark and is spent everywhere.
+	if err := vm1.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000}, now+2); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ := vm2.Take(a, now+3); out != Hit {
+		t.Fatalf("after the refill: %v, want Hit", out)
+	}
+	if _, out, _ := vm2.Take(a, now+3); out != Miss {
+		t.Fatalf("the lease spent, no refill marked: %v, want Miss", out)
+	}
+	// An answer without a lease ends the mark.
+	vm1.MarkRefill(a, now+500, now+4)
+	vm1.EndRefill(a)
+	if _, out, _ := vm2.Take(a, now+5); out != Miss {
+		t.Fatalf("after EndRefill: %v, want Miss", out)
+	}
+
+	tests := []struct {
+		name   string
+		held   Entry // b's entry in the slot
+		marked bool
+	}{
+		{"another bucket's live lease", Entry{Tokens: 5, ExpiresMs: now + 1000}, false},
+		{"another bucket's live pool", Entry{ChargeTokens: 5, ExpiresMs: now + 1000}, false},
+		{"another bucket's cached denial", Entry{DeniedUntilMs: now + 1000}, false},
+		{"another bucket's expired lease", Entry{Tokens: 5, ExpiresMs: now}, true},
+		{"another bucket's spent lease", Entry{Tokens: 0, ExpiresMs: now + 1000}, true},
+		{"another bucket's ended denial", Entry{DeniedUntilMs: now}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCache(t, newMemStore(), 1)
+			a, b := c.Bucket("user:a", "/x"), c.Bucket("user:b", "/y")
+			tt.held.Owner = b
+			if err := c.Put(tt.held, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.MarkRefill(a, now+500, now); got != tt.marked {
+				t.Fatalf("MarkRefill = %v, want %v", got, tt.marked)
+			}
+			data, _, _ := c.store.Get(c.key(a))
+			e, _ := decode(data, true)
+			if owned := e.Owner == a; owned != tt.marked {
+				t.Fatalf("a owns the slot: %v, want %v", owned, tt.marked)
+			}
+			if !tt.marked && e != tt.held {
+				t.Fatalf("the slot changed: %+v, want %+v", e, tt.held)
+			}
+		})
+	}
+	// Its own slot keeps what it holds: tokens spent by a hit while the
+	// mark stands are still reported once.
+	c := newCache(t, newMemStore(), 1)
+	c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000, Spent: 0}, now)
+	c.Take(a, now)
+	c.MarkRefill(a, now+500, now)
+	if e, out, _ := c.Take(a, now+1); out != Miss || e.Spent != 1 {
+		t.Fatalf("the spent token under a mark: %v %+v, want a Miss reporting 1", out, e)
+	}
+}
