@@ -117,12 +117,15 @@ func TestDeniedLocal429(t *testing.T) {
 }
 
 // A lease is spent locally, token by token, by every VM of the plugin, and
-// never beyond what was granted; then the filter asks again.
+// never beyond what was granted; then the filter asks again, once: the
+// other VM waits for that refill and takes from the lease it brings.
 func TestLeaseSharedAcrossVMs(t *testing.T) {
+	ctx := context.Background()
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10,"slots":64}}`, 3)
 	e.start(req{vm: 0})
 	e.answer(0, "200", decision(true, 50, 4, 0))
 	hits := 0
+	var paused []*wasmhost.Stream
 	for i := 0; i < 6; i++ {
 		s, act := e.start(req{vm: i % 3})
 		if act == wasmhost.Continue {
@@ -133,21 +136,38 @@ func TestLeaseSharedAcrossVMs(t *testing.T) {
 			if got := respond(t, s).Value("x-ratelimit-remaining"); got != fmt.Sprint(50+4-hits) {
 				t.Fatalf("remaining on local hit %d: %s", hits, got)
 			}
+		} else {
+			paused = append(paused, s)
 		}
 	}
-	if hits != 4 {
-		t.Fatalf("%d local hits from a lease of 4", hits)
+	if hits != 4 || len(paused) != 2 {
+		t.Fatalf("%d local hits from a lease of 4, %d paused", hits, len(paused))
 	}
 	if e.host.Counter("tollgate_lease_hits_total") != 4 {
 		t.Fatalf("lease hits counter %d", e.host.Counter("tollgate_lease_hits_total"))
 	}
-	// Two VMs fell through to callouts.
-	n := 0
-	for i := range e.vms {
-		n += len(e.vms[i].PendingCallouts())
+	// VM 1 fell through to a callout; VM 2 waits for it.
+	if n := len(e.vms[1].PendingCallouts()) + len(e.vms[2].PendingCallouts()); n != 1 {
+		t.Fatalf("%d callouts after the lease ran out, want 1", n)
 	}
-	if n != 2 {
-		t.Fatalf("%d callouts after the lease ran out, want 2", n)
+	if e.vms[2].TickPeriod() != time.Millisecond {
+		t.Fatalf("the waiting VM ticks every %v, want 1ms", e.vms[2].TickPeriod())
+	}
+	e.answer(1, "200", decision(true, 40, 4, 0))
+	if !paused[0].Resumed {
+		t.Fatal("the request that called out was not resumed")
+	}
+	if err := e.vms[2].Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !paused[1].Resumed || paused[1].RequestHeaders.Value("x-tollgate-decision") != "allowed" {
+		t.Fatal("the other VM's request did not take from the refill's lease")
+	}
+	if e.vms[2].TickPeriod() != 0 {
+		t.Fatalf("the tick runs on with nothing waiting: %v", e.vms[2].TickPeriod())
+	}
+	if e.host.Counter("tollgate_lease_hits_total") != 5 {
+		t.Fatalf("lease hits counter %d", e.host.Counter("tollgate_lease_hits_total"))
 	}
 }
 
@@ -188,6 +208,9 @@ func TestLeaseIsPerBucket(t *testing.T) {
 func TestRefusedCalloutUsesConcurrentLease(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 2)
 	_, act0 := e.start(req{vm: 0})
+	// The first callout's refill mark ran out (a callout as slow as its
+	// timeout): the second VM calls out too.
+	e.clock.Advance(200 * time.Millisecond)
 	s1, act1 := e.start(req{vm: 1})
 	if act0 != wasmhost.Pause || act1 != wasmhost.Pause {
 		t.Fatal("both requests must call out")

@@ -73,6 +73,9 @@ type Gateway struct {
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 	log    *slog.Logger
+	// stop ends the VMs' tick loops; ticks counts them out.
+	stop  context.CancelFunc
+	ticks sync.WaitGroup
 }
 
 // worker is one VM and the lock that serialises calls into it. The lock is
@@ -85,6 +88,8 @@ type worker struct {
 	// takes: a stream waiting for an answer, its own or another stream's
 	// (the filter coalesces one bucket's refills), looks again.
 	changed chan struct{}
+	// tickWake tells the VM's tick loop that the VM asked for ticks.
+	tickWake chan struct{}
 }
 
 // notify wakes the streams waiting on this VM; wk.mu is held.
@@ -156,9 +161,15 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			host.Close(ctx)
 			return nil, fmt.Errorf("vm %d: %w", i, err)
 		}
-		w := &worker{vm: vm, changed: make(chan struct{})}
+		w := &worker{vm: vm, changed: make(chan struct{}), tickWake: make(chan struct{}, 1)}
 		vm.OnCallout = func(c *wasmhost.Callout) { w.pending = append(w.pending, c) }
 		g.vms = append(g.vms, w)
+	}
+	tctx, stop := context.WithCancel(context.Background())
+	g.stop = stop
+	for _, w := range g.vms {
+		g.ticks.Add(1)
+		go g.tickLoop(tctx, w)
 	}
 	return g, nil
 }
@@ -168,7 +179,46 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if g.host == nil {
 		return nil
 	}
+	g.stop()
+	g.ticks.Wait()
 	return g.host.Close(ctx)
+}
+
+// tickLoop runs a VM's tick at the period it asked for, as Envoy's timer
+// on the worker does, while it asks for one (the filter ticks while
+// requests wait for another VM's refill); a tick's callouts are performed
+// and its waiting streams woken.
+func (g *Gateway) tickLoop(ctx context.Context, wk *worker) {
+	defer g.ticks.Done()
+	for {
+		wk.mu.Lock()
+		period := wk.vm.TickPeriod()
+		wk.mu.Unlock()
+		if period == 0 {
+			select {
+			case <-wk.tickWake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		t := time.NewTimer(period)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		wk.mu.Lock()
+		err := wk.vm.Tick(context.Background())
+		calls := wk.takePending()
+		wk.notify()
+		wk.mu.Unlock()
+		if err != nil {
+			g.log.Warn("filter tick failed", "err", err)
+		}
+		g.perform(wk, calls)
+	}
 }
 
 // VMMemory is the guest memory of each VM, in bytes (soaks watch it).
@@ -568,7 +618,16 @@ func (wk *worker) deliver(res calloutResult) error {
 	return wk.vm.Respond(context.Background(), res.c.Token, *res.resp)
 }
 
+// takePending returns the callouts the VM dispatched in its last call;
+// wk.mu is held. Called after every call into the VM, it also wakes the
+// tick loop when that call asked for ticks.
 func (wk *worker) takePending() []*wasmhost.Callout {
+	if wk.vm.TickPeriod() > 0 {
+		select {
+		case wk.tickWake <- struct{}{}:
+		default:
+		}
+	}
 	p := wk.pending
 	wk.pending = nil
 	return p

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"time"
+
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
@@ -13,14 +15,32 @@ import (
 // benchmark made. Instead, while one request of a bucket waits for the
 // control service, later requests of that bucket on this VM wait for the
 // same answer and then take from the lease it brought; one that finds
-// none calls out itself. Other VMs are not coordinated (shared data has no
-// notification): at most one refill per bucket per VM.
+// none calls out itself.
+//
+// Across VMs (Envoy's workers, each its own VM) the refill is marked in
+// the bucket's slot (leasecache.MarkRefill): a request of that bucket on
+// another VM finds it Refilling and waits too, watched by this VM's tick
+// (shared data notifies no one): every millisecond while anything waits,
+// the waiters look at the slot again and take from the lease the refill
+// put there, answer from its denial, or call out once the mark is gone.
+// So a bucket's refill costs one call, not one per VM, and the tokens it
+// brings are not split among leases the VMs each took.
 
 // maxWaiters bounds the requests waiting on one callout.
 const maxWaiters = 64
 
-// lead marks this request's callout as its bucket's refill.
-func (h *httpContext) lead() {
+// maxWatched bounds the buckets a VM watches for another VM's refill; past
+// it a request calls out as it would without the mark.
+const maxWatched = 1024
+
+// watchTickMs is the tick's period while requests wait for another VM's
+// refill: the most such a request waits past the refill's answer.
+const watchTickMs = 1
+
+// lead marks this request's callout as its bucket's refill, for this VM's
+// other requests and, in the slot, for the other VMs' until the callout's
+// timeout at most (release ends it).
+func (h *httpContext) lead(now time.Time) {
 	p := h.p
 	if p.cfg.Lease.Request == 0 {
 		return
@@ -31,7 +51,42 @@ func (h *httpContext) lead() {
 	if _, ok := p.inflight[h.bucket]; !ok {
 		p.inflight[h.bucket] = nil
 		h.leads = true
+		ms := now.UnixMilli()
+		p.cache.MarkRefill(h.bucket, ms+int64(p.cfg.TimeoutMs), ms)
 	}
+}
+
+// wait pauses a request that found nothing to spend and nothing to hand
+// back behind its bucket's refill: this VM's (await) or, when the slot
+// says another VM's is in flight (refilling), that one (watch). False:
+// the request calls out itself.
+func (h *httpContext) wait(back handBack, refilling bool) bool {
+	if back != (handBack{}) {
+		return false
+	}
+	return h.await() || refilling && h.watch()
+}
+
+// watch makes this request the first of its bucket to wait for another
+// VM's refill, and starts the tick that looks for its answer.
+func (h *httpContext) watch() bool {
+	p := h.p
+	if _, ok := p.inflight[h.bucket]; ok || len(p.watched) >= maxWatched {
+		return false // its waiters are full (await), or too many buckets are watched
+	}
+	if p.inflight == nil {
+		p.inflight = map[leasecache.Owner][]*httpContext{}
+	}
+	p.inflight[h.bucket] = nil
+	if len(p.watched) == 0 && !p.ticking {
+		if err := proxywasm.SetTickPeriodMilliSeconds(watchTickMs); err != nil {
+			delete(p.inflight, h.bucket)
+			return false
+		}
+		p.ticking = true
+	}
+	p.watched = append(p.watched, h.bucket)
+	return h.await()
 }
 
 // await queues this request behind its bucket's refill in flight; false
@@ -43,8 +98,56 @@ func (h *httpContext) await() bool {
 		return false
 	}
 	p.inflight[h.bucket] = append(waiters, h)
+	if !h.waited {
+		h.waited = true
+		p.m.refillWaits.Increment(1)
+	}
 	h.waiting, h.paused = true, true
 	return true
+}
+
+// OnTick looks again for the requests watching other VMs' refills (wake).
+// The tick stops when nothing is watched.
+func (p *pluginContext) OnTick() {
+	watched := p.watched
+	p.watched = p.watchedSpare[:0]
+	for _, b := range watched {
+		p.wake(b, true)
+	}
+	p.watchedSpare = watched[:0]
+	if len(p.watched) == 0 && p.ticking {
+		if proxywasm.SetTickPeriodMilliSeconds(0) == nil {
+			p.ticking = false
+		}
+	}
+	_ = proxywasm.SetEffectiveContext(p.rootID)
+}
+
+// wake decides again the requests waiting for bucket b's refill, each in
+// its own context (the caller restores its own after). Watching another
+// VM's refill, the first that finds it still in flight watches on and the
+// rest wait with it, with no look at the slot of their own. Otherwise, as
+// after this VM's own refill, each takes from the lease the refill brought,
+// answers from its denial, or calls out itself: a waiter never queues
+// behind another waiter's callout, so a failing service costs the waiters
+// one timeout, not one each in turn.
+func (p *pluginContext) wake(b leasecache.Owner, watching bool) {
+	waiters := p.inflight[b]
+	delete(p.inflight, b)
+	again := false
+	for _, w := range waiters {
+		w.waiting = false
+		if w.done {
+			continue
+		}
+		if err := proxywasm.SetEffectiveContext(w.contextID); err != nil {
+			continue // gone meanwhile
+		}
+		if again && w.await() {
+			continue
+		}
+		again = w.decideWaited(watching) && watching
+	}
 }
 
 // release ends this request's lead: each waiter takes a token of the
@@ -56,30 +159,28 @@ func (h *httpContext) release() {
 	}
 	p := h.p
 	h.leads = false
-	waiters := p.inflight[h.bucket]
-	delete(p.inflight, h.bucket)
-	for _, w := range waiters {
-		w.waiting = false
-		if w.done {
-			continue
-		}
-		if err := proxywasm.SetEffectiveContext(w.contextID); err != nil {
-			continue // gone meanwhile
-		}
-		w.decideWaited()
-	}
+	// An answer that put a decision in the slot cleared the mark already.
+	p.cache.EndRefill(h.bucket)
+	p.wake(h.bucket, false)
 	_ = proxywasm.SetEffectiveContext(h.contextID)
 }
 
-// decideWaited decides a request that waited for its bucket's refill.
-func (h *httpContext) decideWaited() {
+// decideWaited decides a request that waited for its bucket's refill: it
+// takes a token of the lease the refill brought, answers from its denial,
+// or calls out itself; with mayWait, while the slot says another VM's
+// refill is in flight, it waits for that one (true).
+func (h *httpContext) decideWaited(mayWait bool) (waits bool) {
 	now := h.now()
-	back, act, settled := h.spendLease(now)
+	back, act, settled, refilling := h.spendLease(now)
 	if settled {
 		if act == types.ActionContinue {
 			h.resume()
 		}
-		return
+		return false
+	}
+	if mayWait && h.wait(back, refilling) {
+		return true
 	}
 	h.callOut(back, now)
+	return false
 }

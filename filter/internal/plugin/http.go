@@ -45,8 +45,9 @@ type httpContext struct {
 	p         *pluginContext
 	contextID uint32
 	// leads: this request's callout is the one its bucket's waiters wait
-	// for; waiting: this request waits for another's (coalesce.go).
-	leads, waiting bool
+	// for; waiting: this request waits for another's (coalesce.go);
+	// waited: it has waited (counted once).
+	leads, waiting, waited bool
 
 	// caller: id is its identity, or "" while it is the client address ip
 	// (see ident: a lease hit never needs it as a string)
@@ -157,15 +158,16 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	h.path, h.method, h.override = path, rq.method, override
 	now := h.now()
 	var back handBack
+	var refilling bool
 	if p.cfg.Lease.Request > 0 {
 		var act types.Action
 		var settled bool
-		if back, act, settled = h.spendLease(now); settled {
+		if back, act, settled, refilling = h.spendLease(now); settled {
 			return act
 		}
 	}
 	h.meter(&rq, endOfStream)
-	if back == (handBack{}) && h.await() {
+	if h.wait(back, refilling) {
 		return types.ActionPause // decided with the answer this bucket waits for
 	}
 	return h.callOut(back, now)
@@ -343,12 +345,14 @@ func isOverrideHeader(k string) bool {
 // the callout to return to the control service, and the lease tokens spent
 // locally since the last callout, for it to report (usage counts requests
 // made).
-func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled bool) {
+func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled, refilling bool) {
 	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
 	switch out {
 	case leasecache.Hit:
 		h.allowLeased(&e)
-		return handBack{}, types.ActionContinue, true
+		return handBack{}, types.ActionContinue, true, false
+	case leasecache.Refilling:
+		return handBack{}, 0, false, true
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -358,11 +362,11 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
 		v.limits.Remaining = 0
 		h.deny(v)
-		return handBack{}, types.ActionPause, true
+		return handBack{}, types.ActionPause, true, false
 	}
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
-	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false
+	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, false
 }
 
 // maxHandBack is the most a check may return or report of each count (the
@@ -419,7 +423,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 		return h.failure("dispatch: " + err.Error())
 	}
 	h.paused = true
-	h.lead()
+	h.lead(now)
 	return types.ActionPause
 }
 

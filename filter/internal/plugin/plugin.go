@@ -22,11 +22,12 @@ import (
 type VM struct{ types.DefaultVMContext }
 
 // NewPluginContext implements types.VMContext.
-func (VM) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
+func (VM) NewPluginContext(id uint32) types.PluginContext { return &pluginContext{rootID: id} }
 
 type metrics struct {
 	allowed, denied, degraded, localHits, calloutFailures, rejected proxywasm.MetricCounter
 	charges, chargeFailures, chargesUnreported, leasePaid           proxywasm.MetricCounter
+	refillWaits                                                     proxywasm.MetricCounter
 	calloutLatency                                                  proxywasm.MetricHistogram
 }
 
@@ -61,7 +62,13 @@ type pluginContext struct {
 	// inflight holds, per bucket with a callout of this VM in flight, the
 	// requests of that bucket waiting for its answer (coalesce.go).
 	inflight map[leasecache.Owner][]*httpContext
-	m        metrics
+	// watched are the buckets whose waiters wait for another VM's refill,
+	// looked at again on each tick while ticking (coalesce.go);
+	// watchedSpare is the other of the two slices OnTick swaps.
+	watched, watchedSpare []leasecache.Owner
+	ticking               bool
+	rootID                uint32
+	m                     metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
@@ -131,6 +138,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		chargesUnreported: proxywasm.DefineCounterMetric("tollgate_charges_unreported_total"),
 		// Tokens of response costs paid from leases, with no charge sent.
 		leasePaid: proxywasm.DefineCounterMetric("tollgate_lease_paid_cost_total"),
+		// Requests that waited for their bucket's refill in flight (this
+		// VM's or another's) instead of calling out themselves.
+		refillWaits: proxywasm.DefineCounterMetric("tollgate_refill_waits_total"),
 	}
 	proxywasm.LogInfo("tollgate: plugin started; control cluster " + cfg.ControlCluster + ", " + cfg.FailureMode)
 	return types.OnPluginStartStatusOK
