@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -47,6 +48,10 @@ type bench struct {
 	requests, callers int64
 	concurrency       int
 	maxTime           time.Duration
+	// base picks this run's caller addresses: a run within the counters'
+	// window of another would otherwise find its callers' counters in
+	// use (leases from their first request).
+	base int
 }
 
 func run() error {
@@ -85,7 +90,7 @@ func run() error {
 		return err
 	}
 	defer stopUp()
-	b := bench{wasm: wasm, up: up, ctl: ctl, requests: *requests, callers: max(*callers, 1), concurrency: *concurrency, maxTime: *maxTime,
+	b := bench{wasm: wasm, up: up, ctl: ctl, requests: *requests, callers: max(*callers, 1), concurrency: *concurrency, maxTime: *maxTime, base: rand.IntN(250),
 		config: fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"lease":{"request":%d}}`, *token, *lease)}
 	fmt.Printf("Gateway benchmark: %d requests from %d callers, %d clients, lease %d, loopback upstream, %d rounds\n",
 		*requests, b.callers, *concurrency, *lease, *rounds)
@@ -114,7 +119,8 @@ func run() error {
 
 // load runs one gateway's load; it returns its requests a second and, with
 // the filter, the calls it made per 1,000 admitted requests. Each round's
-// callers are new addresses: no lease or counter carries over.
+// callers are new addresses (and each run's, but one time in 250): no
+// lease or counter carries over.
 func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err error) {
 	ctx := context.Background()
 	g, err := gateway.New(ctx, gateway.Config{Wasm: b.wasm, PluginConfig: []byte(b.config), Upstream: b.up,
@@ -134,7 +140,7 @@ func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err e
 			if err == nil {
 				// The callers behind one trusted proxy (the load generator).
 				k := i % b.callers
-				r.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", round%250, k/250%250, k%250+1))
+				r.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", (b.base+round)%250, k/250%250, k%250+1))
 			}
 			return r, err
 		},
@@ -156,8 +162,8 @@ func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err e
 			callsPerK = float64(allowed+denied-hits) * 1000 / float64(allowed)
 		}
 		if os.Getenv("GWBENCH_DEBUG") != "" {
-			fmt.Printf("  allowed %d hits %d denied %d degraded %d failures %d\n", allowed, hits, denied,
-				h.Counter("tollgate_degraded_total"), h.Counter("tollgate_callout_failures_total"))
+			fmt.Printf("  allowed %d hits %d denied %d degraded %d failures %d refill waits %d\n", allowed, hits, denied,
+				h.Counter("tollgate_degraded_total"), h.Counter("tollgate_callout_failures_total"), h.Counter("tollgate_refill_waits_total"))
 		}
 	}
 	return res.PerSec, callsPerK, nil
