@@ -111,6 +111,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
+			// ReverseProxy re-encoded the query before Rewrite, dropping
+			// every parameter with a ';' and re-escaping bad '%' escapes;
+			// Envoy forwards it as the client sent it (or as the filter
+			// rewrote :path), and the upstream must see what the filter saw.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			if q := cfg.Upstream.RawQuery; q != "" {
+				pr.Out.URL.RawQuery = q + "&" + pr.In.URL.RawQuery
+			}
 			pr.Out.Host = pr.In.Host
 			// ReverseProxy drops X-Forwarded-For before Rewrite; Envoy sends
 			// it on, with its peer appended (resolveClient did that).
