@@ -368,13 +368,8 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	}
 	k := c.key(e.Owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			// Insert only if the slot is still empty: an unconditional
-			// write could replace a lease another VM put meanwhile.
-			cas = c.insertCAS
-		case err != nil:
+		data, cas, err := c.readForWrite(k)
+		if err != nil {
 			return err
 		}
 		old, ok := decode(data, false)
@@ -387,7 +382,7 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 		// A lease whose request tokens ran out may still hold its pool
 		// (ChargeTokens): kept until a Take hands it back.
-		live := ok && (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs
+		live := ok && old.leaseLive(nowMs)
 		switch {
 		case live && old.Owner == e.Owner:
 			next.Tokens = satAdd(old.Tokens, e.Tokens)
@@ -427,11 +422,8 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) bool {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			cas = c.insertCAS
-		case err != nil:
+		data, cas, err := c.readForWrite(k)
+		if err != nil {
 			return false
 		}
 		old, ok := decode(data, false)
@@ -439,7 +431,7 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) bool {
 		case ok && old.Owner == owner:
 			// The bytes read are Get's to give (Set copies them).
 			binary.LittleEndian.PutUint64(data[offRefill:], uint64(untilMs))
-		case ok && (old.DeniedUntilMs > nowMs || (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs):
+		case ok && (old.DeniedUntilMs > nowMs || old.leaseLive(nowMs)):
 			return false
 		default:
 			c.buf = encodeInto(c.buf, Entry{Owner: owner, RefillUntilMs: untilMs})
@@ -474,6 +466,23 @@ func (c *Cache) EndRefill(owner Owner) {
 			return
 		}
 	}
+}
+
+// readForWrite reads slot k to write it: a missing slot reads as empty,
+// with the CAS that inserts only while it is still missing (an
+// unconditional write could replace what another VM put meanwhile).
+func (c *Cache) readForWrite(k string) ([]byte, uint32, error) {
+	data, cas, err := c.store.Get(k)
+	if errors.Is(err, ErrNotFound) {
+		return nil, c.insertCAS, nil
+	}
+	return data, cas, err
+}
+
+// leaseLive reports whether e holds tokens of either pool spendable at nowMs
+// (a lease whose request tokens ran out may still hold its pool).
+func (e *Entry) leaseLive(nowMs int64) bool {
+	return (e.Tokens > 0 || e.ChargeTokens > 0) && nowMs < e.ExpiresMs
 }
 
 // FallbackResult is what Fallback decided.
