@@ -217,16 +217,23 @@ func (g *Gateway) tickLoop(ctx context.Context, wk *worker) {
 			t.Stop()
 			return
 		}
-		wk.mu.Lock()
-		err := wk.vm.Tick(context.Background())
-		calls := wk.takePending()
-		wk.notify()
-		wk.mu.Unlock()
-		if err != nil {
-			g.log.Warn("filter tick failed", "err", err)
-		}
-		g.perform(wk, calls)
+		g.drive(wk, "filter tick failed", func() error { return wk.vm.Tick(context.Background()) })
 	}
+}
+
+// drive runs one callback into the VM that no stream of its own waits on (a
+// tick, a callout's answer): then the callouts it dispatched are performed
+// and the streams waiting on the VM look again.
+func (g *Gateway) drive(wk *worker, failed string, call func() error) {
+	wk.mu.Lock()
+	err := call()
+	calls := wk.takePending()
+	wk.notify()
+	wk.mu.Unlock()
+	if err != nil {
+		g.log.Warn(failed, "err", err)
+	}
+	g.perform(wk, calls)
 }
 
 // VMMemory is the guest memory of each VM, in bytes (soaks watch it).
@@ -395,15 +402,7 @@ func (g *Gateway) perform(wk *worker, calls []*wasmhost.Callout) {
 	for _, c := range calls {
 		go func(c *wasmhost.Callout) {
 			res := calloutResult{c, g.callout(context.Background(), c)}
-			wk.mu.Lock()
-			err := wk.deliver(res)
-			more := wk.takePending()
-			wk.notify()
-			wk.mu.Unlock()
-			if err != nil {
-				g.log.Warn("deliver a callout answer", "err", err)
-			}
-			g.perform(wk, more)
+			g.drive(wk, "deliver a callout answer", func() error { return wk.deliver(res) })
 		}(c)
 	}
 }
