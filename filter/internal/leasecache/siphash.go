@@ -40,22 +40,34 @@ func newSip(k0, k1 uint64) sip {
 // addPart absorbs one part: its length word, then its bytes zero-padded to
 // whole words, read where they lie. (Not generic over []byte: a generic
 // call inlined into another package loses its escape facts, and the
-// caller's state and buffers moved to the heap.)
+// caller's state and buffers moved to the heap.) One loop compresses every
+// word with the rounds inlined: compress is too large to inline, and a
+// call per word cost more than its rounds in the Wasm build (two a word
+// of a lease hit's dozen).
 func addPart(s *sip, p string) {
-	v0, v1, v2, v3 := compress(s.v0, s.v1, s.v2, s.v3, uint64(len(p)))
-	i := 0
-	for ; i+8 <= len(p); i += 8 {
-		v0, v1, v2, v3 = compress(v0, v1, v2, v3, load64(p, i))
-	}
-	if i < len(p) {
-		var m uint64
-		for j := len(p) - 1; j >= i; j-- {
-			m = m<<8 | uint64(p[j])
+	v0, v1, v2, v3 := s.v0, s.v1, s.v2, s.v3
+	m := uint64(len(p))
+	for i := 0; ; {
+		v3 ^= m
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0 ^= m
+		switch {
+		case i+8 <= len(p):
+			m = load64(p, i)
+			i += 8
+		case i < len(p):
+			m = 0
+			for j := len(p) - 1; j >= i; j-- {
+				m = m<<8 | uint64(p[j])
+			}
+			i = len(p)
+		default:
+			s.v0, s.v1, s.v2, s.v3 = v0, v1, v2, v3
+			s.n += 8 + uint64(len(p)+7)&^7
+			return
 		}
-		v0, v1, v2, v3 = compress(v0, v1, v2, v3, m)
 	}
-	s.v0, s.v1, s.v2, s.v3 = v0, v1, v2, v3
-	s.n += 8 + uint64(len(p)+7)&^7
 }
 
 // sum finishes the hash.
