@@ -201,9 +201,7 @@ func (c *Cache) loadKey() error {
 // parts, each length-delimited so that no two lists of parts collide.
 func (c *Cache) Bucket(parts ...string) Owner {
 	b := c.NewBucket()
-	for _, p := range parts {
-		b.Add(p)
-	}
+	b.Add(parts...)
 	return b.Owner()
 }
 
@@ -216,14 +214,15 @@ type BucketHasher struct{ s sip }
 // NewBucket starts the owner id of a bucket.
 func (c *Cache) NewBucket() BucketHasher { return BucketHasher{newSip(c.k0, c.k1)} }
 
-// Add adds the next part.
-func (b *BucketHasher) Add(part string) { addPart(&b.s, part) }
+// Add adds the next parts, in order (all at once costs one call: the
+// filter hashes a request's parts on every request).
+func (b *BucketHasher) Add(parts ...string) { addParts(&b.s, parts) }
 
 // AddBytes adds the next part, held in a buffer. The hash reads the bytes
 // during the call and keeps nothing of them, so they are read as a string
 // where they lie rather than copied into one.
 func (b *BucketHasher) AddBytes(part []byte) {
-	addPart(&b.s, unsafe.String(unsafe.SliceData(part), len(part)))
+	addParts(&b.s, []string{unsafe.String(unsafe.SliceData(part), len(part))})
 }
 
 // Owner is the owner id of the parts added.

@@ -18,9 +18,7 @@ import (
 // path, no allocation (this runs on every request).
 func bucketHash(k0, k1 uint64, parts []string) (h0, h1 uint64) {
 	s := newSip(k0, k1)
-	for _, p := range parts {
-		addPart(&s, p)
-	}
+	addParts(&s, parts)
 	return s.sum()
 }
 
@@ -37,37 +35,41 @@ func newSip(k0, k1 uint64) sip {
 	}
 }
 
-// addPart absorbs one part: its length word, then its bytes zero-padded to
-// whole words, read where they lie. (Not generic over []byte: a generic
-// call inlined into another package loses its escape facts, and the
-// caller's state and buffers moved to the heap.) One loop compresses every
-// word with the rounds inlined: compress is too large to inline, and a
-// call per word cost more than its rounds in the Wasm build (two a word
-// of a lease hit's dozen).
-func addPart(s *sip, p string) {
-	v0, v1, v2, v3 := s.v0, s.v1, s.v2, s.v3
-	m := uint64(len(p))
-	for i := 0; ; {
-		v3 ^= m
-		v0, v1, v2, v3 = round(v0, v1, v2, v3)
-		v0, v1, v2, v3 = round(v0, v1, v2, v3)
-		v0 ^= m
-		switch {
-		case i+8 <= len(p):
-			m = load64(p, i)
-			i += 8
-		case i < len(p):
-			m = 0
-			for j := len(p) - 1; j >= i; j-- {
-				m = m<<8 | uint64(p[j])
+// addParts absorbs parts, each as its length word, then its bytes
+// zero-padded to whole words, read where they lie. (Not generic over
+// []byte: a generic call inlined into another package loses its escape
+// facts, and the caller's state and buffers moved to the heap.) One loop
+// compresses every word with the rounds inlined, for all the parts a
+// caller has at once: compress is too large to inline, and in the Wasm
+// build a call cost more than the two rounds it makes (a lease hit hashes
+// six parts, a dozen words).
+func addParts(s *sip, parts []string) {
+	v0, v1, v2, v3, n := s.v0, s.v1, s.v2, s.v3, s.n
+	for _, p := range parts {
+		m := uint64(len(p))
+		n += 8 + uint64(len(p)+7)&^7
+		for i := 0; ; {
+			v3 ^= m
+			v0, v1, v2, v3 = round(v0, v1, v2, v3)
+			v0, v1, v2, v3 = round(v0, v1, v2, v3)
+			v0 ^= m
+			if i+8 <= len(p) {
+				m = load64(p, i)
+				i += 8
+				continue
 			}
-			i = len(p)
-		default:
-			s.v0, s.v1, s.v2, s.v3 = v0, v1, v2, v3
-			s.n += 8 + uint64(len(p)+7)&^7
-			return
+			if i < len(p) {
+				m = 0
+				for j := len(p) - 1; j >= i; j-- {
+					m = m<<8 | uint64(p[j])
+				}
+				i = len(p)
+				continue
+			}
+			break
 		}
 	}
+	s.v0, s.v1, s.v2, s.v3, s.n = v0, v1, v2, v3, n
 }
 
 // sum finishes the hash.

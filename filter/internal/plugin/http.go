@@ -143,14 +143,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		// from there.
 		b.AddBytes(h.appendIPIdentity(buf[:0]))
 	}
-	b.Add(h.apiKey)
-	b.Add(h.tier)
-	b.Add(h.tenant)
-	b.Add(rq.method)
-	if override != "" {
-		b.Add(override)
+	if override == "" {
+		b.Add(h.apiKey, h.tier, h.tenant, rq.method, path)
+	} else {
+		b.Add(h.apiKey, h.tier, h.tenant, rq.method, override, path)
 	}
-	b.Add(path)
 	h.bucket = b.Owner()
 
 	// Kept before the lease is read: a request admitted on a lease of a
