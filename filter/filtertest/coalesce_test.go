@@ -2,6 +2,7 @@ package filtertest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,30 +11,34 @@ import (
 
 // Requests of one bucket that arrive while its refill is in flight wait
 // for that answer instead of each calling out: they take from the lease it
-// brought, answer from the denial it cached, or call out themselves when
-// it brought neither (or failed).
+// brought, answer from the denial it cached, call out themselves when it
+// brought neither, or apply the failure mode when it failed (fail_open:
+// degraded; fail_closed: 503), as the refill's own request does, rather
+// than each wait a timeout of its own.
 func TestRefillsCoalesce(t *testing.T) {
 	ctx := context.Background()
-	const config = `{"control_cluster":"controlsvc","lease":{"request":10}}`
 	pending := func(e *env) int { return len(e.vms[0].PendingCallouts()) }
+	fail := func(e *env) {
+		c, _ := e.callout(0)
+		if err := e.vms[0].Fail(ctx, c.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name      string
+		mode      string
 		answer    func(e *env)
-		followers int // callouts the waiting requests make after the answer
-		allowed   bool
+		followers int    // callouts the waiting requests make after the answer
+		decision  string // what each waiter got: allowed, degraded, a status, or "" (calling out)
 	}{
-		{"a lease", func(e *env) { e.answer(0, "200", decision(true, 50, 10, 0)) }, 0, true},
-		{"a denial", func(e *env) { e.answer(0, "429", decision(false, 0, 0, 30)) }, 0, false},
-		{"no lease", func(e *env) { e.answer(0, "200", decision(true, 50, 0, 0)) }, 3, false},
-		{"a failure", func(e *env) {
-			c, _ := e.callout(0)
-			if err := e.vms[0].Fail(ctx, c.Token); err != nil {
-				t.Fatal(err)
-			}
-		}, 3, false},
+		{"a lease", "fail_open", func(e *env) { e.answer(0, "200", decision(true, 50, 10, 0)) }, 0, "allowed"},
+		{"a denial", "fail_open", func(e *env) { e.answer(0, "429", decision(false, 0, 0, 30)) }, 0, "429"},
+		{"no lease", "fail_open", func(e *env) { e.answer(0, "200", decision(true, 50, 0, 0)) }, 3, ""},
+		{"a failure", "fail_open", fail, 0, "degraded"},
+		{"a failure, failing closed", "fail_closed", fail, 0, "503"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, config, 1)
+			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10},"failure_mode":"`+tc.mode+`"}`, 1)
 			lead, _ := e.start(req{})
 			var waiting []*wasmhost.Stream
 			for range 3 {
@@ -50,26 +55,25 @@ func TestRefillsCoalesce(t *testing.T) {
 			if n := pending(e); n != tc.followers {
 				t.Fatalf("%d callouts after the answer, want %d", n, tc.followers)
 			}
-			for i, s := range waiting {
+			for i, s := range append(waiting, lead) {
+				got := ""
 				switch {
-				case tc.followers > 0:
-					if s.Resumed || s.Local != nil {
-						t.Fatalf("waiter %d decided before its own callout", i)
-					}
-				case tc.allowed && (!s.Resumed || s.RequestHeaders.Value("x-tollgate-decision") != "allowed"):
-					t.Fatalf("waiter %d: resumed %v, decision %q", i, s.Resumed, s.RequestHeaders.Value("x-tollgate-decision"))
-				case !tc.allowed && (s.Local == nil || s.Local.Status != 429):
-					t.Fatalf("waiter %d: %+v, want the cached 429", i, s.Local)
+				case s.Local != nil:
+					got = fmt.Sprint(s.Local.Status)
+				case s.Resumed:
+					got = s.RequestHeaders.Value("x-tollgate-decision")
+				}
+				if want := tc.decision; got != want && (s != lead || tc.followers == 0) {
+					t.Fatalf("request %d: %q, want %q", i, got, want)
 				}
 			}
-			_ = lead
 			if err := e.vms[0].Broken(); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
 	// A waiting request whose client went away is skipped.
-	e := newEnv(t, config, 1)
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
 	e.start(req{})
 	gone, _ := e.start(req{})
 	if err := gone.Done(ctx); err != nil {
@@ -85,8 +89,9 @@ func TestRefillsCoalesce(t *testing.T) {
 // refill is in flight, wait for it too (the refill is marked in the
 // bucket's slot; their VM's tick looks again every millisecond): one call
 // per refill, not one per VM. What they do once it is answered is what
-// this VM's own waiters do, and a waiter never queues behind more than one
-// callout of another waiter.
+// this VM's own waiters do; a waiter waits for that one refill, never for
+// the callouts that follow it (another VM's refill marked next, or a
+// fellow waiter's).
 func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 	ctx := context.Background()
 	const config = `{"control_cluster":"controlsvc","lease":{"request":10},"timeout_ms":200}`
@@ -96,45 +101,76 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fail := func(t *testing.T, e *env, vm int) {
+	each := func(t *testing.T, e *env, vm int, resp *wasmhost.CalloutResponse) {
 		t.Helper()
 		for _, c := range e.vms[vm].PendingCallouts() {
-			if err := e.vms[vm].Fail(ctx, c.Token); err != nil {
+			var err error
+			if resp == nil {
+				err = e.vms[vm].Fail(ctx, c.Token)
+			} else {
+				err = e.vms[vm].Respond(ctx, c.Token, *resp)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	lease := &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 49, 10, 0))}
+	noLease := &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 50, 0, 0))}
 	for _, tc := range []struct {
 		name string
-		// then answers VM 0's callout (or not) and ticks VM 1; it returns
-		// the callouts VM 1 made and whether its waiters are answered.
+		// then answers VM 0's callout (or not) and ticks VM 1.
 		then      func(t *testing.T, e *env)
-		callouts  int  // VM 1's callouts after then
-		decided   bool // VM 1's waiters decided
-		allowed   bool
-		tickAfter bool // VM 1 still ticks
+		callouts  int    // VM 1's callouts pending after then
+		decision  string // what each of VM 1's waiters got: allowed, degraded, 429, or "" (still waiting or calling out)
+		tickAfter bool   // VM 1 still ticks
 	}{
-		{"a lease", func(t *testing.T, e *env) { e.answer(0, "200", decision(true, 50, 10, 0)); tick(t, e) }, 0, true, true, false},
-		{"a denial", func(t *testing.T, e *env) { e.answer(0, "429", decision(false, 0, 0, 30)); tick(t, e) }, 0, true, false, false},
-		{"not answered yet", func(t *testing.T, e *env) { tick(t, e); tick(t, e) }, 0, false, false, true},
-		// No lease (a counter's first request): one waiter calls out, the
-		// others wait for it on their own VM.
-		{"no lease", func(t *testing.T, e *env) { e.answer(0, "200", decision(true, 50, 0, 0)); tick(t, e) }, 1, false, false, false},
-		{"no lease, then a lease", func(t *testing.T, e *env) {
-			e.answer(0, "200", decision(true, 50, 0, 0))
+		{"a lease", func(t *testing.T, e *env) { e.answer(0, "200", decision(true, 50, 10, 0)); tick(t, e) }, 0, "allowed", false},
+		{"a denial", func(t *testing.T, e *env) { e.answer(0, "429", decision(false, 0, 0, 30)); tick(t, e) }, 0, "429", false},
+		{"not answered yet", func(t *testing.T, e *env) { tick(t, e); tick(t, e) }, 0, "", true},
+		// No lease (a counter's first request): each waiter calls out
+		// itself, rather than wait for another callout.
+		{"no lease", func(t *testing.T, e *env) { each(t, e, 0, noLease); tick(t, e) }, 3, "", false},
+		{"no lease, then leases", func(t *testing.T, e *env) {
+			each(t, e, 0, noLease)
 			tick(t, e)
-			e.answer(1, "200", decision(true, 49, 10, 0))
-		}, 0, true, true, false},
-		// The service fails: the waiter that called out fails too, and the
-		// rest each call out once, not one after another.
-		{"failures", func(t *testing.T, e *env) {
-			fail(t, e, 0)
+			each(t, e, 1, lease)
+		}, 0, "allowed", false},
+		// Another refill marked the slot after the one they waited for (VM
+		// 0's next request, its refill bringing no lease either): they call
+		// out rather than wait for that one too.
+		{"a second refill marked", func(t *testing.T, e *env) {
+			each(t, e, 0, noLease)
+			if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
+				t.Fatal("VM 0's next request did not call out")
+			}
 			tick(t, e)
-			fail(t, e, 1)
-		}, 2, false, false, false},
-		// The first VM's callout outlives its mark (timeout_ms): they stop
-		// waiting for it.
-		{"the mark runs out", func(t *testing.T, e *env) { e.clock.Advance(200 * time.Millisecond); tick(t, e) }, 1, false, false, false},
+		}, 3, "", false},
+		// The refill fails: its waiters on the other VM apply the failure
+		// mode with it (fail_open: degraded), with no callout (no second
+		// timeout) of their own.
+		{"a failure", func(t *testing.T, e *env) { each(t, e, 0, nil); tick(t, e) }, 0, "degraded", false},
+		// ... however soon the next refill is marked (VM 0's next request
+		// called out before VM 1's tick).
+		{"a failure, the next refill marked", func(t *testing.T, e *env) {
+			each(t, e, 0, nil)
+			if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
+				t.Fatal("VM 0's next request did not call out")
+			}
+			tick(t, e)
+		}, 0, "degraded", false},
+		// A refill that failed before is no reason to wait or fail: the
+		// next request calls out.
+		{"after a failure", func(t *testing.T, e *env) {
+			each(t, e, 0, nil)
+			tick(t, e)
+			if _, act := e.start(req{vm: 1}); act != wasmhost.Pause {
+				t.Fatal("a request after a failed refill did not call out")
+			}
+		}, 1, "degraded", false},
+		// The first VM never answers (its mark lasts twice timeout_ms):
+		// they stop waiting for it.
+		{"the mark runs out", func(t *testing.T, e *env) { e.clock.Advance(400 * time.Millisecond); tick(t, e) }, 3, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, config, 2)
@@ -158,14 +194,15 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 				t.Fatalf("VM 1 made %d callouts, want %d", n, tc.callouts)
 			}
 			for i, s := range waiting {
-				decided := s.Resumed || s.Local != nil
+				got := ""
 				switch {
-				case tc.decided != decided && (tc.decided || i > 0 || tc.callouts == 0):
-					t.Fatalf("waiter %d decided %v, want %v", i, decided, tc.decided)
-				case tc.decided && tc.allowed && s.RequestHeaders.Value("x-tollgate-decision") != "allowed":
-					t.Fatalf("waiter %d: decision %q", i, s.RequestHeaders.Value("x-tollgate-decision"))
-				case tc.decided && !tc.allowed && (s.Local == nil || s.Local.Status != 429):
-					t.Fatalf("waiter %d: %+v, want the cached 429", i, s.Local)
+				case s.Local != nil:
+					got = fmt.Sprint(s.Local.Status)
+				case s.Resumed:
+					got = s.RequestHeaders.Value("x-tollgate-decision")
+				}
+				if got != tc.decision {
+					t.Fatalf("waiter %d: %q, want %q", i, got, tc.decision)
 				}
 			}
 			if ticking := e.vms[1].TickPeriod() != 0; ticking != tc.tickAfter {

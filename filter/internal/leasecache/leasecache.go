@@ -103,8 +103,13 @@ type Entry struct {
 	FallbackStartMs, FallbackCount int64
 	// RefillUntilMs: a VM's callout for this bucket is in flight until at
 	// most then (MarkRefill); the bucket's requests on other VMs wait for
-	// the lease it brings instead of calling out too (Refilling).
-	RefillUntilMs int64
+	// the lease it brings instead of calling out too (Refilling). RefillID
+	// names that callout: a request waits for one refill, never for the
+	// next one that marks the slot. RefillFailedID names the last refill
+	// of the bucket that failed (EndRefill), kept when the next is marked:
+	// the requests that waited for it fail with it, however soon another
+	// request of the bucket calls out again.
+	RefillUntilMs, RefillID, RefillFailedID int64
 }
 
 // Outcome of Take.
@@ -134,6 +139,10 @@ type Cache struct {
 	// another VM wrote the key in between (unless that write drew this very
 	// CAS, one chance in 2^32, which Put's key check then repairs).
 	insertCAS uint32
+	// refills counts this VM's refill marks: a mark's id is the count with
+	// insertCAS (random per VM) above it, unique among the VMs but once in
+	// 2^32.
+	refills uint32
 }
 
 // Owner identifies a bucket: the 128-bit keyed hash of its parts, never zero.
@@ -247,8 +256,9 @@ func (c *Cache) key(owner Owner) string {
 // with the next check (its returned field), and the Entry holds only Spent
 // and ChargeTokens: the lease tokens spent locally since the last Miss, for
 // the same check to report (each is handed out once), and the pool's
-// tokens to hand back (charge_returned). The whole Entry is meaningful on a
-// Hit or Denied.
+// tokens to hand back (charge_returned), with RefillFailedID; on
+// Refilling, RefillID and RefillFailedID. The whole Entry is meaningful on
+// a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	k := c.key(owner)
 	var spent, chargeReturned int64
@@ -283,9 +293,9 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
-			return Entry{}, Refilling, 0
+			return Entry{RefillID: e.RefillID, RefillFailedID: e.RefillFailedID}, Refilling, 0
 		default:
-			return Entry{}, Miss, 0
+			return Entry{RefillFailedID: e.RefillFailedID}, Miss, 0
 		}
 		// Only the counts change: write them into the bytes just read
 		// instead of encoding the entry again.
@@ -300,7 +310,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return Entry{}, Miss, 0
 		}
 		if returned > 0 || chargeReturned > 0 || spent > 0 {
-			return Entry{Spent: spent, ChargeTokens: chargeReturned}, Miss, returned
+			return Entry{Spent: spent, ChargeTokens: chargeReturned, RefillFailedID: e.RefillFailedID}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -414,53 +424,62 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 // MarkRefill records in owner's slot that this VM's callout for the bucket
 // is in flight until at most untilMs, so that the bucket's requests on other
 // VMs wait for its lease (Refilling) rather than each call out and take a
-// lease of its own. It marks the bucket's own slot, an empty one, or one
-// whose entry is spent (a lease would take that over anyway); never a slot
-// with another bucket's live tokens or denial. False when nothing was
-// marked: the other VMs call out as before, which only costs calls.
-func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) bool {
+// lease of its own; id names the mark (EndRefill). It marks the bucket's
+// own slot, an empty one, or one whose entry is spent (a lease would take
+// that over anyway); never a slot with another bucket's live tokens or
+// denial. False when nothing was marked: the other VMs call out as before,
+// which only costs calls.
+func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool) {
+	c.refills++
+	id = int64(c.insertCAS)<<32 | int64(c.refills)
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.readForWrite(k)
 		if err != nil {
-			return false
+			return 0, false
 		}
 		old, ok := decode(data, false)
 		switch {
 		case ok && old.Owner == owner:
 			// The bytes read are Get's to give (Set copies them).
 			binary.LittleEndian.PutUint64(data[offRefill:], uint64(untilMs))
+			binary.LittleEndian.PutUint64(data[offRefillID:], uint64(id))
 		case ok && (old.DeniedUntilMs > nowMs || old.leaseLive(nowMs)):
-			return false
+			return 0, false
 		default:
-			c.buf = encodeInto(c.buf, Entry{Owner: owner, RefillUntilMs: untilMs})
+			c.buf = encodeInto(c.buf, Entry{Owner: owner, RefillUntilMs: untilMs, RefillID: id})
 			data = c.buf
 		}
 		switch err := c.store.Set(k, data, cas); {
 		case err == nil:
-			return true
+			return id, true
 		case !errors.Is(err, ErrCasMismatch):
-			return false
+			return 0, false
 		}
 	}
-	return false
+	return 0, false
 }
 
-// EndRefill clears owner's refill mark (MarkRefill) once its callout is
+// EndRefill ends owner's refill mark id (MarkRefill) once its callout is
 // answered: a decision put in the slot has cleared it already; an answer
-// that brought none (a failure, no lease) leaves the bucket's waiters on
-// other VMs to call out themselves now rather than when the mark runs out.
-func (c *Cache) EndRefill(owner Owner) {
+// that brought none (no lease) leaves the bucket's waiters on other VMs to
+// decide now rather than when the mark runs out, and a failed one
+// (failed) is recorded as RefillFailedID for them. A later mark (another
+// VM's refill) stays.
+func (c *Cache) EndRefill(owner Owner, id int64, failed bool) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
 		if err != nil {
 			return
 		}
-		if e, ok := decode(data, false); !ok || e.Owner != owner || e.RefillUntilMs == 0 {
+		if e, ok := decode(data, false); !ok || e.Owner != owner || e.RefillUntilMs <= 0 || e.RefillID != id {
 			return
 		}
 		binary.LittleEndian.PutUint64(data[offRefill:], 0)
+		if failed {
+			binary.LittleEndian.PutUint64(data[offRefillFailed:], uint64(id))
+		}
 		if err := c.store.Set(k, data, cas); !errors.Is(err, ErrCasMismatch) {
 			return
 		}
@@ -577,22 +596,24 @@ func (c *Cache) keyReplaced() bool {
 
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
-// FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs (int64 each,
-// little endian);
+// FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
+// RefillFailedID (int64 each, little endian);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
 // never occur (Put refuses them), so decode treats them as a damaged slot.
 const (
-	offTokens  = 16
-	offSpent   = 88
-	offFbStart = 96
-	offFbCount = 104
-	offCharge  = 112
-	offRefill  = 120
-	fixedLen   = 16 + 14*8
-	numStrings = 7
-	minLen     = fixedLen + numStrings*2
+	offTokens       = 16
+	offSpent        = 88
+	offFbStart      = 96
+	offFbCount      = 104
+	offCharge       = 112
+	offRefill       = 120
+	offRefillID     = 128
+	offRefillFailed = 136
+	fixedLen        = 16 + 16*8
+	numStrings      = 7
+	minLen          = fixedLen + numStrings*2
 )
 
 // encodeInto writes e's slot bytes over buf's storage (Put reuses one
@@ -615,6 +636,8 @@ func encodeInto(buf []byte, e Entry) []byte {
 	le.PutUint64(b[offFbCount:], uint64(e.FallbackCount))
 	le.PutUint64(b[offCharge:], uint64(e.ChargeTokens))
 	le.PutUint64(b[offRefill:], uint64(e.RefillUntilMs))
+	le.PutUint64(b[offRefillID:], uint64(e.RefillID))
+	le.PutUint64(b[offRefillFailed:], uint64(e.RefillFailedID))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -666,6 +689,8 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		FallbackCount:   int64(le.Uint64(b[offFbCount:])),
 		ChargeTokens:    int64(le.Uint64(b[offCharge:])),
 		RefillUntilMs:   int64(le.Uint64(b[offRefill:])),
+		RefillID:        int64(le.Uint64(b[offRefillID:])),
+		RefillFailedID:  int64(le.Uint64(b[offRefillFailed:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

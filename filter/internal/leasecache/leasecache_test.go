@@ -638,7 +638,7 @@ func FuzzMarkRefill(f *testing.F) {
 		old, ok := decode(slot, false)
 		protected := ok && old.Owner != a && (old.DeniedUntilMs > nowMs || (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs)
 		until := nowMs + forMs
-		marked := c.MarkRefill(a, until, nowMs)
+		id, marked := c.MarkRefill(a, until, nowMs)
 		data, _, _ := s.Get(c.key(a))
 		if !marked {
 			if !protected || !bytes.Equal(data, slot) {
@@ -650,19 +650,27 @@ func FuzzMarkRefill(f *testing.F) {
 			t.Fatalf("marked over another bucket's live entry %+v", old)
 		}
 		e, ok := decode(data, true)
-		if !ok || e.Owner != a || e.RefillUntilMs != until || e.Tokens != 0 || e.DeniedUntilMs != 0 {
+		if !ok || e.Owner != a || e.RefillUntilMs != until || e.RefillID != id || e.Tokens != 0 || e.DeniedUntilMs != 0 {
 			t.Fatalf("the mark reads %+v (%v)", e, ok)
 		}
 		want := Miss
 		if until > nowMs {
 			want = Refilling
 		}
-		if _, out, _ := c.Take(a, nowMs); out != want {
-			t.Fatalf("Take under the mark: %v, want %v", out, want)
+		if got, out, _ := c.Take(a, nowMs); out != want || out == Refilling && got.RefillID != id {
+			t.Fatalf("Take under the mark: %v %+v, want %v of mark %d", out, got, want, id)
 		}
-		c.EndRefill(a)
-		if _, out, _ := c.Take(a, nowMs); out != Miss {
-			t.Fatalf("Take after EndRefill: %v", out)
+		c.EndRefill(a, id, true)
+		if got, out, _ := c.Take(a, nowMs); out != Miss || until > nowMs && got.RefillFailedID != id {
+			t.Fatalf("Take after a failed refill: %v %+v, want a Miss naming %d failed", out, got, id)
+		}
+		c.EndRefill(a, id, false) // ended already: no change
+		if next, _ := c.MarkRefill(a, until, nowMs); next == id {
+			t.Fatalf("two marks named %d", id)
+		}
+		c.EndRefill(a, id, false) // an earlier mark than this one: no change
+		if _, out, _ := c.Take(a, nowMs); until > nowMs && out != Refilling {
+			t.Fatalf("a mark ended by another's id: %v", out)
 		}
 	})
 }
@@ -871,11 +879,12 @@ func TestRefillMark(t *testing.T) {
 	vm1, vm2 := newCache(t, s, 1), newCache(t, s, 1) // one slot: every bucket collides
 	a, b := vm1.Bucket("user:a", "/x"), vm1.Bucket("user:b", "/y")
 
-	if !vm1.MarkRefill(a, now+500, now) {
+	id1, ok := vm1.MarkRefill(a, now+500, now)
+	if !ok {
 		t.Fatal("an empty slot was not marked")
 	}
-	if _, out, _ := vm2.Take(a, now+1); out != Refilling {
-		t.Fatalf("another VM's take during the refill: %v, want Refilling", out)
+	if e, out, _ := vm2.Take(a, now+1); out != Refilling || e.RefillID != id1 {
+		t.Fatalf("another VM's take during the refill: %v of mark %d, want Refilling of %d", out, e.RefillID, id1)
 	}
 	if _, out, _ := vm2.Take(b, now+1); out != Miss {
 		t.Fatalf("another bucket in the marked slot: %v, want Miss", out)
@@ -894,10 +903,32 @@ func TestRefillMark(t *testing.T) {
 		t.Fatalf("the lease spent, no refill marked: %v, want Miss", out)
 	}
 	// An answer without a lease ends the mark.
-	vm1.MarkRefill(a, now+500, now+4)
-	vm1.EndRefill(a)
+	id2, _ := vm1.MarkRefill(a, now+500, now+4)
+	// Another VM's refill marked the slot since: ending the first keeps it.
+	id3, _ := vm2.MarkRefill(a, now+500, now+4)
+	vm1.EndRefill(a, id2, false)
+	if e, out, _ := vm2.Take(a, now+5); out != Refilling || e.RefillID != id3 || id3 == id2 || id2 == id1 {
+		t.Fatalf("after ending an earlier mark: %v of mark %d, want Refilling of %d (marks %d, %d, %d)", out, e.RefillID, id3, id1, id2, id3)
+	}
+	vm2.EndRefill(a, id3, false)
 	if _, out, _ := vm2.Take(a, now+5); out != Miss {
 		t.Fatalf("after EndRefill: %v, want Miss", out)
+	}
+	// A failed refill says so to those that waited for it, even once the
+	// next refill is marked.
+	id4, _ := vm1.MarkRefill(a, now+500, now+6)
+	vm1.EndRefill(a, id4, true)
+	if e, out, _ := vm2.Take(a, now+7); out != Miss || e.RefillFailedID != id4 {
+		t.Fatalf("after a failed refill: %v naming %d failed, want a Miss naming %d", out, e.RefillFailedID, id4)
+	}
+	id5, _ := vm1.MarkRefill(a, now+500, now+7)
+	if e, out, _ := vm2.Take(a, now+7); out != Refilling || e.RefillID != id5 || e.RefillFailedID != id4 {
+		t.Fatalf("the next refill: %v %+v, want Refilling of %d naming %d failed", out, e, id5, id4)
+	}
+	// A lease put in the slot ends that too.
+	vm1.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000}, now+8)
+	if _, out, _ := vm2.Take(a, now+9); out != Hit {
+		t.Fatalf("a lease after a failed refill: %v, want Hit", out)
 	}
 
 	tests := []struct {
@@ -920,7 +951,7 @@ func TestRefillMark(t *testing.T) {
 			if err := c.Put(tt.held, 0); err != nil {
 				t.Fatal(err)
 			}
-			if got := c.MarkRefill(a, now+500, now); got != tt.marked {
+			if _, got := c.MarkRefill(a, now+500, now); got != tt.marked {
 				t.Fatalf("MarkRefill = %v, want %v", got, tt.marked)
 			}
 			data, _, _ := c.store.Get(c.key(a))

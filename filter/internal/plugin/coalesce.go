@@ -22,9 +22,20 @@ import (
 // another VM finds it Refilling and waits too, watched by this VM's tick
 // (shared data notifies no one): every millisecond while anything waits,
 // the waiters look at the slot again and take from the lease the refill
-// put there, answer from its denial, or call out once the mark is gone.
+// put there, answer from its denial, or call out once that refill is over.
 // So a bucket's refill costs one call, not one per VM, and the tokens it
 // brings are not split among leases the VMs each took.
+//
+// A request waits for one refill at most, never for the next: the one its
+// group waits for is named by its mark, and once it is answered each
+// waiter decides alone: from the lease or denial it brought, by calling
+// out itself when it brought neither, or, when it failed, by the failure
+// mode, as the refill's own request did. So a busy bucket whose refills
+// bring no lease (the service's enabled = false, degraded answers) costs a
+// waiter one callout's wait more than calling out at once, and a failing
+// service one timeout, as without coalescing; not one per callout that
+// follows (found by an outsider's attack: seconds, and four to six
+// timeouts, before the refills were named and their failures shared).
 
 // maxWaiters bounds the requests waiting on one callout.
 const maxWaiters = 64
@@ -38,8 +49,12 @@ const maxWatched = 1024
 const watchTickMs = 1
 
 // lead marks this request's callout as its bucket's refill, for this VM's
-// other requests and, in the slot, for the other VMs' until the callout's
-// timeout at most (release ends it).
+// other requests and, in the slot, for the other VMs' (release ends it).
+// The mark outlives the callout's timeout (twice timeout_ms): a waiter on
+// another VM learns the refill's outcome from the slot, and a mark that
+// ran out with the timeout would send the waiters of a refill that timed
+// out to call out themselves, a second timeout, before it is recorded
+// failed; its end only frees them when the refilling VM never answers.
 func (h *httpContext) lead(now time.Time) {
 	p := h.p
 	if p.cfg.Lease.Request == 0 {
@@ -52,24 +67,36 @@ func (h *httpContext) lead(now time.Time) {
 		p.inflight[h.bucket] = nil
 		h.leads = true
 		ms := now.UnixMilli()
-		p.cache.MarkRefill(h.bucket, ms+int64(p.cfg.TimeoutMs), ms)
+		h.refill, _ = p.cache.MarkRefill(h.bucket, ms+2*int64(p.cfg.TimeoutMs), ms)
 	}
 }
+
+// refillSeen is what a lease slot said of its bucket's refills: the mark of
+// one in flight (0: none), and of the last that failed.
+type refillSeen struct{ pending, failed int64 }
 
 // wait pauses a request that found nothing to spend and nothing to hand
 // back behind its bucket's refill: this VM's (await) or, when the slot
-// says another VM's is in flight (refilling), that one (watch). False:
-// the request calls out itself.
-func (h *httpContext) wait(back handBack, refilling bool) bool {
+// says another VM's refill is in flight (its mark, refill), that one
+// (watch). False: the request calls out itself.
+func (h *httpContext) wait(back handBack, refill int64) bool {
 	if back != (handBack{}) {
 		return false
 	}
-	return h.await() || refilling && h.watch()
+	return h.await() || refill != 0 && h.watch(refill)
+}
+
+// watched is a bucket whose waiters wait for another VM's refill, named by
+// its mark.
+type watched struct {
+	bucket leasecache.Owner
+	refill int64
 }
 
 // watch makes this request the first of its bucket to wait for another
-// VM's refill, and starts the tick that looks for its answer.
-func (h *httpContext) watch() bool {
+// VM's refill (marked refill), and starts the tick that looks for its
+// answer.
+func (h *httpContext) watch(refill int64) bool {
 	p := h.p
 	if _, ok := p.inflight[h.bucket]; ok || len(p.watched) >= maxWatched {
 		return false // its waiters are full (await), or too many buckets are watched
@@ -85,7 +112,7 @@ func (h *httpContext) watch() bool {
 		}
 		p.ticking = true
 	}
-	p.watched = append(p.watched, h.bucket)
+	p.watched = append(p.watched, watched{h.bucket, refill})
 	return h.await()
 }
 
@@ -111,8 +138,8 @@ func (h *httpContext) await() bool {
 func (p *pluginContext) OnTick() {
 	watched := p.watched
 	p.watched = p.watchedSpare[:0]
-	for _, b := range watched {
-		p.wake(b, true)
+	for _, w := range watched {
+		p.wake(w.bucket, w.refill, false)
 	}
 	p.watchedSpare = watched[:0]
 	if len(p.watched) == 0 && p.ticking {
@@ -124,14 +151,13 @@ func (p *pluginContext) OnTick() {
 }
 
 // wake decides again the requests waiting for bucket b's refill, each in
-// its own context (the caller restores its own after). Watching another
-// VM's refill, the first that finds it still in flight watches on and the
-// rest wait with it, with no look at the slot of their own. Otherwise, as
-// after this VM's own refill, each takes from the lease the refill brought,
-// answers from its denial, or calls out itself: a waiter never queues
-// behind another waiter's callout, so a failing service costs the waiters
-// one timeout, not one each in turn.
-func (p *pluginContext) wake(b leasecache.Owner, watching bool) {
+// its own context (the caller restores its own after): this VM's own
+// refill (refill 0; failed: it failed), or another VM's, named by its
+// mark. While that mark stands, the first waiter watches on and the rest
+// wait with it, with no look at the slot of their own. Otherwise each
+// takes from the lease the refill brought, answers from its denial, applies
+// the failure mode when it failed, or calls out itself.
+func (p *pluginContext) wake(b leasecache.Owner, refill int64, failed bool) {
 	waiters := p.inflight[b]
 	delete(p.inflight, b)
 	again := false
@@ -143,42 +169,61 @@ func (p *pluginContext) wake(b leasecache.Owner, watching bool) {
 		if err := proxywasm.SetEffectiveContext(w.contextID); err != nil {
 			continue // gone meanwhile
 		}
-		if again && w.await() {
-			continue
+		switch {
+		case failed:
+			w.failure(refillFailed)
+		case again && w.await():
+		default:
+			again = w.decideWaited(refill)
 		}
-		again = w.decideWaited(watching) && watching
 	}
 }
 
-// release ends this request's lead: each waiter takes a token of the
-// lease the answer brought, answers from a cached denial, or calls out
-// itself; each in its own context.
+// refillFailed is the failure of a request whose bucket's refill it waited
+// for failed.
+const refillFailed = "the refill it waited for failed"
+
+// release ends this request's lead: its mark leaves the slot (unless a
+// later one replaced it; failed: the callout failed, which the other VMs'
+// waiters then read there) and each waiter takes a token of the lease the
+// answer brought, answers from a cached denial, applies the failure mode,
+// or calls out itself; each in its own context.
 func (h *httpContext) release() {
 	if !h.leads {
 		return
 	}
 	p := h.p
 	h.leads = false
-	// An answer that put a decision in the slot cleared the mark already.
-	p.cache.EndRefill(h.bucket)
-	p.wake(h.bucket, false)
+	if h.refill != 0 {
+		// An answer that put a decision in the slot cleared it already.
+		p.cache.EndRefill(h.bucket, h.refill, h.failed)
+		h.refill = 0
+	}
+	p.wake(h.bucket, 0, h.failed)
 	_ = proxywasm.SetEffectiveContext(h.contextID)
 }
 
-// decideWaited decides a request that waited for its bucket's refill: it
-// takes a token of the lease the refill brought, answers from its denial,
-// or calls out itself; with mayWait, while the slot says another VM's
-// refill is in flight, it waits for that one (true).
-func (h *httpContext) decideWaited(mayWait bool) (waits bool) {
+// decideWaited decides a request that waited for another VM's refill
+// (refill, its mark; 0: none, this VM's own): it takes a token of the lease
+// the refill brought, answers from its denial, applies the failure mode
+// when the refill failed, or calls out itself; while the slot still names
+// the refill as in flight, it waits on (true).
+func (h *httpContext) decideWaited(refill int64) (waits bool) {
 	now := h.now()
-	back, act, settled, refilling := h.spendLease(now)
-	if settled {
+	back, act, settled, seen := h.spendLease(now)
+	switch {
+	case settled:
 		if act == types.ActionContinue {
 			h.resume()
 		}
 		return false
-	}
-	if mayWait && h.wait(back, refilling) {
+	case refill == 0:
+	case seen.failed == refill && back == (handBack{}):
+		// (With tokens to hand back or spent ones to report, it calls
+		// out: they would be lost.)
+		h.failure(refillFailed)
+		return false
+	case seen.pending == refill && h.wait(back, refill):
 		return true
 	}
 	h.callOut(back, now)

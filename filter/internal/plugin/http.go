@@ -46,8 +46,11 @@ type httpContext struct {
 	contextID uint32
 	// leads: this request's callout is the one its bucket's waiters wait
 	// for; waiting: this request waits for another's (coalesce.go);
-	// waited: it has waited (counted once).
-	leads, waiting, waited bool
+	// waited: it has waited (counted once). refill is the mark of the
+	// refill it leads in the lease slot (0: none); failed: its callout
+	// failed.
+	leads, waiting, waited, failed bool
+	refill                         int64
 
 	// caller: id is its identity, or "" while it is the client address ip
 	// (see ident: a lease hit never needs it as a string)
@@ -155,16 +158,16 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	h.path, h.method, h.override = path, rq.method, override
 	now := h.now()
 	var back handBack
-	var refilling bool
+	var refill refillSeen
 	if p.cfg.Lease.Request > 0 {
 		var act types.Action
 		var settled bool
-		if back, act, settled, refilling = h.spendLease(now); settled {
+		if back, act, settled, refill = h.spendLease(now); settled {
 			return act
 		}
 	}
 	h.meter(&rq, endOfStream)
-	if h.wait(back, refilling) {
+	if h.wait(back, refill.pending) {
 		return types.ActionPause // decided with the answer this bucket waits for
 	}
 	return h.callOut(back, now)
@@ -341,15 +344,16 @@ func isOverrideHeader(k string) bool {
 // Otherwise back holds the expired lease tokens the cache handed back, for
 // the callout to return to the control service, and the lease tokens spent
 // locally since the last callout, for it to report (usage counts requests
-// made).
-func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled, refilling bool) {
+// made); or refill names the mark of a refill in flight on some VM, which
+// the request may wait for (coalesce.go).
+func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled bool, refill refillSeen) {
 	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
 	switch out {
 	case leasecache.Hit:
 		h.allowLeased(&e)
-		return handBack{}, types.ActionContinue, true, false
+		return handBack{}, types.ActionContinue, true, refillSeen{}
 	case leasecache.Refilling:
-		return handBack{}, 0, false, true
+		return handBack{}, 0, false, refillSeen{pending: e.RefillID, failed: e.RefillFailedID}
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -359,11 +363,11 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
 		v.limits.Remaining = 0
 		h.deny(v)
-		return handBack{}, types.ActionPause, true, false
+		return handBack{}, types.ActionPause, true, refillSeen{}
 	}
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
-	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, false
+	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, refillSeen{failed: e.RefillFailedID}
 }
 
 // maxHandBack is the most a check may return or report of each count (the
@@ -809,6 +813,7 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 
 // calloutFailed records a failed callout and applies the failure mode.
 func (h *httpContext) calloutFailed(now time.Time, reason string) {
+	h.failed = true // its bucket's waiters fail with it (release)
 	h.p.breaker.Record(false, now)
 	h.p.m.calloutFailures.Increment(1)
 	if !h.done {

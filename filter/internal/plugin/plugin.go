@@ -65,7 +65,7 @@ type pluginContext struct {
 	// watched are the buckets whose waiters wait for another VM's refill,
 	// looked at again on each tick while ticking (coalesce.go);
 	// watchedSpare is the other of the two slices OnTick swaps.
-	watched, watchedSpare []leasecache.Owner
+	watched, watchedSpare []watched
 	ticking               bool
 	rootID                uint32
 	m                     metrics
