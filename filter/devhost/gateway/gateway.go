@@ -92,6 +92,12 @@ type worker struct {
 	tickWake chan struct{}
 }
 
+// decisions counts the streams the VM resumed or answered itself, the
+// calls that can end a stream's wait; wk.mu is held.
+func (wk *worker) decisions() int {
+	return wk.vm.HostCalls("proxy_continue_stream") + wk.vm.HostCalls("proxy_send_local_response")
+}
+
 // notify wakes the streams waiting on this VM; wk.mu is held.
 func (wk *worker) notify() {
 	close(wk.changed)
@@ -223,12 +229,18 @@ func (g *Gateway) tickLoop(ctx context.Context, wk *worker) {
 
 // drive runs one callback into the VM that no stream of its own waits on (a
 // tick, a callout's answer): then the callouts it dispatched are performed
-// and the streams waiting on the VM look again.
+// and, if it resumed or answered a stream (or failed), the streams waiting
+// on the VM look again. (A tick that decides nothing wakes none: with many
+// streams paused, waking them all every millisecond cost more than the
+// filter's work.)
 func (g *Gateway) drive(wk *worker, failed string, call func() error) {
 	wk.mu.Lock()
+	before := wk.decisions()
 	err := call()
 	calls := wk.takePending()
-	wk.notify()
+	if err != nil || wk.decisions() != before {
+		wk.notify()
+	}
 	wk.mu.Unlock()
 	if err != nil {
 		g.log.Warn(failed, "err", err)

@@ -460,6 +460,24 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 	return 0, false
 }
 
+// Refills reads what owner's slot says of the bucket's refills at nowMs:
+// the mark of the one in flight (0: none) and of the last that failed. It
+// writes nothing: a VM's tick asks it for every bucket it watches.
+func (c *Cache) Refills(owner Owner, nowMs int64) (pending, failed int64) {
+	data, _, err := c.store.Get(c.key(owner))
+	if err != nil {
+		return 0, 0
+	}
+	e, ok := decode(data, false)
+	if !ok || e.Owner != owner {
+		return 0, 0
+	}
+	if e.RefillUntilMs > nowMs {
+		pending = e.RefillID
+	}
+	return pending, e.RefillFailedID
+}
+
 // EndRefill ends owner's refill mark id (MarkRefill) once its callout is
 // answered: a decision put in the slot has cleared it already; an answer
 // that brought none (no lease) leaves the bucket's waiters on other VMs to

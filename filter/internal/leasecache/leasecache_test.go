@@ -925,6 +925,15 @@ func TestRefillMark(t *testing.T) {
 	if e, out, _ := vm2.Take(a, now+7); out != Refilling || e.RefillID != id5 || e.RefillFailedID != id4 {
 		t.Fatalf("the next refill: %v %+v, want Refilling of %d naming %d failed", out, e, id5, id4)
 	}
+	if pending, failed := vm2.Refills(a, now+7); pending != id5 || failed != id4 {
+		t.Fatalf("Refills: %d in flight, %d failed; want %d, %d", pending, failed, id5, id4)
+	}
+	if pending, _ := vm2.Refills(a, now+500); pending != 0 {
+		t.Fatalf("Refills past the mark's end: %d in flight", pending)
+	}
+	if pending, failed := vm2.Refills(b, now+7); pending != 0 || failed != 0 {
+		t.Fatalf("Refills of another bucket in the slot: %d, %d", pending, failed)
+	}
 	// A lease put in the slot ends that too.
 	vm1.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000}, now+8)
 	if _, out, _ := vm2.Take(a, now+9); out != Hit {
