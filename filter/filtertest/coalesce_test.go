@@ -232,3 +232,49 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 		t.Fatal("the refill's lease was spent by a stream that had ended")
 	}
 }
+
+// While a bucket's refills bring no lease (the service's enabled = false,
+// shadow mode, degraded answers, a counter's first request), its requests
+// call out rather than wait for a refill in flight, on any VM: waiting
+// would add that refill's round trip to their own (an outsider's attack
+// measured 11 ms against 6 with coalescing on). Once a refill brings a
+// lease, they wait again.
+func TestBareRefillsAreNotWaitedFor(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 2)
+	e.start(req{vm: 0})
+	e.answer(0, "200", decision(true, 50, 0, 0)) // allowed, no lease
+	if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
+		t.Fatal("the next request did not call out")
+	}
+	for vm := range 2 {
+		if _, act := e.start(req{vm: vm}); act != wasmhost.Pause {
+			t.Fatalf("VM %d: a request went on", vm)
+		}
+	}
+	if n := len(e.vms[0].PendingCallouts()) + len(e.vms[1].PendingCallouts()); n != 3 {
+		t.Fatalf("%d callouts, want 3: none waits for a refill after one that brought no lease", n)
+	}
+	if w := e.host.Counter("tollgate_refill_waits_total"); w != 0 {
+		t.Fatalf("%d requests waited", w)
+	}
+	// A lease: the bucket's refills are waited for again.
+	c := e.vms[0].PendingCallouts()[0]
+	if err := e.vms[0].Respond(context.Background(), c.Token, wasmhost.CalloutResponse{
+		Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 49, 1, 0))}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(req{vm: 0}) // spends the lease's token
+	before := len(e.vms[0].PendingCallouts()) + len(e.vms[1].PendingCallouts())
+	if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
+		t.Fatal("a request past the lease went on")
+	}
+	if _, act := e.start(req{vm: 1}); act != wasmhost.Pause {
+		t.Fatal("a request of the other VM went on")
+	}
+	if n := len(e.vms[0].PendingCallouts()) + len(e.vms[1].PendingCallouts()); n != before+1 {
+		t.Fatalf("%d new callouts, want 1: the other VM's request waits for the refill", n-before)
+	}
+	if w := e.host.Counter("tollgate_refill_waits_total"); w != 1 {
+		t.Fatalf("%d requests waited, want 1", w)
+	}
+}

@@ -108,8 +108,11 @@ type Entry struct {
 	// next one that marks the slot. RefillFailedID names the last refill
 	// of the bucket that failed (EndRefill), kept when the next is marked:
 	// the requests that waited for it fail with it, however soon another
-	// request of the bucket calls out again.
-	RefillUntilMs, RefillID, RefillFailedID int64
+	// request of the bucket calls out again. RefillBare is 1 when the last
+	// refill ended bringing no lease (nor denial): until one brings a
+	// lease (Put), the bucket's requests call out rather than wait for a
+	// refill that will likely bring none either.
+	RefillUntilMs, RefillID, RefillFailedID, RefillBare int64
 }
 
 // Outcome of Take.
@@ -293,7 +296,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
-			return Entry{RefillID: e.RefillID, RefillFailedID: e.RefillFailedID}, Refilling, 0
+			return Entry{RefillID: e.RefillID, RefillFailedID: e.RefillFailedID, RefillBare: e.RefillBare}, Refilling, 0
 		default:
 			return Entry{RefillFailedID: e.RefillFailedID}, Miss, 0
 		}
@@ -478,25 +481,42 @@ func (c *Cache) Refills(owner Owner, nowMs int64) (pending, failed int64) {
 	return pending, e.RefillFailedID
 }
 
+// How a refill ended (EndRefill).
+type RefillEnd uint8
+
+const (
+	RefillDecided RefillEnd = iota // a lease or a denial, put in the slot
+	RefillBare                     // allowed (or answered) with no lease
+	RefillFailed                   // no answer: a timeout, a reset, a 5xx...
+)
+
 // EndRefill ends owner's refill mark id (MarkRefill) once its callout is
-// answered: a decision put in the slot has cleared it already; an answer
-// that brought none (no lease) leaves the bucket's waiters on other VMs to
-// decide now rather than when the mark runs out, and a failed one
-// (failed) is recorded as RefillFailedID for them. A later mark (another
-// VM's refill) stays.
-func (c *Cache) EndRefill(owner Owner, id int64, failed bool) {
+// answered, as end says: the other VMs' requests that waited for it decide
+// now rather than when the mark runs out; a failed refill is recorded as
+// RefillFailedID for them, one that brought no lease as RefillBare. A
+// later mark (another VM's refill) stays.
+func (c *Cache) EndRefill(owner Owner, id int64, end RefillEnd) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
 		if err != nil {
 			return
 		}
-		if e, ok := decode(data, false); !ok || e.Owner != owner || e.RefillUntilMs <= 0 || e.RefillID != id {
+		e, ok := decode(data, false)
+		if !ok || e.Owner != owner {
 			return
 		}
-		binary.LittleEndian.PutUint64(data[offRefill:], 0)
-		if failed {
+		ours := e.RefillUntilMs > 0 && e.RefillID == id
+		switch {
+		case end == RefillFailed && e.RefillFailedID != id:
 			binary.LittleEndian.PutUint64(data[offRefillFailed:], uint64(id))
+		case end == RefillBare && e.RefillBare != 1:
+			binary.LittleEndian.PutUint64(data[offRefillBare:], 1)
+		case !ours:
+			return // nothing to change
+		}
+		if ours {
+			binary.LittleEndian.PutUint64(data[offRefill:], 0)
 		}
 		if err := c.store.Set(k, data, cas); !errors.Is(err, ErrCasMismatch) {
 			return
@@ -615,7 +635,7 @@ func (c *Cache) keyReplaced() bool {
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
 // FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
-// RefillFailedID (int64 each, little endian);
+// RefillFailedID, RefillBare (int64 each, little endian);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
@@ -629,7 +649,8 @@ const (
 	offRefill       = 120
 	offRefillID     = 128
 	offRefillFailed = 136
-	fixedLen        = 16 + 16*8
+	offRefillBare   = 144
+	fixedLen        = 16 + 17*8
 	numStrings      = 7
 	minLen          = fixedLen + numStrings*2
 )
@@ -656,6 +677,7 @@ func encodeInto(buf []byte, e Entry) []byte {
 	le.PutUint64(b[offRefill:], uint64(e.RefillUntilMs))
 	le.PutUint64(b[offRefillID:], uint64(e.RefillID))
 	le.PutUint64(b[offRefillFailed:], uint64(e.RefillFailedID))
+	le.PutUint64(b[offRefillBare:], uint64(e.RefillBare))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
 	b = appendField(b, e.Tier)
@@ -709,6 +731,7 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		RefillUntilMs:   int64(le.Uint64(b[offRefill:])),
 		RefillID:        int64(le.Uint64(b[offRefillID:])),
 		RefillFailedID:  int64(le.Uint64(b[offRefillFailed:])),
+		RefillBare:      int64(le.Uint64(b[offRefillBare:])),
 	}
 	copy(e.Owner[:], b[:16])
 	if withStrings {

@@ -75,18 +75,25 @@ func (h *httpContext) lead(now time.Time) {
 }
 
 // refillSeen is what a lease slot said of its bucket's refills: the mark of
-// one in flight (0: none), and of the last that failed.
-type refillSeen struct{ pending, failed int64 }
+// one in flight (0: none), of the last that failed, and whether the last
+// answered brought no lease (bare).
+type refillSeen struct {
+	pending, failed int64
+	bare            bool
+}
 
 // wait pauses a request that found nothing to spend and nothing to hand
 // back behind its bucket's refill: this VM's (await) or, when the slot
-// says another VM's refill is in flight (its mark, refill), that one
-// (watch). False: the request calls out itself.
-func (h *httpContext) wait(back handBack, refill int64) bool {
-	if back != (handBack{}) {
+// says another VM's refill is in flight, that one (watch). False: the
+// request calls out itself, as it does when the bucket's last refill
+// brought no lease (the service's enabled = false, shadow mode, degraded
+// answers): waiting for one that brings none either would only add its
+// round trip to the request's own.
+func (h *httpContext) wait(back handBack, seen refillSeen) bool {
+	if back != (handBack{}) || seen.bare {
 		return false
 	}
-	return h.await() || refill != 0 && h.watch(refill)
+	return h.await() || seen.pending != 0 && h.watch(seen.pending)
 }
 
 // watched is a bucket whose waiters wait for another VM's refill, named by
@@ -205,8 +212,14 @@ func (h *httpContext) release() {
 	p := h.p
 	h.leads = false
 	if h.refill != 0 {
-		// An answer that put a decision in the slot cleared it already.
-		p.cache.EndRefill(h.bucket, h.refill, h.failed)
+		end := leasecache.RefillDecided // its lease or denial cleared the mark already
+		switch {
+		case h.failed:
+			end = leasecache.RefillFailed
+		case h.bare:
+			end = leasecache.RefillBare
+		}
+		p.cache.EndRefill(h.bucket, h.refill, end)
 		h.refill = 0
 	}
 	p.wake(h.bucket, 0, h.failed)
@@ -233,7 +246,7 @@ func (h *httpContext) decideWaited(refill int64) (waits bool) {
 		// out: they would be lost.)
 		h.failure(refillFailed)
 		return false
-	case seen.pending == refill && h.wait(back, refill):
+	case seen.pending == refill && h.wait(back, seen):
 		return true
 	}
 	h.callOut(back, now)

@@ -48,9 +48,9 @@ type httpContext struct {
 	// for; waiting: this request waits for another's (coalesce.go);
 	// waited: it has waited (counted once). refill is the mark of the
 	// refill it leads in the lease slot (0: none); failed: its callout
-	// failed.
-	leads, waiting, waited, failed bool
-	refill                         int64
+	// failed; bare: its answer brought no lease nor denial.
+	leads, waiting, waited, failed, bare bool
+	refill                               int64
 
 	// caller: id is its identity, or "" while it is the client address ip
 	// (see ident: a lease hit never needs it as a string)
@@ -167,7 +167,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		}
 	}
 	h.meter(&rq, endOfStream)
-	if h.wait(back, refill.pending) {
+	if h.wait(back, refill) {
 		return types.ActionPause // decided with the answer this bucket waits for
 	}
 	return h.callOut(back, now)
@@ -353,7 +353,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 		h.allowLeased(&e)
 		return handBack{}, types.ActionContinue, true, refillSeen{}
 	case leasecache.Refilling:
-		return handBack{}, 0, false, refillSeen{pending: e.RefillID, failed: e.RefillFailedID}
+		return handBack{}, 0, false, refillSeen{pending: e.RefillID, failed: e.RefillFailedID, bare: e.RefillBare == 1}
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -657,6 +657,7 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 
 // relay answers the client with the service's own answer.
 func (h *httpContext) relay(status int, hs string, body []byte, now time.Time) {
+	h.bare = true // no lease: its waiters call out themselves (release)
 	h.p.breaker.Record(true, now)
 	if h.done {
 		return
@@ -740,10 +741,13 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 			chargeRule = d.Charges[0].RuleID // plausible: exactly one
 		}
 		v.limits.Remaining += leasedTo(v.limits.RuleID, chargeRule, d.Lease.Granted, d.Lease.ChargeGranted)
-	} else if !d.Degraded && v.limits.Limit > 0 {
-		// The bucket's last limit, for the fallback while the service
-		// cannot be asked (a lease carries it otherwise).
-		_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
+	} else {
+		h.bare = true // its waiters call out themselves (release)
+		if !d.Degraded && v.limits.Limit > 0 {
+			// The bucket's last limit, for the fallback while the service
+			// cannot be asked (a lease carries it otherwise).
+			_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
+		}
 	}
 	decision := decisionAllowed
 	switch {
