@@ -115,6 +115,12 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 			}
 		}
 	}
+	callOut := func(t *testing.T, e *env, vm int) {
+		t.Helper()
+		if _, act := e.start(req{vm: vm}); act != wasmhost.Pause {
+			t.Fatalf("VM %d's next request did not call out", vm)
+		}
+	}
 	lease := &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 49, 10, 0))}
 	noLease := &wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 50, 0, 0))}
 	for _, tc := range []struct {
@@ -141,9 +147,7 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 		// out rather than wait for that one too.
 		{"a second refill marked", func(t *testing.T, e *env) {
 			each(t, e, 0, noLease)
-			if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
-				t.Fatal("VM 0's next request did not call out")
-			}
+			callOut(t, e, 0)
 			tick(t, e)
 		}, 3, "", false},
 		// The refill fails: its waiters on the other VM apply the failure
@@ -154,9 +158,7 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 		// called out before VM 1's tick).
 		{"a failure, the next refill marked", func(t *testing.T, e *env) {
 			each(t, e, 0, nil)
-			if _, act := e.start(req{vm: 0}); act != wasmhost.Pause {
-				t.Fatal("VM 0's next request did not call out")
-			}
+			callOut(t, e, 0)
 			tick(t, e)
 		}, 0, "degraded", false},
 		// A refill that failed before is no reason to wait or fail: the
@@ -164,9 +166,7 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 		{"after a failure", func(t *testing.T, e *env) {
 			each(t, e, 0, nil)
 			tick(t, e)
-			if _, act := e.start(req{vm: 1}); act != wasmhost.Pause {
-				t.Fatal("a request after a failed refill did not call out")
-			}
+			callOut(t, e, 1) // after a failed refill
 		}, 1, "degraded", false},
 		// The first VM never answers (its mark lasts twice timeout_ms):
 		// they stop waiting for it.
