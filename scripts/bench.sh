@@ -17,7 +17,7 @@ echo
 echo "== Filter under wazero (compiled tollgate.wasm) and the same logic natively"
 go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest/ | grep -E '^Benchmark'
 go test -run '^$' -bench 'MemoryAfter100k' -benchtime 1x ./filter/filtertest/ | grep -E '^Benchmark'
-go test -run '^$' -bench 'Request' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'Request|TickWatching' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark'
 go test -run '^$' -bench 'Native' -benchtime 5000x -benchmem ./filter/internal/plugin/ | grep -E '^Benchmark'
 echo
 echo "== What the module's size is made of"

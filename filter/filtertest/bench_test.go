@@ -267,3 +267,47 @@ func BenchmarkRequestJWTUncached(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTickWatching is one tick of a VM watching the most buckets it
+// watches (maxWatched, 64) for another VM's refills still in flight: what
+// a slow control service costs each VM a millisecond.
+func BenchmarkTickWatching(b *testing.B) {
+	ctx := context.Background()
+	h, err := wasmhost.New(ctx, wasmBytes, wasmhost.Options{PluginConfig: []byte(`{"control_cluster":"controlsvc","lease":{"request":10},"timeout_ms":60000}`),
+		Clusters: []string{"controlsvc"}, CompilationCache: compCache, WASI: envoyWASI})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(ctx) })
+	var vms [2]*wasmhost.VM
+	for i := range vms {
+		if vms[i], err = h.NewVM(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const watched = 64
+	for i := range watched {
+		props := map[string]string{"source.address": fmt.Sprintf("10.1.%d.%d:5000", i/250, i%250+1)}
+		for _, vm := range vms { // the first VM leads, the second watches
+			s, err := vm.NewStream(ctx, benchReq, props)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Pause {
+				b.Fatal("a request of a bucket being refilled went on")
+			}
+		}
+	}
+	if n := len(vms[1].PendingCallouts()); n != 0 || vms[1].TickPeriod() == 0 {
+		b.Fatalf("the watching VM made %d callouts, ticks every %v", n, vms[1].TickPeriod())
+	}
+	b.ReportAllocs()
+	allocs := guestAllocs(ctx, b, vms[1])
+	for b.Loop() {
+		if err := vms[1].Tick(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportGuestAllocs(ctx, b, vms[1], allocs)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/watched, "ns/bucket")
+}

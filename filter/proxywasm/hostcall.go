@@ -374,6 +374,16 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 	return hostData(), retCas, nil
 }
 
+// GetSharedDataScratch is GetSharedData for a value read and dropped at
+// once, into the buffer the next *Scratch call reuses (GetPropertyScratch):
+// nothing may keep it, or a part of it.
+func GetSharedDataScratch(key string) ([]byte, uint32, error) {
+	inScratch = true
+	v, cas, err := GetSharedData(key)
+	inScratch = false
+	return v, cas, err
+}
+
 // SetSharedData writes a shared-data entry if its CAS still is cas (0: always).
 func SetSharedData(key string, data []byte, cas uint32) error {
 	return statusErr(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(data), uint32(len(data)), cas))

@@ -37,6 +37,13 @@ type Store interface {
 	Set(key string, data []byte, cas uint32) error
 }
 
+// A Peeker is a Store that can also read an entry into a buffer it reuses,
+// valid until its next Peek, for a look that keeps nothing (Refills, which
+// a VM's tick runs for every bucket it watches).
+type Peeker interface {
+	Peek(key string) ([]byte, error)
+}
+
 // Errors a Store returns.
 var (
 	ErrNotFound    = errors.New("leasecache: no such entry")
@@ -467,7 +474,13 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 // the mark of the one in flight (0: none) and of the last that failed. It
 // writes nothing: a VM's tick asks it for every bucket it watches.
 func (c *Cache) Refills(owner Owner, nowMs int64) (pending, failed int64) {
-	data, _, err := c.store.Get(c.key(owner))
+	var data []byte
+	var err error
+	if p, ok := c.store.(Peeker); ok {
+		data, err = p.Peek(c.key(owner))
+	} else {
+		data, _, err = c.store.Get(c.key(owner))
+	}
 	if err != nil {
 		return 0, 0
 	}

@@ -166,6 +166,15 @@ func (sharedData) Get(key string) ([]byte, uint32, error) {
 	return b, cas, err
 }
 
+// Peek reads an entry into the scratch buffer (leasecache.Peeker).
+func (sharedData) Peek(key string) ([]byte, error) {
+	b, _, err := proxywasm.GetSharedDataScratch(key)
+	if err == types.ErrorStatusNotFound {
+		return nil, leasecache.ErrNotFound
+	}
+	return b, err
+}
+
 func (sharedData) Set(key string, data []byte, cas uint32) error {
 	err := proxywasm.SetSharedData(key, data, cas)
 	if err == types.ErrorStatusCasMismatch {
