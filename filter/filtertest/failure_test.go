@@ -337,8 +337,10 @@ func TestLocalAnswersQuoteTheRequestID(t *testing.T) {
 
 // While the control service cannot be asked, each caller is limited at
 // fallback.share of the limit the proxy last saw for it, counted across the
-// proxy's VMs; a caller that had nothing left stays refused until its
-// reset; a caller never seen gets the configured fallback limit.
+// proxy's VMs (in the window of that decision, at the share of what it
+// left: not a whole share on top of what the window admitted); a caller
+// that had nothing left stays refused until its reset; a caller never seen
+// gets the configured fallback limit.
 func TestFallbackUsesLastKnownLimit(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"breaker":{"failures":3,"cooldown_ms":600000},"fallback":{"share":0.5,"limit":2,"window_seconds":60}}`, 2)
 	premium, atLimit, stranger := "198.51.100.1:1000", "198.51.100.2:1000", "198.51.100.3:1000"
@@ -369,14 +371,15 @@ func TestFallbackUsesLastKnownLimit(t *testing.T) {
 		}
 		return 200
 	}
-	// premium: half of 1000 a minute over both VMs, then refused.
-	for i := 0; i < 500; i++ {
+	// premium: half of the 900 its window had left, over both VMs, then
+	// refused until its reset.
+	for i := 0; i < 450; i++ {
 		if got := status(i%2, premium); got != 200 {
 			t.Fatalf("premium request %d during the outage: %d", i, got)
 		}
 	}
 	if got := status(1, premium); got != 429 {
-		t.Fatalf("premium's 501st request in the window: %d, want 429", got)
+		t.Fatalf("premium's 451st request in the window: %d, want 429", got)
 	}
 	// atLimit had nothing left: refused until its window resets.
 	if got := status(0, atLimit); got != 429 {
@@ -388,10 +391,16 @@ func TestFallbackUsesLastKnownLimit(t *testing.T) {
 			t.Fatalf("stranger request %d: %d, want %d", i, got, want)
 		}
 	}
-	// The next window: premium is served again, atLimit too.
+	// The next window: premium is served again, at half its limit (500),
+	// atLimit too.
 	e.clock.Advance(60 * time.Second)
-	if got := status(0, premium); got != 200 {
-		t.Fatalf("premium in the next window: %d", got)
+	for i := 0; i < 500; i++ {
+		if got := status(i%2, premium); got != 200 {
+			t.Fatalf("premium request %d in the next window: %d", i, got)
+		}
+	}
+	if got := status(0, premium); got != 429 {
+		t.Fatalf("premium's 501st request in the next window: %d, want 429", got)
 	}
 	if got := status(1, atLimit); got != 200 {
 		t.Fatalf("atLimit after its reset: %d", got)

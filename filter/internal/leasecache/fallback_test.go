@@ -18,7 +18,7 @@ func TestFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(Entry{Owner: premium, Limit: 1000, Remaining: 900, ResetAt: now/1000 + 60, WindowSeconds: 60, RuleID: "tier_premium", Identity: "user:p"})
+	put(Entry{Owner: premium, Limit: 1000, Remaining: 1000, ResetAt: now/1000 + 60, WindowSeconds: 60, RuleID: "tier_premium", Identity: "user:p"})
 	put(Entry{Owner: atLimit, Limit: 1000, Remaining: 0, ResetAt: now/1000 + 30, WindowSeconds: 60})
 	put(Entry{Owner: denied, Limit: 10, WindowSeconds: 60, DeniedUntilMs: now + 5000})
 
@@ -39,6 +39,22 @@ func TestFallback(t *testing.T) {
 	}
 	if r := vm1.Fallback(premium, now+minute, 0.25); !r.Allowed {
 		t.Fatalf("the next window: %+v", r)
+	}
+	// In the window of the last decision, what it left is all there is
+	// (a share of it): 40 left, a quarter is 10, until the reset; then a
+	// share of the limit again.
+	spent := vm1.Bucket("user:s")
+	put(Entry{Owner: spent, Limit: 1000, Remaining: 40, ResetAt: now/1000 + 30, WindowSeconds: 60})
+	for i := 0; i < 10; i++ {
+		if r := vm2.Fallback(spent, now+int64(i), 0.25); !r.Allowed || r.Quota != 10 {
+			t.Fatalf("request %d of a window with 40 left: %+v", i, r)
+		}
+	}
+	if r := vm1.Fallback(spent, now+10, 0.25); r.Allowed || r.WaitMs != 30_000-10 {
+		t.Fatalf("past what the window left: %+v", r)
+	}
+	if r := vm1.Fallback(spent, now+30_000, 0.25); !r.Allowed || r.Quota != 250 {
+		t.Fatalf("after the reset: %+v", r)
 	}
 	// A caller at its limit stays refused until its window resets; one
 	// whose denial is cached, until the denial ends.

@@ -572,7 +572,8 @@ type FallbackResult struct {
 // asked, from the last decision the proxy saw for the bucket: a denial
 // still in force, or a window left with nothing (Remaining 0 until
 // ResetAt), keeps refusing; otherwise share of the bucket's limit is let
-// through per its window, counted in the slot so that every VM of the
+// through per its window (in the window of the last decision, share of
+// what that decision left), counted in the slot so that every VM of the
 // proxy spends the same count. A bucket the slot does not know is not
 // Known: the caller's configured fallback decides.
 func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult {
@@ -600,8 +601,16 @@ func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult
 		if e.FallbackStartMs != start {
 			e.FallbackStartMs, e.FallbackCount = start, 0
 		}
+		end := start + w
+		if reset := e.ResetAt * 1000; reset > nowMs && e.Remaining < e.Limit {
+			// Still in the window of the last decision: what it left is
+			// all there is (this proxy's share of it), not a whole share
+			// of the limit on top of what the window admitted.
+			r.Quota = min(r.Quota, shareOf(e.Remaining, share))
+			end = min(end, reset)
+		}
 		if e.FallbackCount >= r.Quota {
-			r.WaitMs = start + w - nowMs
+			r.WaitMs = end - nowMs
 			return r
 		}
 		e.FallbackCount++
