@@ -30,12 +30,13 @@ import (
 // group waits for is named by its mark, and once it is answered each
 // waiter decides alone: from the lease or denial it brought, by calling
 // out itself when it brought neither, or, when it failed, by the failure
-// mode, as the refill's own request did. So a busy bucket whose refills
-// bring no lease (the service's enabled = false, degraded answers) costs a
-// waiter one callout's wait more than calling out at once, and a failing
-// service one timeout, as without coalescing; not one per callout that
-// follows (found by an outsider's attack: seconds, and four to six
-// timeouts, before the refills were named and their failures shared).
+// mode, as the refill's own request did. So a failing service costs a
+// waiter one timeout, as without coalescing, not one per callout that
+// follows; and once a bucket's refill brought no lease (the service's
+// enabled = false, shadow mode, degraded answers) its requests call out at
+// once, until one brings a lease, rather than add a refill's round trip to
+// their own (found by an outsider's attack: waits of seconds, and four to
+// six timeouts, before the refills were named and their outcomes shared).
 
 // maxWaiters bounds the requests waiting on one callout.
 const maxWaiters = 64
