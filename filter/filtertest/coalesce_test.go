@@ -11,10 +11,9 @@ import (
 
 // Requests of one bucket that arrive while its refill is in flight wait
 // for that answer instead of each calling out: they take from the lease it
-// brought, answer from the denial it cached, call out themselves when it
-// brought neither, or apply the failure mode when it failed (fail_open:
-// degraded; fail_closed: 503), as the refill's own request does, rather
-// than each wait a timeout of its own.
+// brought, answer from the denial it cached, or call out themselves when
+// it brought neither or failed: one slow check is not theirs to fail by
+// (fail_closed would answer each 503).
 func TestRefillsCoalesce(t *testing.T) {
 	ctx := context.Background()
 	pending := func(e *env) int { return len(e.vms[0].PendingCallouts()) }
@@ -34,8 +33,16 @@ func TestRefillsCoalesce(t *testing.T) {
 		{"a lease", "fail_open", func(e *env) { e.answer(0, "200", decision(true, 50, 10, 0)) }, 0, "allowed"},
 		{"a denial", "fail_open", func(e *env) { e.answer(0, "429", decision(false, 0, 0, 30)) }, 0, "429"},
 		{"no lease", "fail_open", func(e *env) { e.answer(0, "200", decision(true, 50, 0, 0)) }, 3, ""},
-		{"a failure", "fail_open", fail, 0, "degraded"},
-		{"a failure, failing closed", "fail_closed", fail, 0, "503"},
+		{"a failure", "fail_open", fail, 3, ""},
+		{"a failure, failing closed, then answers", "fail_closed", func(e *env) {
+			fail(e)
+			for _, c := range e.vms[0].PendingCallouts() {
+				if err := e.vms[0].Respond(ctx, c.Token, wasmhost.CalloutResponse{
+					Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 50, 10, 0))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0, "allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10},"failure_mode":"`+tc.mode+`"}`, 1)
@@ -63,7 +70,7 @@ func TestRefillsCoalesce(t *testing.T) {
 				case s.Resumed:
 					got = s.RequestHeaders.Value("x-tollgate-decision")
 				}
-				if want := tc.decision; got != want && (s != lead || tc.followers == 0) {
+				if want := tc.decision; got != want && s != lead {
 					t.Fatalf("request %d: %q, want %q", i, got, want)
 				}
 			}
@@ -150,27 +157,28 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 			callOut(t, e, 0)
 			tick(t, e)
 		}, 3, "", false},
-		// The refill fails: its waiters on the other VM apply the failure
-		// mode with it (fail_open: degraded), with no callout (no second
-		// timeout) of their own.
-		{"a failure", func(t *testing.T, e *env) { each(t, e, 0, nil); tick(t, e) }, 0, "degraded", false},
-		// ... however soon the next refill is marked (VM 0's next request
-		// called out before VM 1's tick).
+		// The refill fails: its waiters on the other VM call out
+		// themselves (a slow check is not theirs to fail by), and so do
+		// the bucket's next requests, with no refill to wait for, until one
+		// brings a lease.
+		{"a failure", func(t *testing.T, e *env) { each(t, e, 0, nil); tick(t, e) }, 3, "", false},
 		{"a failure, the next refill marked", func(t *testing.T, e *env) {
 			each(t, e, 0, nil)
 			callOut(t, e, 0)
 			tick(t, e)
-		}, 0, "degraded", false},
-		// A refill that failed before is no reason to wait or fail: the
-		// next request calls out.
+		}, 3, "", false},
 		{"after a failure", func(t *testing.T, e *env) {
 			each(t, e, 0, nil)
 			tick(t, e)
-			callOut(t, e, 1) // after a failed refill
-		}, 1, "degraded", false},
-		// The first VM never answers (its mark lasts twice timeout_ms):
-		// they stop waiting for it.
-		{"the mark runs out", func(t *testing.T, e *env) { e.clock.Advance(400 * time.Millisecond); tick(t, e) }, 3, "", false},
+			callOut(t, e, 1)
+		}, 4, "", false},
+		{"failures", func(t *testing.T, e *env) {
+			each(t, e, 0, nil)
+			tick(t, e)
+			each(t, e, 1, nil)
+		}, 0, "degraded", false},
+		// The first VM never answers: at its timeout they stop waiting.
+		{"the mark runs out", func(t *testing.T, e *env) { e.clock.Advance(200 * time.Millisecond); tick(t, e) }, 3, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, config, 2)

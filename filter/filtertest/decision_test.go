@@ -208,9 +208,9 @@ func TestLeaseIsPerBucket(t *testing.T) {
 func TestRefusedCalloutUsesConcurrentLease(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 2)
 	_, act0 := e.start(req{vm: 0})
-	// The first callout's refill mark ran out (a VM that never answered:
-	// twice timeout_ms): the second VM calls out too.
-	e.clock.Advance(400 * time.Millisecond)
+	// The first callout's refill mark ran out (a callout as slow as its
+	// timeout): the second VM calls out too.
+	e.clock.Advance(200 * time.Millisecond)
 	s1, act1 := e.start(req{vm: 1})
 	if act0 != wasmhost.Pause || act1 != wasmhost.Pause {
 		t.Fatal("both requests must call out")

@@ -56,6 +56,24 @@ func TestFallback(t *testing.T) {
 	if r := vm1.Fallback(spent, now+30_000, 0.25); !r.Allowed || r.Quota != 250 {
 		t.Fatalf("after the reset: %+v", r)
 	}
+	// A decision whose window is not on the fallback's grid (the service's
+	// never are): made 30 s into a grid window, resetting 50 s later, the
+	// grid's boundary at 60 s grants nothing again.
+	offGrid := vm1.Bucket("user:o")
+	put(Entry{Owner: offGrid, Limit: 20, Remaining: 10, ResetAt: now/1000 + 80, WindowSeconds: 60})
+	for i := 0; i < 10; i++ {
+		if r := vm1.Fallback(offGrid, now+30_000+int64(i), 1); !r.Allowed {
+			t.Fatalf("request %d of what the window left: %+v", i, r)
+		}
+	}
+	for _, at := range []int64{30_010, minute - 1, minute + 1, 80_000 - 1} {
+		if r := vm2.Fallback(offGrid, now+at, 1); r.Allowed || r.WaitMs != 80_000-at {
+			t.Fatalf("at %d ms, before the decision's reset at 80 s: %+v", at, r)
+		}
+	}
+	if r := vm2.Fallback(offGrid, now+80_000, 1); !r.Allowed || r.Quota != 20 {
+		t.Fatalf("at the decision's reset: %+v", r)
+	}
 	// A caller at its limit stays refused until its window resets; one
 	// whose denial is cached, until the denial ends.
 	if r := vm1.Fallback(atLimit, now, 1); !r.Known || r.Allowed || r.WaitMs != 30_000 {

@@ -112,14 +112,11 @@ type Entry struct {
 	// most then (MarkRefill); the bucket's requests on other VMs wait for
 	// the lease it brings instead of calling out too (Refilling). RefillID
 	// names that callout: a request waits for one refill, never for the
-	// next one that marks the slot. RefillFailedID names the last refill
-	// of the bucket that failed (EndRefill), kept when the next is marked:
-	// the requests that waited for it fail with it, however soon another
-	// request of the bucket calls out again. RefillBare is 1 when the last
-	// refill ended bringing no lease (nor denial): until one brings a
-	// lease (Put), the bucket's requests call out rather than wait for a
-	// refill that will likely bring none either.
-	RefillUntilMs, RefillID, RefillFailedID, RefillBare int64
+	// next one that marks the slot. RefillBare is 1 when the last refill
+	// ended bringing no lease (nor denial): until one brings a lease (Put),
+	// the bucket's requests call out rather than wait for a refill that
+	// will likely bring none either.
+	RefillUntilMs, RefillID, RefillBare int64
 }
 
 // Outcome of Take.
@@ -266,9 +263,8 @@ func (c *Cache) key(owner Owner) string {
 // with the next check (its returned field), and the Entry holds only Spent
 // and ChargeTokens: the lease tokens spent locally since the last Miss, for
 // the same check to report (each is handed out once), and the pool's
-// tokens to hand back (charge_returned), with RefillFailedID; on
-// Refilling, RefillID and RefillFailedID. The whole Entry is meaningful on
-// a Hit or Denied.
+// tokens to hand back (charge_returned); on Refilling, RefillID and
+// RefillBare. The whole Entry is meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	k := c.key(owner)
 	var spent, chargeReturned int64
@@ -303,9 +299,9 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
-			return Entry{RefillID: e.RefillID, RefillFailedID: e.RefillFailedID, RefillBare: e.RefillBare}, Refilling, 0
+			return Entry{RefillID: e.RefillID, RefillBare: e.RefillBare}, Refilling, 0
 		default:
-			return Entry{RefillFailedID: e.RefillFailedID}, Miss, 0
+			return Entry{}, Miss, 0
 		}
 		// Only the counts change: write them into the bytes just read
 		// instead of encoding the entry again.
@@ -320,7 +316,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return Entry{}, Miss, 0
 		}
 		if returned > 0 || chargeReturned > 0 || spent > 0 {
-			return Entry{Spent: spent, ChargeTokens: chargeReturned, RefillFailedID: e.RefillFailedID}, Miss, returned
+			return Entry{Spent: spent, ChargeTokens: chargeReturned}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -470,10 +466,9 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 	return 0, false
 }
 
-// Refills reads what owner's slot says of the bucket's refills at nowMs:
-// the mark of the one in flight (0: none) and of the last that failed. It
-// writes nothing: a VM's tick asks it for every bucket it watches.
-func (c *Cache) Refills(owner Owner, nowMs int64) (pending, failed int64) {
+// Refills reads the mark of owner's refill in flight at nowMs (0: none),
+// writing nothing: a VM's tick asks it for every bucket it watches.
+func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
 	var data []byte
 	var err error
 	if p, ok := c.store.(Peeker); ok {
@@ -482,33 +477,21 @@ func (c *Cache) Refills(owner Owner, nowMs int64) (pending, failed int64) {
 		data, _, err = c.store.Get(c.key(owner))
 	}
 	if err != nil {
-		return 0, 0
+		return 0
 	}
 	e, ok := decode(data, false)
-	if !ok || e.Owner != owner {
-		return 0, 0
+	if !ok || e.Owner != owner || e.RefillUntilMs <= nowMs {
+		return 0
 	}
-	if e.RefillUntilMs > nowMs {
-		pending = e.RefillID
-	}
-	return pending, e.RefillFailedID
+	return e.RefillID
 }
 
-// How a refill ended (EndRefill).
-type RefillEnd uint8
-
-const (
-	RefillDecided RefillEnd = iota // a lease or a denial, put in the slot
-	RefillBare                     // allowed (or answered) with no lease
-	RefillFailed                   // no answer: a timeout, a reset, a 5xx...
-)
-
 // EndRefill ends owner's refill mark id (MarkRefill) once its callout is
-// answered, as end says: the other VMs' requests that waited for it decide
-// now rather than when the mark runs out; a failed refill is recorded as
-// RefillFailedID for them, one that brought no lease as RefillBare. A
-// later mark (another VM's refill) stays.
-func (c *Cache) EndRefill(owner Owner, id int64, end RefillEnd) {
+// answered or failed: the other VMs' requests that waited for it decide
+// now rather than when the mark runs out (a decision put in the slot has
+// cleared it already). bare says the answer brought no lease nor denial,
+// recorded as RefillBare. A later mark (another VM's refill) stays.
+func (c *Cache) EndRefill(owner Owner, id int64, bare bool) {
 	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
 		data, cas, err := c.store.Get(k)
@@ -521,9 +504,7 @@ func (c *Cache) EndRefill(owner Owner, id int64, end RefillEnd) {
 		}
 		ours := e.RefillUntilMs > 0 && e.RefillID == id
 		switch {
-		case end == RefillFailed && e.RefillFailedID != id:
-			binary.LittleEndian.PutUint64(data[offRefillFailed:], uint64(id))
-		case end == RefillBare && e.RefillBare != 1:
+		case bare && e.RefillBare != 1:
 			binary.LittleEndian.PutUint64(data[offRefillBare:], 1)
 		case !ours:
 			return // nothing to change
@@ -598,16 +579,19 @@ func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult
 		}
 		w := e.WindowSeconds * 1000
 		start := nowMs - nowMs%w
-		if e.FallbackStartMs != start {
-			e.FallbackStartMs, e.FallbackCount = start, 0
-		}
 		end := start + w
-		if reset := e.ResetAt * 1000; reset > nowMs && e.Remaining < e.Limit {
+		if reset := e.ResetAt * 1000; reset > nowMs {
 			// Still in the window of the last decision: what it left is
 			// all there is (this proxy's share of it), not a whole share
-			// of the limit on top of what the window admitted.
+			// of the limit on top of what the window admitted; counted in
+			// that window, up to its reset, not in one of the grid's (the
+			// service's windows are not on it: a grid boundary inside the
+			// decision's window granted the share again).
 			r.Quota = min(r.Quota, shareOf(e.Remaining, share))
-			end = min(end, reset)
+			start, end = reset-w, reset
+		}
+		if e.FallbackStartMs != start {
+			e.FallbackStartMs, e.FallbackCount = start, 0
 		}
 		if e.FallbackCount >= r.Quota {
 			r.WaitMs = end - nowMs
@@ -657,24 +641,23 @@ func (c *Cache) keyReplaced() bool {
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
 // FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
-// RefillFailedID, RefillBare (int64 each, little endian);
+// RefillBare (int64 each, little endian);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
 // never occur (Put refuses them), so decode treats them as a damaged slot.
 const (
-	offTokens       = 16
-	offSpent        = 88
-	offFbStart      = 96
-	offFbCount      = 104
-	offCharge       = 112
-	offRefill       = 120
-	offRefillID     = 128
-	offRefillFailed = 136
-	offRefillBare   = 144
-	fixedLen        = 16 + 17*8
-	numStrings      = 7
-	minLen          = fixedLen + numStrings*2
+	offTokens     = 16
+	offSpent      = 88
+	offFbStart    = 96
+	offFbCount    = 104
+	offCharge     = 112
+	offRefill     = 120
+	offRefillID   = 128
+	offRefillBare = 136
+	fixedLen      = 16 + 16*8
+	numStrings    = 7
+	minLen        = fixedLen + numStrings*2
 )
 
 // encodeInto writes e's slot bytes over buf's storage (Put reuses one
@@ -698,7 +681,6 @@ func encodeInto(buf []byte, e Entry) []byte {
 	le.PutUint64(b[offCharge:], uint64(e.ChargeTokens))
 	le.PutUint64(b[offRefill:], uint64(e.RefillUntilMs))
 	le.PutUint64(b[offRefillID:], uint64(e.RefillID))
-	le.PutUint64(b[offRefillFailed:], uint64(e.RefillFailedID))
 	le.PutUint64(b[offRefillBare:], uint64(e.RefillBare))
 	b = appendField(b, e.RuleID)
 	b = appendField(b, e.Identity)
@@ -752,7 +734,6 @@ func decode(b []byte, withStrings bool) (Entry, bool) {
 		ChargeTokens:    int64(le.Uint64(b[offCharge:])),
 		RefillUntilMs:   int64(le.Uint64(b[offRefill:])),
 		RefillID:        int64(le.Uint64(b[offRefillID:])),
-		RefillFailedID:  int64(le.Uint64(b[offRefillFailed:])),
 		RefillBare:      int64(le.Uint64(b[offRefillBare:])),
 	}
 	copy(e.Owner[:], b[:16])

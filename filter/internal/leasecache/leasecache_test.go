@@ -660,15 +660,15 @@ func FuzzMarkRefill(f *testing.F) {
 		if got, out, _ := c.Take(a, nowMs); out != want || out == Refilling && got.RefillID != id {
 			t.Fatalf("Take under the mark: %v %+v, want %v of mark %d", out, got, want, id)
 		}
-		c.EndRefill(a, id, RefillFailed)
-		if got, out, _ := c.Take(a, nowMs); out != Miss || until > nowMs && got.RefillFailedID != id {
-			t.Fatalf("Take after a failed refill: %v %+v, want a Miss naming %d failed", out, got, id)
+		c.EndRefill(a, id, true)
+		if got, out, _ := c.Take(a, nowMs); out != Miss || until > nowMs && got.RefillID != 0 {
+			t.Fatalf("Take after the refill ended: %v %+v, want a Miss", out, got)
 		}
-		c.EndRefill(a, id, RefillDecided) // ended already: no change
+		c.EndRefill(a, id, false) // ended already: no change
 		if next, _ := c.MarkRefill(a, until, nowMs); next == id {
 			t.Fatalf("two marks named %d", id)
 		}
-		c.EndRefill(a, id, RefillDecided) // an earlier mark than this one: no change
+		c.EndRefill(a, id, false) // an earlier mark than this one: no change
 		if _, out, _ := c.Take(a, nowMs); until > nowMs && out != Refilling {
 			t.Fatalf("a mark ended by another's id: %v", out)
 		}
@@ -906,44 +906,34 @@ func TestRefillMark(t *testing.T) {
 	id2, _ := vm1.MarkRefill(a, now+500, now+4)
 	// Another VM's refill marked the slot since: ending the first keeps it.
 	id3, _ := vm2.MarkRefill(a, now+500, now+4)
-	vm1.EndRefill(a, id2, RefillDecided)
+	vm1.EndRefill(a, id2, false)
 	if e, out, _ := vm2.Take(a, now+5); out != Refilling || e.RefillID != id3 || id3 == id2 || id2 == id1 {
 		t.Fatalf("after ending an earlier mark: %v of mark %d, want Refilling of %d (marks %d, %d, %d)", out, e.RefillID, id3, id1, id2, id3)
 	}
-	vm2.EndRefill(a, id3, RefillDecided)
+	vm2.EndRefill(a, id3, false)
 	if _, out, _ := vm2.Take(a, now+5); out != Miss {
 		t.Fatalf("after EndRefill: %v, want Miss", out)
 	}
-	// A failed refill says so to those that waited for it, even once the
-	// next refill is marked.
-	id4, _ := vm1.MarkRefill(a, now+500, now+6)
-	vm1.EndRefill(a, id4, RefillFailed)
-	if e, out, _ := vm2.Take(a, now+7); out != Miss || e.RefillFailedID != id4 {
-		t.Fatalf("after a failed refill: %v naming %d failed, want a Miss naming %d", out, e.RefillFailedID, id4)
-	}
 	id5, _ := vm1.MarkRefill(a, now+500, now+7)
-	if e, out, _ := vm2.Take(a, now+7); out != Refilling || e.RefillID != id5 || e.RefillFailedID != id4 {
-		t.Fatalf("the next refill: %v %+v, want Refilling of %d naming %d failed", out, e, id5, id4)
+	if pending := vm2.Refills(a, now+7); pending != id5 {
+		t.Fatalf("Refills: %d in flight, want %d", pending, id5)
 	}
-	if pending, failed := vm2.Refills(a, now+7); pending != id5 || failed != id4 {
-		t.Fatalf("Refills: %d in flight, %d failed; want %d, %d", pending, failed, id5, id4)
-	}
-	if pending, _ := vm2.Refills(a, now+500); pending != 0 {
+	if pending := vm2.Refills(a, now+500); pending != 0 {
 		t.Fatalf("Refills past the mark's end: %d in flight", pending)
 	}
-	if pending, failed := vm2.Refills(b, now+7); pending != 0 || failed != 0 {
-		t.Fatalf("Refills of another bucket in the slot: %d, %d", pending, failed)
+	if pending := vm2.Refills(b, now+7); pending != 0 {
+		t.Fatalf("Refills of another bucket in the slot: %d", pending)
 	}
 	// A refill that brought no lease says so to the next refill's
-	// requests; a lease put in the slot ends that, and the failure.
-	vm1.EndRefill(a, id5, RefillBare)
+	// requests; a lease put in the slot ends that.
+	vm1.EndRefill(a, id5, true)
 	id6, _ := vm1.MarkRefill(a, now+500, now+7)
 	if e, out, _ := vm2.Take(a, now+7); out != Refilling || e.RefillID != id6 || e.RefillBare != 1 {
 		t.Fatalf("after a refill with no lease: %v %+v, want Refilling of %d, bare", out, e, id6)
 	}
 	vm1.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000}, now+8)
-	if e, out, _ := vm2.Take(a, now+9); out != Hit || e.RefillBare != 0 || e.RefillFailedID != 0 {
-		t.Fatalf("a lease after a failed refill: %v %+v, want Hit", out, e)
+	if e, out, _ := vm2.Take(a, now+9); out != Hit || e.RefillBare != 0 {
+		t.Fatalf("a lease after a refill with none: %v %+v, want Hit", out, e)
 	}
 
 	tests := []struct {

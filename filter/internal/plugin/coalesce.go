@@ -28,15 +28,18 @@ import (
 //
 // A request waits for one refill at most, never for the next: the one its
 // group waits for is named by its mark, and once it is answered each
-// waiter decides alone: from the lease or denial it brought, by calling
-// out itself when it brought neither, or, when it failed, by the failure
-// mode, as the refill's own request did. So a failing service costs a
-// waiter one timeout, as without coalescing, not one per callout that
-// follows; and once a bucket's refill brought no lease (the service's
-// enabled = false, shadow mode, degraded answers) its requests call out at
-// once, until one brings a lease, rather than add a refill's round trip to
-// their own (found by an outsider's attack: waits of seconds, and four to
-// six timeouts, before the refills were named and their outcomes shared).
+// waiter decides alone: from the lease or denial it brought, or by calling
+// out itself when it brought neither or failed. And once a bucket's refill
+// brought no lease (the service's enabled = false, shadow mode, degraded
+// answers) or failed, its requests call out at once, until one brings a
+// lease, rather than add a refill's round trip to their own. So a failing
+// service costs a waiter two timeouts at most, and the requests after it
+// one each, as without coalescing (the breaker then answers at once); not
+// one per callout that follows (found by an outsider's attack: waits of
+// seconds, and four to six timeouts, before the refills were named). A
+// refill's failure is not its waiters': sharing it made one slow check
+// fail every request that waited for it (fail_closed: 188 503s where
+// calling out made one; a second attack).
 
 // maxWaiters bounds the requests waiting on one callout.
 const maxWaiters = 64
@@ -53,12 +56,8 @@ const maxWatched = 64
 const watchTickMs = 1
 
 // lead marks this request's callout as its bucket's refill, for this VM's
-// other requests and, in the slot, for the other VMs' (release ends it).
-// The mark outlives the callout's timeout (twice timeout_ms): a waiter on
-// another VM learns the refill's outcome from the slot, and a mark that
-// ran out with the timeout would send the waiters of a refill that timed
-// out to call out themselves, a second timeout, before it is recorded
-// failed; its end only frees them when the refilling VM never answers.
+// other requests and, in the slot, for the other VMs' until the callout's
+// timeout at most (release ends it sooner).
 func (h *httpContext) lead(now time.Time) {
 	p := h.p
 	if p.cfg.Lease.Request == 0 {
@@ -71,16 +70,16 @@ func (h *httpContext) lead(now time.Time) {
 		p.inflight[h.bucket] = nil
 		h.leads = true
 		ms := now.UnixMilli()
-		h.refill, _ = p.cache.MarkRefill(h.bucket, ms+2*int64(p.cfg.TimeoutMs), ms)
+		h.refill, _ = p.cache.MarkRefill(h.bucket, ms+int64(p.cfg.TimeoutMs), ms)
 	}
 }
 
 // refillSeen is what a lease slot said of its bucket's refills: the mark of
-// one in flight (0: none), of the last that failed, and whether the last
-// answered brought no lease (bare).
+// one in flight (0: none), and whether the last answered brought no lease
+// (bare).
 type refillSeen struct {
-	pending, failed int64
-	bare            bool
+	pending int64
+	bare    bool
 }
 
 // wait pauses a request that found nothing to spend and nothing to hand
@@ -153,11 +152,11 @@ func (p *pluginContext) OnTick() {
 	p.watched = p.watchedSpare[:0]
 	now := proxywasm.WallClock().UnixMilli()
 	for _, w := range watched {
-		if pending, _ := p.cache.Refills(w.bucket, now); pending == w.refill {
+		if p.cache.Refills(w.bucket, now) == w.refill {
 			p.watched = append(p.watched, w) // its group stays in p.inflight
 			continue
 		}
-		p.wake(w.bucket, w.refill, false)
+		p.wake(w.bucket, w.refill)
 	}
 	p.watchedSpare = watched[:0]
 	if len(p.watched) == 0 && p.ticking {
@@ -170,12 +169,11 @@ func (p *pluginContext) OnTick() {
 
 // wake decides again the requests waiting for bucket b's refill, each in
 // its own context (the caller restores its own after): this VM's own
-// refill (refill 0; failed: it failed), or another VM's, named by its
-// mark. While that mark stands, the first waiter watches on and the rest
-// wait with it, with no look at the slot of their own. Otherwise each
-// takes from the lease the refill brought, answers from its denial, applies
-// the failure mode when it failed, or calls out itself.
-func (p *pluginContext) wake(b leasecache.Owner, refill int64, failed bool) {
+// refill (refill 0), or another VM's, named by its mark. While that mark
+// stands, the first waiter watches on and the rest wait with it, with no
+// look at the slot of their own. Otherwise each takes from the lease the
+// refill brought, answers from its denial, or calls out itself.
+func (p *pluginContext) wake(b leasecache.Owner, refill int64) {
 	waiters := p.inflight[b]
 	delete(p.inflight, b)
 	again := false
@@ -187,25 +185,17 @@ func (p *pluginContext) wake(b leasecache.Owner, refill int64, failed bool) {
 		if err := proxywasm.SetEffectiveContext(w.contextID); err != nil {
 			continue // gone meanwhile
 		}
-		switch {
-		case failed:
-			w.failure(refillFailed)
-		case again && w.await():
-		default:
-			again = w.decideWaited(refill)
+		if again && w.await() {
+			continue
 		}
+		again = w.decideWaited(refill)
 	}
 }
 
-// refillFailed is the failure of a request whose bucket's refill it waited
-// for failed.
-const refillFailed = "the refill it waited for failed"
-
 // release ends this request's lead: its mark leaves the slot (unless a
-// later one replaced it; failed: the callout failed, which the other VMs'
-// waiters then read there) and each waiter takes a token of the lease the
-// answer brought, answers from a cached denial, applies the failure mode,
-// or calls out itself; each in its own context.
+// later one replaced it; saying whether the answer brought no lease) and
+// each waiter takes a token of the lease the answer brought, answers from
+// a cached denial, or calls out itself; each in its own context.
 func (h *httpContext) release() {
 	if !h.leads {
 		return
@@ -213,25 +203,18 @@ func (h *httpContext) release() {
 	p := h.p
 	h.leads = false
 	if h.refill != 0 {
-		end := leasecache.RefillDecided // its lease or denial cleared the mark already
-		switch {
-		case h.failed:
-			end = leasecache.RefillFailed
-		case h.bare:
-			end = leasecache.RefillBare
-		}
-		p.cache.EndRefill(h.bucket, h.refill, end)
+		// A lease or denial put in the slot cleared the mark already.
+		p.cache.EndRefill(h.bucket, h.refill, h.bare)
 		h.refill = 0
 	}
-	p.wake(h.bucket, 0, h.failed)
+	p.wake(h.bucket, 0)
 	_ = proxywasm.SetEffectiveContext(h.contextID)
 }
 
 // decideWaited decides a request that waited for another VM's refill
 // (refill, its mark; 0: none, this VM's own): it takes a token of the lease
-// the refill brought, answers from its denial, applies the failure mode
-// when the refill failed, or calls out itself; while the slot still names
-// the refill as in flight, it waits on (true).
+// the refill brought, answers from its denial, or calls out itself; while
+// the slot still names the refill as in flight, it waits on (true).
 func (h *httpContext) decideWaited(refill int64) (waits bool) {
 	now := h.now()
 	back, act, settled, seen := h.spendLease(now)
@@ -241,13 +224,7 @@ func (h *httpContext) decideWaited(refill int64) (waits bool) {
 			h.resume()
 		}
 		return false
-	case refill == 0:
-	case seen.failed == refill && back == (handBack{}):
-		// (With tokens to hand back or spent ones to report, it calls
-		// out: they would be lost.)
-		h.failure(refillFailed)
-		return false
-	case seen.pending == refill && h.wait(back, seen):
+	case refill != 0 && seen.pending == refill && h.wait(back, seen):
 		return true
 	}
 	h.callOut(back, now)

@@ -47,10 +47,10 @@ type httpContext struct {
 	// leads: this request's callout is the one its bucket's waiters wait
 	// for; waiting: this request waits for another's (coalesce.go);
 	// waited: it has waited (counted once). refill is the mark of the
-	// refill it leads in the lease slot (0: none); failed: its callout
-	// failed; bare: its answer brought no lease nor denial.
-	leads, waiting, waited, failed, bare bool
-	refill                               int64
+	// refill it leads in the lease slot (0: none); bare: its answer
+	// brought no lease nor denial, or it failed.
+	leads, waiting, waited, bare bool
+	refill                       int64
 
 	// caller: id is its identity, or "" while it is the client address ip
 	// (see ident: a lease hit never needs it as a string)
@@ -353,7 +353,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 		h.allowLeased(&e)
 		return handBack{}, types.ActionContinue, true, refillSeen{}
 	case leasecache.Refilling:
-		return handBack{}, 0, false, refillSeen{pending: e.RefillID, failed: e.RefillFailedID, bare: e.RefillBare == 1}
+		return handBack{}, 0, false, refillSeen{pending: e.RefillID, bare: e.RefillBare == 1}
 	case leasecache.Denied:
 		v := cachedVerdict(&e)
 		// The wait left of the service's Retry-After: the denial was
@@ -367,7 +367,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 	}
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
-	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, refillSeen{failed: e.RefillFailedID}
+	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, refillSeen{}
 }
 
 // maxHandBack is the most a check may return or report of each count (the
@@ -817,7 +817,7 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 
 // calloutFailed records a failed callout and applies the failure mode.
 func (h *httpContext) calloutFailed(now time.Time, reason string) {
-	h.failed = true // its bucket's waiters fail with it (release)
+	h.bare = true // the next refills are not waited for either (release)
 	h.p.breaker.Record(false, now)
 	h.p.m.calloutFailures.Increment(1)
 	if !h.done {
