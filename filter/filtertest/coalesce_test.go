@@ -63,13 +63,7 @@ func TestRefillsCoalesce(t *testing.T) {
 				t.Fatalf("%d callouts after the answer, want %d", n, tc.followers)
 			}
 			for i, s := range append(waiting, lead) {
-				got := ""
-				switch {
-				case s.Local != nil:
-					got = fmt.Sprint(s.Local.Status)
-				case s.Resumed:
-					got = s.RequestHeaders.Value("x-tollgate-decision")
-				}
+				got := outcome(s)
 				if want := tc.decision; got != want && s != lead {
 					t.Fatalf("request %d: %q, want %q", i, got, want)
 				}
@@ -202,13 +196,7 @@ func TestRefillsCoalesceAcrossVMs(t *testing.T) {
 				t.Fatalf("VM 1 made %d callouts, want %d", n, tc.callouts)
 			}
 			for i, s := range waiting {
-				got := ""
-				switch {
-				case s.Local != nil:
-					got = fmt.Sprint(s.Local.Status)
-				case s.Resumed:
-					got = s.RequestHeaders.Value("x-tollgate-decision")
-				}
+				got := outcome(s)
 				if got != tc.decision {
 					t.Fatalf("waiter %d: %q, want %q", i, got, tc.decision)
 				}
@@ -285,4 +273,16 @@ func TestBareRefillsAreNotWaitedFor(t *testing.T) {
 	if w := e.host.Counter("tollgate_refill_waits_total"); w != 1 {
 		t.Fatalf("%d requests waited, want 1", w)
 	}
+}
+
+// outcome is what a paused request got: the status the filter answered, its
+// x-tollgate-decision when resumed, or "" while it still waits.
+func outcome(s *wasmhost.Stream) string {
+	switch {
+	case s.Local != nil:
+		return fmt.Sprint(s.Local.Status)
+	case s.Resumed:
+		return s.RequestHeaders.Value("x-tollgate-decision")
+	}
+	return ""
 }
