@@ -2,8 +2,8 @@
 // every VM of the plugin through proxy-wasm shared data with CAS.
 //
 // ABI 0.2.1 shared data has no delete and no TTL, so the cache is a fixed set
-// of slots: a bucket hashes to a slot, and the slot records which bucket owns
-// it. Every token in a slot was consumed in Redis before it was put there, and
+// of slots: a bucket hashes to two slots and sits in either (2-way set
+// associative), and the slot records which bucket owns it. Every token in a slot was consumed in Redis before it was put there, and
 // each is taken out by exactly one successful CAS, so the cache can only
 // under-admit (tokens lost when a slot is overwritten or expires), never
 // over-admit.
@@ -250,11 +250,80 @@ func (b *BucketHasher) Owner() Owner {
 	return o
 }
 
-// key is the slot of owner: the high word of the owner, scaled to the slot
-// count (a multiply, not a modulo, so every slot is equally likely).
-func (c *Cache) key(owner Owner) string {
-	i, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[8:]), uint64(len(c.keys)))
-	return c.keys[i]
+// key is owner's first slot: the high word of the owner, scaled to the
+// slot count (a multiply, not a modulo, so every slot is equally likely).
+func (c *Cache) key(owner Owner) string { return c.ways(owner)[0] }
+
+// ways are the two slots owner's entry may sit in (the cache is 2-way set
+// associative): the high word of the owner and its low one, each scaled to
+// the slot count; the second is the next slot when they meet. Direct
+// mapped, two callers active at once in one slot evicted each other's
+// lease on every request, each of those requests calling out (in make
+// bench's gateway run, 113 checks where the 98 other callers made 2, one
+// run in four); two ways need three such callers.
+func (c *Cache) ways(owner Owner) [2]string {
+	n := uint64(len(c.keys))
+	i, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[8:]), n)
+	j, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[:8]), n)
+	if j == i {
+		j = (i + 1) % n
+	}
+	return [2]string{c.keys[i], c.keys[j]}
+}
+
+// find reads the slot of owner's two that holds its entry; k is "" when
+// neither does.
+func (c *Cache) find(owner Owner) (k string, data []byte, cas uint32) {
+	w := c.ways(owner)
+	for i, k := range w {
+		if i == 1 && k == w[0] {
+			break // one slot only
+		}
+		data, cas, err := c.store.Get(k)
+		if err == nil && len(data) >= len(owner) && Owner(data[:len(owner)]) == owner {
+			return k, data, cas
+		}
+	}
+	return "", nil, 0
+}
+
+// place picks the slot of owner's two to write, read for the write: the
+// one holding owner's entry, else the one whose entry loses least (none,
+// or one of no layout; then a spent one; then another bucket's refill
+// mark; then its denial; then its live lease), the first on a tie. The
+// caller decides whether what it holds may be replaced.
+func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint32, err error) {
+	w := c.ways(owner)
+	best := -1
+	for i, slot := range w {
+		if i == 1 && slot == w[0] {
+			break
+		}
+		d, cs, err := c.readForWrite(slot)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		e, ok := decode(d, false)
+		if ok && e.Owner == owner {
+			return slot, d, cs, nil
+		}
+		rank := 0
+		switch {
+		case !ok:
+		case e.leaseLive(nowMs):
+			rank = 4
+		case e.DeniedUntilMs > nowMs:
+			rank = 3
+		case e.RefillUntilMs > nowMs:
+			rank = 2
+		default:
+			rank = 1
+		}
+		if best < 0 || rank < best {
+			best, k, data, cas = rank, slot, d, cs
+		}
+	}
+	return k, data, cas, nil
 }
 
 // Take spends one token of owner's lease (and one of its ChargeTokens,
@@ -266,11 +335,10 @@ func (c *Cache) key(owner Owner) string {
 // tokens to hand back (charge_returned); on Refilling, RefillID and
 // RefillBare. The whole Entry is meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
-	k := c.key(owner)
 	var spent, chargeReturned int64
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		if err != nil {
+		k, data, cas := c.find(owner)
+		if k == "" {
 			return Entry{}, Miss, 0
 		}
 		var ok bool
@@ -334,10 +402,9 @@ func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, 
 	if n <= 0 {
 		return 0, Entry{}, false
 	}
-	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		if err != nil {
+		k, data, cas := c.find(owner)
+		if k == "" {
 			return 0, Entry{}, false
 		}
 		if e, ok = decode(data, false); !ok || e.Owner != owner || e.ChargeTokens <= 0 || nowMs >= e.ExpiresMs {
@@ -381,9 +448,8 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		// drop it (under-admission, once) and use theirs from now on.
 		return c.loadKey()
 	}
-	k := c.key(e.Owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.readForWrite(k)
+		k, data, cas, err := c.place(e.Owner, nowMs)
 		if err != nil {
 			return err
 		}
@@ -438,9 +504,8 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool) {
 	c.refills++
 	id = int64(c.insertCAS)<<32 | int64(c.refills)
-	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.readForWrite(k)
+		k, data, cas, err := c.place(owner, nowMs)
 		if err != nil {
 			return 0, false
 		}
@@ -469,21 +534,29 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 // Refills reads the mark of owner's refill in flight at nowMs (0: none),
 // writing nothing: a VM's tick asks it for every bucket it watches.
 func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
-	var data []byte
-	var err error
-	if p, ok := c.store.(Peeker); ok {
-		data, err = p.Peek(c.key(owner))
-	} else {
-		data, _, err = c.store.Get(c.key(owner))
+	w := c.ways(owner)
+	for i, k := range w {
+		if i == 1 && k == w[0] {
+			break
+		}
+		var data []byte
+		var err error
+		if p, ok := c.store.(Peeker); ok {
+			data, err = p.Peek(k)
+		} else {
+			data, _, err = c.store.Get(k)
+		}
+		if err != nil {
+			continue
+		}
+		if e, ok := decode(data, false); ok && e.Owner == owner {
+			if e.RefillUntilMs <= nowMs {
+				return 0
+			}
+			return e.RefillID
+		}
 	}
-	if err != nil {
-		return 0
-	}
-	e, ok := decode(data, false)
-	if !ok || e.Owner != owner || e.RefillUntilMs <= nowMs {
-		return 0
-	}
-	return e.RefillID
+	return 0
 }
 
 // EndRefill ends owner's refill mark id (MarkRefill) once its callout is
@@ -492,10 +565,9 @@ func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
 // cleared it already). bare says the answer brought no lease nor denial,
 // recorded as RefillBare. A later mark (another VM's refill) stays.
 func (c *Cache) EndRefill(owner Owner, id int64, bare bool) {
-	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		if err != nil {
+		k, data, cas := c.find(owner)
+		if k == "" {
 			return
 		}
 		e, ok := decode(data, false)
@@ -558,10 +630,9 @@ type FallbackResult struct {
 // proxy spends the same count. A bucket the slot does not know is not
 // Known: the caller's configured fallback decides.
 func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult {
-	k := c.key(owner)
 	for i := 0; i < maxCASRetries; i++ {
-		data, cas, err := c.store.Get(k)
-		if err != nil {
+		k, data, cas := c.find(owner)
+		if k == "" {
 			return FallbackResult{}
 		}
 		e, ok := decode(data, true)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -977,5 +978,71 @@ func TestRefillMark(t *testing.T) {
 	c.MarkRefill(a, now+500, now)
 	if e, out, _ := c.Take(a, now+1); out != Miss || e.Spent != 1 {
 		t.Fatalf("the spent token under a mark: %v %+v, want a Miss reporting 1", out, e)
+	}
+}
+
+// Two buckets that hash to one slot both keep their leases: each may sit
+// in either of its two slots (a direct-mapped cache had them evict each
+// other's lease on every request). A third evicts one for a lease, never
+// for a denial.
+func TestTwoWays(t *testing.T) {
+	const now = 1000
+	c := newCache(t, newMemStore(), 2) // two slots: every bucket's ways are both
+	a := c.Bucket("user:a")
+	var b, x Owner
+	for i := 0; b == (Owner{}) || x == (Owner{}); i++ {
+		o := c.Bucket("user:" + strconv.Itoa(i))
+		if c.ways(o)[0] != c.ways(a)[0] || o == a {
+			continue
+		}
+		if b == (Owner{}) {
+			b = o
+		} else {
+			x = o
+		}
+	}
+	lease := func(o Owner) Entry { return Entry{Owner: o, Tokens: 5, ExpiresMs: now + 1000} }
+	for _, o := range []Owner{a, b} {
+		if err := c.Put(lease(o), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		for _, o := range []Owner{a, b} {
+			if _, out, _ := c.Take(o, now); out != Hit {
+				t.Fatalf("take %d of %x: %v; two buckets of one slot must both keep their lease", i, o[:4], out)
+			}
+		}
+	}
+	c.Put(lease(a), now)
+	c.Put(lease(b), now)
+	// A denial of a third evicts neither.
+	c.Put(Entry{Owner: x, DeniedUntilMs: now + 5000}, now)
+	for _, o := range []Owner{a, b} {
+		if _, out, _ := c.Take(o, now); out != Hit {
+			t.Fatalf("%x lost its lease to another's denial: %v", o[:4], out)
+		}
+	}
+	// A lease of the third evicts one of them (its tokens lost: only
+	// under-admission), and both that bucket and the third are read where
+	// they are.
+	c.Put(lease(x), now)
+	hits := 0
+	for _, o := range []Owner{a, b, x} {
+		if _, out, _ := c.Take(o, now); out == Hit {
+			hits++
+		}
+	}
+	if hits != 2 {
+		t.Fatalf("%d of three buckets in two slots hold a lease, want 2", hits)
+	}
+	// A spent slot is taken before a live one.
+	c = newCache(t, newMemStore(), 2)
+	c.Put(Entry{Owner: a, Tokens: 1, ExpiresMs: now + 1000}, now)
+	c.Take(a, now) // spent
+	c.Put(lease(b), now)
+	c.Put(lease(x), now) // must take a's spent slot, not b's lease
+	if _, out, _ := c.Take(b, now); out != Hit {
+		t.Fatalf("b's lease was evicted while a spent slot was free: %v", out)
 	}
 }
