@@ -3,8 +3,9 @@
 //
 // ABI 0.2.1 shared data has no delete and no TTL, so the cache is a fixed set
 // of slots: a bucket hashes to two slots and sits in either (2-way set
-// associative), and the slot records which bucket owns it. Every token in a slot was consumed in Redis before it was put there, and
-// each is taken out by exactly one successful CAS, so the cache can only
+// associative), and the slot records which bucket owns it. Every token in
+// a slot was consumed in Redis before it was put there, and each is taken
+// out by exactly one successful CAS, so the cache can only
 // under-admit (tokens lost when a slot is overwritten or expires), never
 // over-admit.
 //
@@ -250,36 +251,41 @@ func (b *BucketHasher) Owner() Owner {
 	return o
 }
 
-// key is owner's first slot: the high word of the owner, scaled to the
-// slot count (a multiply, not a modulo, so every slot is equally likely).
-func (c *Cache) key(owner Owner) string { return c.ways(owner)[0] }
-
-// ways are the two slots owner's entry may sit in (the cache is 2-way set
-// associative): the high word of the owner and its low one, each scaled to
-// the slot count; the second is the next slot when they meet. Direct
+// ways are the slots owner's entry may sit in, w[:n] (the cache is 2-way
+// set associative; a cache of one slot has one way): the high word of the
+// owner and its low one, each scaled to the slot count (a multiply, not a
+// modulo, so every slot is equally likely); the second is the next slot
+// when they meet. Direct
 // mapped, two callers active at once in one slot evicted each other's
 // lease on every request, each of those requests calling out (in make
 // bench's gateway run, 113 checks where the 98 other callers made 2, one
 // run in four); two ways need three such callers.
-func (c *Cache) ways(owner Owner) [2]string {
-	n := uint64(len(c.keys))
-	i, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[8:]), n)
-	j, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[:8]), n)
-	if j == i {
-		j = (i + 1) % n
+func (c *Cache) ways(owner Owner) (w [2]string, n int) {
+	slots := uint64(len(c.keys))
+	i, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[8:]), slots)
+	j, _ := bits.Mul64(binary.LittleEndian.Uint64(owner[:8]), slots)
+	if slots == 1 {
+		return [2]string{c.keys[0]}, 1
 	}
-	return [2]string{c.keys[i], c.keys[j]}
+	if j == i {
+		j = (i + 1) % slots
+	}
+	return [2]string{c.keys[i], c.keys[j]}, 2
 }
 
-// find reads the slot of owner's two that holds its entry; k is "" when
-// neither does.
-func (c *Cache) find(owner Owner) (k string, data []byte, cas uint32) {
-	w := c.ways(owner)
-	for i, k := range w {
-		if i == 1 && k == w[0] {
-			break // one slot only
+// find reads the slot of owner's ways that holds its entry; k is "" when
+// none does. peek reads it into the Store's reused buffer when it is a
+// Peeker (no cas: for a look that keeps nothing).
+func (c *Cache) find(owner Owner, peek bool) (k string, data []byte, cas uint32) {
+	p, canPeek := c.store.(Peeker)
+	w, n := c.ways(owner)
+	for _, k := range w[:n] {
+		var err error
+		if peek && canPeek {
+			data, err = p.Peek(k)
+		} else {
+			data, cas, err = c.store.Get(k)
 		}
-		data, cas, err := c.store.Get(k)
 		if err == nil && len(data) >= len(owner) && Owner(data[:len(owner)]) == owner {
 			return k, data, cas
 		}
@@ -293,12 +299,9 @@ func (c *Cache) find(owner Owner) (k string, data []byte, cas uint32) {
 // mark; then its denial; then its live lease), the first on a tie. The
 // caller decides whether what it holds may be replaced.
 func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint32, err error) {
-	w := c.ways(owner)
+	w, n := c.ways(owner)
 	best := -1
-	for i, slot := range w {
-		if i == 1 && slot == w[0] {
-			break
-		}
+	for _, slot := range w[:n] {
 		d, cs, err := c.readForWrite(slot)
 		if err != nil {
 			return "", nil, 0, err
@@ -337,7 +340,7 @@ func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
 	var spent, chargeReturned int64
 	for i := 0; i < maxCASRetries; i++ {
-		k, data, cas := c.find(owner)
+		k, data, cas := c.find(owner, false)
 		if k == "" {
 			return Entry{}, Miss, 0
 		}
@@ -403,7 +406,7 @@ func (c *Cache) TakeN(owner Owner, ruleID string, n, nowMs int64) (taken int64, 
 		return 0, Entry{}, false
 	}
 	for i := 0; i < maxCASRetries; i++ {
-		k, data, cas := c.find(owner)
+		k, data, cas := c.find(owner, false)
 		if k == "" {
 			return 0, Entry{}, false
 		}
@@ -534,27 +537,12 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 // Refills reads the mark of owner's refill in flight at nowMs (0: none),
 // writing nothing: a VM's tick asks it for every bucket it watches.
 func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
-	w := c.ways(owner)
-	for i, k := range w {
-		if i == 1 && k == w[0] {
-			break
-		}
-		var data []byte
-		var err error
-		if p, ok := c.store.(Peeker); ok {
-			data, err = p.Peek(k)
-		} else {
-			data, _, err = c.store.Get(k)
-		}
-		if err != nil {
-			continue
-		}
-		if e, ok := decode(data, false); ok && e.Owner == owner {
-			if e.RefillUntilMs <= nowMs {
-				return 0
-			}
-			return e.RefillID
-		}
+	k, data, _ := c.find(owner, true)
+	if k == "" {
+		return 0
+	}
+	if e, ok := decode(data, false); ok && e.RefillUntilMs > nowMs {
+		return e.RefillID
 	}
 	return 0
 }
@@ -566,7 +554,7 @@ func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
 // recorded as RefillBare. A later mark (another VM's refill) stays.
 func (c *Cache) EndRefill(owner Owner, id int64, bare bool) {
 	for i := 0; i < maxCASRetries; i++ {
-		k, data, cas := c.find(owner)
+		k, data, cas := c.find(owner, false)
 		if k == "" {
 			return
 		}
@@ -631,7 +619,7 @@ type FallbackResult struct {
 // Known: the caller's configured fallback decides.
 func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult {
 	for i := 0; i < maxCASRetries; i++ {
-		k, data, cas := c.find(owner)
+		k, data, cas := c.find(owner, false)
 		if k == "" {
 			return FallbackResult{}
 		}

@@ -97,7 +97,7 @@ func TestTakeLifecycle(t *testing.T) {
 		}
 		// Take rewrites only the count in place: the slot still decodes
 		// whole.
-		data, _, _ := s.Get(c.key(a))
+		data, _, _ := s.Get(firstWay(c, a))
 		if stored, ok := decode(data, true); !ok || stored != e {
 			t.Fatalf("take %d left %+v in the slot, returned %+v", i, stored, e)
 		}
@@ -156,7 +156,7 @@ func TestConcurrentTakesNeverOverspend(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	data, _, _ := s.Get(first.key(a))
+	data, _, _ := s.Get(firstWay(first, a))
 	left, _ := decode(data, false)
 	if hits.Load() > 100 || hits.Load()+left.Tokens != 100 {
 		t.Fatalf("%d hits and %d left from a lease of 100", hits.Load(), left.Tokens)
@@ -238,7 +238,7 @@ func TestBucketIsKeyed(t *testing.T) {
 	same := 0
 	for i := 0; i < 500; i++ {
 		p := strings.Repeat("x", i)
-		if c1.key(c1.Bucket("user:a", p)) == other.key(other.Bucket("user:a", p)) {
+		if firstWay(c1, c1.Bucket("user:a", p)) == firstWay(other, other.Bucket("user:a", p)) {
 			same++
 		}
 	}
@@ -266,7 +266,7 @@ func TestSlotsAllUsed(t *testing.T) {
 		c := newCache(t, newMemStore(), n)
 		seen := map[string]bool{}
 		for i := 0; i < 20*int(n); i++ {
-			seen[c.key(c.Bucket("user:a", strings.Repeat("x", i)))] = true
+			seen[firstWay(c, c.Bucket("user:a", strings.Repeat("x", i)))] = true
 		}
 		if len(seen) < int(n)*9/10 {
 			t.Errorf("%d slots: %d used by %d buckets", n, len(seen), 20*n)
@@ -357,7 +357,7 @@ func TestPutIntoAnotherBucketsSlot(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			data, _, _ := c.store.Get(c.key(victim))
+			data, _, _ := c.store.Get(firstWay(c, victim))
 			got, _ := decode(data, true)
 			if kept := got == tt.held; kept != tt.victimKeep {
 				t.Fatalf("victim kept the slot: %v, want %v (slot holds %+v)", kept, tt.victimKeep, got)
@@ -633,14 +633,14 @@ func FuzzMarkRefill(f *testing.F) {
 		s := newMemStore()
 		c := newCache(t, s, 1)
 		a := c.Bucket("user:a")
-		if err := s.Set(c.key(a), slot, 0); err != nil {
+		if err := s.Set(firstWay(c, a), slot, 0); err != nil {
 			t.Fatal(err)
 		}
 		old, ok := decode(slot, false)
 		protected := ok && old.Owner != a && (old.DeniedUntilMs > nowMs || (old.Tokens > 0 || old.ChargeTokens > 0) && nowMs < old.ExpiresMs)
 		until := nowMs + forMs
 		id, marked := c.MarkRefill(a, until, nowMs)
-		data, _, _ := s.Get(c.key(a))
+		data, _, _ := s.Get(firstWay(c, a))
 		if !marked {
 			if !protected || !bytes.Equal(data, slot) {
 				t.Fatalf("not marked over %+v (protected %v); the slot changed %v", old, protected, !bytes.Equal(data, slot))
@@ -960,7 +960,7 @@ func TestRefillMark(t *testing.T) {
 			if _, got := c.MarkRefill(a, now+500, now); got != tt.marked {
 				t.Fatalf("MarkRefill = %v, want %v", got, tt.marked)
 			}
-			data, _, _ := c.store.Get(c.key(a))
+			data, _, _ := c.store.Get(firstWay(c, a))
 			e, _ := decode(data, true)
 			if owned := e.Owner == a; owned != tt.marked {
 				t.Fatalf("a owns the slot: %v, want %v", owned, tt.marked)
@@ -992,7 +992,7 @@ func TestTwoWays(t *testing.T) {
 	var b, x Owner
 	for i := 0; b == (Owner{}) || x == (Owner{}); i++ {
 		o := c.Bucket("user:" + strconv.Itoa(i))
-		if c.ways(o)[0] != c.ways(a)[0] || o == a {
+		if firstWay(c, o) != firstWay(c, a) || o == a {
 			continue
 		}
 		if b == (Owner{}) {
@@ -1045,4 +1045,11 @@ func TestTwoWays(t *testing.T) {
 	if _, out, _ := c.Take(b, now); out != Hit {
 		t.Fatalf("b's lease was evicted while a spent slot was free: %v", out)
 	}
+}
+
+// firstWay is the first slot of owner's ways (the only one of a cache of
+// one slot).
+func firstWay(c *Cache, owner Owner) string {
+	w, _ := c.ways(owner)
+	return w[0]
 }

@@ -63,9 +63,6 @@ func (h *httpContext) lead(now time.Time) {
 	if p.cfg.Lease.Request == 0 {
 		return
 	}
-	if p.inflight == nil {
-		p.inflight = map[leasecache.Owner][]*httpContext{}
-	}
 	if _, ok := p.inflight[h.bucket]; !ok {
 		p.inflight[h.bucket] = nil
 		h.leads = true
@@ -110,9 +107,6 @@ func (h *httpContext) watch(refill int64) bool {
 	p := h.p
 	if _, ok := p.inflight[h.bucket]; ok || len(p.watched) >= maxWatched {
 		return false // its waiters are full (await), or too many buckets are watched
-	}
-	if p.inflight == nil {
-		p.inflight = map[leasecache.Owner][]*httpContext{}
 	}
 	p.inflight[h.bucket] = nil
 	if len(p.watched) == 0 && !p.ticking {

@@ -120,6 +120,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cache = cache
+	p.inflight = map[leasecache.Owner][]*httpContext{}
 	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMs)*time.Millisecond)
 	p.fallback = fallback.New(cfg.Fallback.Limit, cfg.Fallback.WindowSeconds, cfg.Fallback.MaxCallers)
 	p.m = metrics{
