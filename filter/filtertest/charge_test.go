@@ -28,9 +28,11 @@ func (e *env) admitted(costFrom string) *wasmhost.Stream {
 	return s
 }
 
-// upstream runs a response through the filter: its headers, then its body
-// in chunks (none: the headers end it). It returns the headers' and the
-// last chunk's actions.
+// upstream runs a response through the filter as Envoy does: its headers,
+// then, unless the filter holds them, its body in chunks (none: the headers
+// end it). It returns the headers' and the last chunk's actions (the last
+// Continue when no chunk passed). A response whose headers are held gets
+// its body from passBody, once the filter resumed it.
 func upstream(t *testing.T, s *wasmhost.Stream, headers wasmhost.Headers, chunks ...string) (hdr, last wasmhost.Action) {
 	t.Helper()
 	ctx := context.Background()
@@ -41,12 +43,23 @@ func upstream(t *testing.T, s *wasmhost.Stream, headers wasmhost.Headers, chunks
 	if err != nil {
 		t.Fatal(err)
 	}
+	if hdr == wasmhost.Pause {
+		return hdr, wasmhost.Continue
+	}
+	return hdr, passBody(t, s, chunks...)
+}
+
+// passBody passes a response's chunks through the filter; it returns the last
+// chunk's action.
+func passBody(t *testing.T, s *wasmhost.Stream, chunks ...string) (last wasmhost.Action) {
+	t.Helper()
 	for i, c := range chunks {
-		if last, _, err = s.OnResponseBody(ctx, []byte(c), i == len(chunks)-1); err != nil {
+		var err error
+		if last, _, err = s.OnResponseBody(context.Background(), []byte(c), i == len(chunks)-1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return hdr, last
+	return last
 }
 
 // charged returns the pending charge's one item and answers it: the rule
@@ -74,8 +87,11 @@ func (e *env) charged(remaining int64) wire.ChargeItem {
 
 const chargeConfig = `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`
 
-// The cost a response reports is read where the rule says and charged;
-// the response carries X-RateLimit-Remaining after the charge. Hostile and
+// The cost a response reports is read where the rule says and charged. A
+// cost in the headers holds them for the charge, and they carry
+// X-RateLimit-Remaining after it; a cost in the body lets the headers go
+// (Envoy passes no body to a filter holding them) and holds the body's end
+// for the charge. Hostile and
 // broken answers each have a defined charge: the cost they report, or
 // "unreported" with why (the service then charges the rule's unreported
 // cost), and none breaks the VM.
@@ -95,27 +111,27 @@ func TestChargeFromTheResponse(t *testing.T) {
 		chunks         []string
 		cost           int64 // when reported
 		unreported     string
-		holdsHeaders   bool // the headers wait for the body
+		holdsHeaders   bool // the headers wait for the charge
 	}{
-		{"json usage", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1","usage":{"prompt`, `_tokens":3,"total_tokens":120}}`}, 120, "", true},
-		{"summed paths", "response_json:usage.input_tokens+usage.output_tokens", wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"input_tokens":10,"output_tokens":32}}`}, 42, "", true},
-		{"no usage field", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1"}`}, 0, wire.UnreportedMissing, true},
-		{"negative", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":-40}}`}, 0, wire.UnreportedInvalid, true},
-		{"a string", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":"40"}}`}, 0, wire.UnreportedInvalid, true},
-		{"fractional", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12.2}}`}, 13, "", true},
-		{"huge", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":1e300}}`}, wire.MaxUsage, "", true},
-		{"malformed json", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12`}, 0, wire.UnreportedMalformed, true},
-		{"not json at all", body, wasmhost.Headers{{"content-type", "text/html"}}, []string{`<html>oops</html>`}, 0, wire.UnreportedMalformed, true},
+		{"json usage", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1","usage":{"prompt`, `_tokens":3,"total_tokens":120}}`}, 120, "", false},
+		{"summed paths", "response_json:usage.input_tokens+usage.output_tokens", wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"input_tokens":10,"output_tokens":32}}`}, 42, "", false},
+		{"no usage field", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"id":"c1"}`}, 0, wire.UnreportedMissing, false},
+		{"negative", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":-40}}`}, 0, wire.UnreportedInvalid, false},
+		{"a string", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":"40"}}`}, 0, wire.UnreportedInvalid, false},
+		{"fractional", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12.2}}`}, 13, "", false},
+		{"huge", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":1e300}}`}, wire.MaxUsage, "", false},
+		{"malformed json", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":12`}, 0, wire.UnreportedMalformed, false},
+		{"not json at all", body, wasmhost.Headers{{"content-type", "text/html"}}, []string{`<html>oops</html>`}, 0, wire.UnreportedMalformed, false},
 		{"gzip", body, wasmhost.Headers{{"content-type", "application/json"}, {"content-encoding", "gzip"}}, []string{"\x1f\x8b\x08\x00"}, 0, wire.UnreportedEncoded, true},
-		{"past the bound", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{big}, 0, wire.UnreportedTooLarge, true},
+		{"past the bound", body, wasmhost.Headers{{"content-type", "application/json"}}, []string{big}, 0, wire.UnreportedTooLarge, false},
 		{"no body", body, wasmhost.Headers{{"content-type", "application/json"}}, nil, 0, wire.UnreportedMissing, true},
 		{"a header", "response_header:x-usage-total-tokens", wasmhost.Headers{{"X-Usage-Total-Tokens", "77"}}, []string{"anything"}, 77, "", true},
 		{"a header missing", "response_header:x-usage-total-tokens", nil, []string{"anything"}, 0, wire.UnreportedMissing, true},
 		{"a header not a number", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", "lots"}}, nil, 0, wire.UnreportedInvalid, true},
 		{"a header with JSON in it", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", `{"a":1}`}}, nil, 0, wire.UnreportedInvalid, true},
-		{"an error without usage", body, wasmhost.Headers{{":status", "503"}, {"content-type", "application/json"}}, []string{`{"error":{"message":"overloaded"}}`}, 0, wire.UnreportedError, true},
-		{"an error that is not json", body, wasmhost.Headers{{":status", "400"}, {"content-type", "text/plain"}}, []string{`bad request`}, 0, wire.UnreportedError, true},
-		{"an error with usage", body, wasmhost.Headers{{":status", "400"}, {"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":9}}`}, 9, "", true},
+		{"an error without usage", body, wasmhost.Headers{{":status", "503"}, {"content-type", "application/json"}}, []string{`{"error":{"message":"overloaded"}}`}, 0, wire.UnreportedError, false},
+		{"an error that is not json", body, wasmhost.Headers{{":status", "400"}, {"content-type", "text/plain"}}, []string{`bad request`}, 0, wire.UnreportedError, false},
+		{"an error with usage", body, wasmhost.Headers{{":status", "400"}, {"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":9}}`}, 9, "", false},
 		{"a stream", body, wasmhost.Headers{{"content-type", "text/event-stream; charset=utf-8"}},
 			sse(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[],"usage":{"total_tokens":21}}`, `[DONE]`), 21, "", false},
 		{"a stream without usage", body, wasmhost.Headers{{"content-type", "text/event-stream"}}, sse(`{"choices":[]}`, `[DONE]`), 0, wire.UnreportedMissing, false},
@@ -125,23 +141,30 @@ func TestChargeFromTheResponse(t *testing.T) {
 			s := e.admitted(tc.costFrom)
 			hdr, last := upstream(t, s, tc.headers, tc.chunks...)
 			if (hdr == wasmhost.Pause) != tc.holdsHeaders {
-				t.Errorf("headers: %v, want held %v", hdr, tc.holdsHeaders)
+				t.Fatalf("headers: %v, want held %v", hdr, tc.holdsHeaders)
 			}
-			if last != wasmhost.Pause && len(tc.chunks) > 0 {
+			if !tc.holdsHeaders && last != wasmhost.Pause && len(tc.chunks) > 0 {
 				t.Errorf("the last chunk went on before the charge was answered")
 			}
 			item := e.charged(4321)
+			if !s.ResponseResumed {
+				t.Fatal("the response was not resumed after the charge's answer")
+			}
+			if tc.holdsHeaders && passBody(t, s, tc.chunks...) != wasmhost.Continue && len(tc.chunks) > 0 {
+				t.Errorf("the body was held after the charge was answered")
+			}
 			switch {
 			case tc.unreported != "" && (item.Cost != nil || item.Unreported != tc.unreported):
 				t.Errorf("charged %v %q, want unreported %q", deref(item.Cost), item.Unreported, tc.unreported)
 			case tc.unreported == "" && (item.Cost == nil || *item.Cost != tc.cost):
 				t.Errorf("charged %v %q, want %d", deref(item.Cost), item.Unreported, tc.cost)
 			}
-			if !s.ResponseResumed {
-				t.Fatal("the response was not resumed after the charge's answer")
+			want := "9999" // the headers went before the charge: where the admission left the caller
+			if tc.holdsHeaders {
+				want = "4321" // after the charge
 			}
-			if got := s.ResponseHeaders.Value("x-ratelimit-remaining"); tc.holdsHeaders && got != "4321" {
-				t.Errorf("X-RateLimit-Remaining %q, want 4321 (after the charge)", got)
+			if got := s.ResponseHeaders.Value("x-ratelimit-remaining"); got != want {
+				t.Errorf("X-RateLimit-Remaining %q, want %s", got, want)
 			}
 			if err := e.vms[0].Broken(); err != nil {
 				t.Fatal(err)

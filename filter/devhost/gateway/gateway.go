@@ -516,24 +516,15 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
-	fb := &filteredBody{g: g, ref: ref, ctx: ctx, src: resp.Body, eof: noBody}
 	g.perform(ref.w, calls)
-	if act == wasmhost.Pause {
-		if noBody {
-			if !g.await(ctx, ref.w, func() bool { return ref.s.ResponseResumed }) {
-				return errors.New("the client went away while the filter held the response")
-			}
-		} else {
-			// Held headers: the filter reads the body until it resumes.
-			for !fb.resumed() && !fb.eof {
-				if err := fb.step(); err != nil {
-					return err
-				}
-			}
-		}
+	// Held headers hold the body too: Envoy calls no body callback of a
+	// filter holding the response headers (StopIteration is
+	// StopAllIterationAndWatermark) until it resumes them.
+	if act == wasmhost.Pause && !g.await(ctx, ref.w, func() bool { return ref.s.ResponseResumed }) {
+		return errors.New("the client went away while the filter held the response")
 	}
 	if !noBody {
-		resp.Body = fb
+		resp.Body = &filteredBody{g: g, ref: ref, ctx: ctx, src: resp.Body}
 	}
 	ref.w.mu.Lock()
 	out := ref.s.ResponseHeaders
@@ -567,12 +558,6 @@ type filteredBody struct {
 const maxChunk = 32 << 10
 
 var chunks = sync.Pool{New: func() any { b := make([]byte, maxChunk); return &b }}
-
-func (b *filteredBody) resumed() bool {
-	b.ref.w.mu.Lock()
-	defer b.ref.w.mu.Unlock()
-	return b.ref.s.ResponseResumed
-}
 
 // step reads one chunk and passes it through the filter.
 func (b *filteredBody) step() error {

@@ -23,10 +23,23 @@ const maxUsageBody = 1 << 20
 
 // How the response's cost is read.
 const (
-	readHeaders = iota // every cost was in the headers (or reported none)
-	readJSON           // the body is buffered, the headers held, until its end
+	readHeaders = iota // every cost was in the headers (or reported none): the headers wait for the charge
+	readJSON           // the body is buffered until its end, which waits for the charge
 	readEvents         // server-sent events pass as they come; the last chunk waits for the charge
 )
+
+// A response whose cost is in its body lets its headers go at once: a
+// filter that holds the response headers gets no body from Envoy until it
+// resumes them (proxy-wasm-cpp-host turns the headers' StopIteration into
+// StopAllIterationAndWatermark), so headers held for the body's usage
+// would never be resumed. Such a response's X-RateLimit-* fields say where
+// the caller stood at its admission; the charge's answer reaches the next
+// response.
+
+// headersHeld reports whether the response's headers still wait for its
+// charge (their rate-limit fields then say where the caller stands after
+// it).
+func (ch *charging) headersHeld() bool { return ch.mode == readHeaders }
 
 // charging is what a request under response costs carries to its response.
 type charging struct {
@@ -124,7 +137,7 @@ func (h *httpContext) chargeOnHeaders(endOfStream bool) types.Action {
 		return types.ActionContinue
 	}
 	ch.mode = readJSON
-	return types.ActionPause // the headers wait for the body's usage
+	return types.ActionContinue // the body is read as it comes (see headersHeld)
 }
 
 // headerUsage reads a cost header as a JSON number would be read.
@@ -289,7 +302,7 @@ func (h *httpContext) payFromLease() bool {
 		it.Cost = &rest
 		return false
 	}
-	if l := &h.verdict.limits; h.hasVerdict && !h.done && ch.mode != readEvents && l.RuleID == it.RuleID && l.RuleID == e.RuleID {
+	if l := &h.verdict.limits; h.hasVerdict && !h.done && ch.headersHeld() && l.RuleID == it.RuleID && l.RuleID == e.RuleID {
 		// What the rule's counter had left at the lease's grant, and the
 		// pool still to spend: the caller's, as a lease hit counts it.
 		l.Remaining = e.Remaining + e.ChargeTokens
@@ -324,8 +337,8 @@ func (h *httpContext) onChargeResponse(numHeaders, bodySize, _ int) {
 		proxywasm.LogWarn("tollgate: charge refused or unanswered (status " + strconv.Itoa(status) + "); its cost is lost")
 		return
 	}
-	if h.done || !h.hasVerdict || h.charge.mode == readEvents {
-		return // a stream's headers went out with its first bytes
+	if h.done || !h.hasVerdict || !h.charge.headersHeld() {
+		return // the headers went out before the body
 	}
 	// The rule a client meets first after the charge: the least left.
 	l := &h.verdict.limits

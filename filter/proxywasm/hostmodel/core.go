@@ -57,6 +57,13 @@ type StreamState struct {
 	// continued a paused response.
 	ResponseBody    []byte
 	ResponseResumed bool
+	// responseHeld: the guest paused the response headers and has not
+	// resumed them. Envoy then calls no body callback of the filter
+	// (proxy-wasm-cpp-host turns the headers' StopIteration into
+	// StopAllIterationAndWatermark unless the plugin's
+	// allow_on_headers_stop_iteration is set): it buffers the body until
+	// the filter resumes.
+	responseHeld bool
 }
 
 // CoreOptions configure a Core.
@@ -324,6 +331,7 @@ func (c *Core) ContinueStream(streamType abi.StreamType) abi.Status {
 		s.requestSent = true // Envoy releases the request headers here
 	case abi.StreamResponse:
 		s.ResponseResumed = true
+		s.responseHeld = false
 	}
 	return abi.StatusOK
 }

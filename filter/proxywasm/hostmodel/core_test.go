@@ -42,3 +42,45 @@ func TestHeaders(t *testing.T) {
 		t.Fatalf("add/remove: %v", h)
 	}
 }
+
+// pauser is a guest that pauses the response headers and counts the body
+// callbacks it gets.
+type pauser struct{ bodies int }
+
+func (*pauser) OnRequestHeaders(uint32, uint32, bool) (uint32, error) { return uint32(Continue), nil }
+func (*pauser) OnResponseHeaders(uint32, uint32, bool) (uint32, error) {
+	return uint32(Pause), nil
+}
+func (p *pauser) OnResponseBody(uint32, uint32, bool) (uint32, error) {
+	p.bodies++
+	return uint32(Continue), nil
+}
+func (*pauser) OnHttpCallResponse(uint32, uint32, uint32, uint32) error { return nil }
+func (*pauser) OnStreamEnd(uint32) error                                { return nil }
+
+// A filter holding the response headers gets no body until it resumes
+// them: Envoy's StopAllIterationAndWatermark (cpp-host's translation of
+// the headers' StopIteration). A host that passed the body would hide a
+// filter waiting forever for a body Envoy never gives it.
+func TestHeldResponseHeadersHoldTheBody(t *testing.T) {
+	c := NewCore(CoreOptions{})
+	g := &pauser{}
+	s := c.OpenStream(Headers{{":path", "/"}}, nil)
+	if act, err := c.RequestHeaders(g, s, true); act != Continue || err != nil {
+		t.Fatal(act, err)
+	}
+	if act, err := c.ResponseHeaders(g, s, Headers{{":status", "200"}}, false); act != Pause || err != nil {
+		t.Fatal(act, err)
+	}
+	if _, _, err := c.ResponseBody(g, s, []byte("chunk"), true); err != ErrResponseHeld || g.bodies != 0 {
+		t.Fatalf("a body passed to a filter holding the headers: %v, %d callbacks", err, g.bodies)
+	}
+	c.Enter(s.ID)
+	if st := c.ContinueStream(abi.StreamResponse); st != abi.StatusOK {
+		t.Fatal(st)
+	}
+	act, released, err := c.ResponseBody(g, s, []byte("chunk"), true)
+	if err != nil || act != Continue || string(released) != "chunk" || g.bodies != 1 {
+		t.Fatalf("after the resume: %v %q %v, %d callbacks", act, released, err, g.bodies)
+	}
+}

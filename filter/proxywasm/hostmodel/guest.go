@@ -1,6 +1,9 @@
 package hostmodel
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Guest is how a front calls the plugin's stream and callout callbacks: the
 // compiled module under wazero (VM) or the binding called natively
@@ -40,8 +43,13 @@ func (c *Core) ResponseHeaders(g Guest, s *StreamState, headers Headers, endOfSt
 	s.ResponseResumed = false
 	c.Enter(s.ID)
 	r, err := g.OnResponseHeaders(s.ID, uint32(len(s.ResponseHeaders)), endOfStream)
+	s.responseHeld = err == nil && Action(r) == Pause && !s.ResponseResumed
 	return Action(r), err
 }
+
+// ErrResponseHeld is ResponseBody's answer while the guest holds the
+// response headers: Envoy passes it no body until it resumes them.
+var ErrResponseHeld = errors.New("the filter holds the response headers: Envoy calls no body callback until it resumes them (StopIteration is StopAllIterationAndWatermark)")
 
 // ResponseBody passes a chunk of the upstream's body through s's body
 // callback, as Envoy does: the guest sees what it buffered before (it
@@ -52,6 +60,9 @@ func (c *Core) ResponseHeaders(g Guest, s *StreamState, headers Headers, endOfSt
 // chunk itself: the caller copies it before reusing chunk's memory; what the
 // host holds it copies.
 func (c *Core) ResponseBody(g Guest, s *StreamState, chunk []byte, endOfStream bool) (act Action, released []byte, err error) {
+	if s.responseHeld {
+		return Pause, nil, ErrResponseHeld
+	}
 	held := len(s.ResponseBody) > 0
 	if held {
 		s.ResponseBody = append(s.ResponseBody, chunk...)
