@@ -143,11 +143,14 @@ func TestChargeFromTheResponse(t *testing.T) {
 			if (hdr == wasmhost.Pause) != tc.holdsHeaders {
 				t.Fatalf("headers: %v, want held %v", hdr, tc.holdsHeaders)
 			}
-			if !tc.holdsHeaders && last != wasmhost.Pause && len(tc.chunks) > 0 {
-				t.Errorf("the last chunk went on before the charge was answered")
+			// The end waits for the charge, but for a body past the bound:
+			// Envoy would reset the response were it buffered further.
+			endHeld := !tc.holdsHeaders && len(tc.chunks) > 0 && tc.unreported != wire.UnreportedTooLarge
+			if (last == wasmhost.Pause) != endHeld {
+				t.Errorf("the last chunk: %v, want held %v", last, endHeld)
 			}
 			item := e.charged(4321)
-			if !s.ResponseResumed {
+			if !s.ResponseResumed && (endHeld || tc.holdsHeaders) {
 				t.Fatal("the response was not resumed after the charge's answer")
 			}
 			if tc.holdsHeaders && passBody(t, s, tc.chunks...) != wasmhost.Continue && len(tc.chunks) > 0 {

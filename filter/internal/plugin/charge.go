@@ -183,8 +183,14 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.A
 	switch ch.mode {
 	case readJSON:
 		if bodySize > maxUsageBody {
+			// Charged as reporting none, and the body streams on rather
+			// than waiting for the charge: Envoy resets a response whose
+			// headers went out once what a filter buffers of it passes the
+			// connection's buffer limit (1 MiB by default).
 			h.unreportedBody(wire.UnreportedTooLarge)
-			return h.sendCharge()
+			h.sendCharge()
+			ch.held = false
+			return types.ActionContinue
 		}
 		if !endOfStream {
 			return types.ActionPause // buffered until its end
