@@ -118,3 +118,33 @@ func TestDecoderAllocations(t *testing.T) {
 		t.Fatalf("a decision like the last one costs %v allocations, want none", n)
 	}
 }
+
+// A cached denial's refusal is read back as encoding/json reads it, and
+// what AppendRefusal writes of it reads back the same.
+func FuzzDecodeRefusal(f *testing.F) {
+	f.Add([]byte(`{"status":429,"body":"slow down {{.RetryAfter}}","headers":{"x-a":"b"}}`))
+	f.Add([]byte(`{"STATUS":503,"headers":{"a":"1","a":null},"Headers":{"c":"d"}}`))
+	f.Add([]byte(`{"status":1e2,"body":null}`))
+	f.Add([]byte(` {"status":-0} `))
+	f.Add([]byte(`{"headers":null,"body":"\ud83d\ude00\u0000"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var mine rules.Response
+		if err := DecodeRefusal(b, &mine); err != nil {
+			return
+		}
+		var theirs rules.Response
+		if err := json.Unmarshal(b, &theirs); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("%q:\n mine %+v\njson %+v", b, mine, theirs)
+		}
+		var again rules.Response
+		if len(mine.Headers) == 0 {
+			mine.Headers = nil // written as no headers at all
+		}
+		if err := DecodeRefusal(AppendRefusal(nil, &mine), &again); err != nil || !reflect.DeepEqual(again, mine) {
+			t.Fatalf("%+v written and read back: %+v (%v)", mine, again, err)
+		}
+	})
+}

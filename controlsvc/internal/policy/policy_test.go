@@ -163,3 +163,41 @@ func TestTotalIsNotLiftedByBurst(t *testing.T) {
 		t.Fatalf("default total %d, want the burst's 500", got)
 	}
 }
+
+// An exemption's address or prefix is read as identities read addresses:
+// a caller the operator names is a caller it matches, and what it reads
+// is canonical (masked, and written back it reads the same).
+func FuzzParseIPOrPrefix(f *testing.F) {
+	for _, s := range []string{"192.0.2.1", " 10.0.0.0/8 ", "10.1.2.3/8", "2001:db8::/32", "::ffff:10.0.0.0/104", "::ffff:192.0.2.7",
+		"[2001:db8::1]", "192.0.2.1:80", "[::1]:443", "fe80::1%eth0", "::ffff:0:0/95", "1.2.3.4/33", "/", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParseIPOrPrefix(s)
+		if err != nil {
+			return
+		}
+		if p != p.Masked() || p.Addr().Zone() != "" {
+			t.Fatalf("%q: %v is not canonical", s, p)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			t.Fatalf("%q: %v maps IPv4 addresses no identity holds (they are unmapped)", s, p)
+		}
+		if again, err := ParseIPOrPrefix(p.String()); err != nil || again != p {
+			t.Fatalf("%q: %v read back as %v (%v)", s, p, again, err)
+		}
+		if a, err := identity.ParseAddr(s); err == nil && !p.Contains(a) {
+			t.Fatalf("%q: %v does not hold the caller %v it names", s, p, a)
+		}
+	})
+}
+
+func TestMappedPrefixesExemptTheirIPv4Callers(t *testing.T) {
+	for s, want := range map[string]string{"::ffff:10.0.0.0/104": "10.0.0.0/8", "::ffff:192.0.2.7/128": "192.0.2.7/32",
+		"::ffff:192.0.2.7": "192.0.2.7/32", "::ffff:0:0/95": "::fffe:0:0/95", "2001:db8::1/32": "2001:db8::/32"} {
+		p, err := ParseIPOrPrefix(s)
+		if err != nil || p.String() != want {
+			t.Errorf("%q: %v %v, want %s", s, p, err, want)
+		}
+	}
+}

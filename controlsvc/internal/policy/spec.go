@@ -393,6 +393,12 @@ func ParseIPOrPrefix(s string) (netip.Prefix, error) {
 		if err != nil {
 			return netip.Prefix{}, err
 		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			// Identities hold a mapped address as the IPv4 one it maps:
+			// "::ffff:10.0.0.0/104" is 10.0.0.0/8, or it would exempt no
+			// caller.
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
 		return p.Masked(), nil
 	}
 	a, err := identity.ParseAddr(s)
