@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
+	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -411,5 +412,52 @@ func TestRLSRedisDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A long path is matched whole after it is normalised, never cut to a
+// bounded value first: cut, "/auth;aaa...a/login" normalised to "/auth" (a
+// ';' parameter ends at the cut) and escaped the rule of "/auth/login",
+// which a servlet upstream serves it as. A path longer than the decision
+// API takes is refused as that API refuses it.
+func TestRLSLongPathKeepsItsRule(t *testing.T) {
+	toml := `
+[[tiers]]
+name = "free"
+limit = 100
+window_seconds = 60
+
+[[rules]]
+id = "login"
+path = "/auth/login"
+methods = ["POST"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 2
+window_seconds = 60
+`
+	_, c, _ := rlsService(t, rlsYAML, toml, nil)
+	ctx := withToken(decisionToken)
+	ask := func(addr, path string) *rlspb.RateLimitResponse {
+		t.Helper()
+		r, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: rls.TollgateDomain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(rls.KeyRemoteAddress, addr, rls.KeyPath, path, rls.KeyMethod, "POST")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pad := strings.Repeat("a", 1100)
+	for n, path := range []string{"/auth;" + pad + "/login", "/auth/login;" + pad, "/" + pad + "/../auth/login"} {
+		addr := fmt.Sprintf("192.0.2.%d", 20+n) // a counter of its own
+		for i := range 3 {
+			r := ask(addr, path)
+			if want := i == 2; (r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT) != want || r.Statuses[0].CurrentLimit.GetName() != "login" {
+				t.Fatalf("%.30s..., call %d: %v, want the login rule's answer", path, i, r)
+			}
+		}
+	}
+	if r := ask("192.0.2.30", "/"+strings.Repeat("a", paths.MaxLen)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
+		t.Fatalf("a path past the decision API's bound: %v, want OVER_LIMIT with x-tollgate-refused", r)
 	}
 }

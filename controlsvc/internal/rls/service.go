@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/shared/breaker"
 	"github.com/tollgate-rl/tollgate/shared/identity"
+	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -257,8 +258,15 @@ func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
 			v := e.Value
 			if req.Domain == TollgateDomain && e.Key == KeyPath {
 				// The query string is no part of the path rules match, and
-				// the client chooses its length.
+				// the client chooses its length. The path is matched after
+				// it is normalised, so it is never cut to a bounded value
+				// (a cut "/auth;aaa...a/login" normalised as "/auth" would
+				// escape the rules of "/auth/login"): a path longer than
+				// the decision API takes is refused as the check refuses
+				// it, and only its length past that bound is dropped.
 				v, _, _ = strings.Cut(v, "?")
+				es[j] = Entry{Key: e.Key, Value: v[:min(len(v), paths.MaxLen+1)]}
+				continue
 			}
 			es[j] = Entry{Key: e.Key, Value: boundedValue(v)}
 		}
