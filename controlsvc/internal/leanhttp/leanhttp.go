@@ -103,15 +103,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors and the like: back off as
-				// net/http does, up to a second.
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors (EMFILE, which is no timeout) and
+			// the like: back off, up to a second, and accept again once
+			// connections close. Returning would end the process: a
+			// flood of idle connections from anyone who can reach the
+			// port would switch limiting off.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.Log.Warn("accept failed; retrying", "err", err, "in", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		cc := &conn{Conn: c, s: s}

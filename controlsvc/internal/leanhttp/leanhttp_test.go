@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -32,6 +34,12 @@ func startTimeout(t *testing.T, readHeader time.Duration) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startOn(t, ln, readHeader)
+}
+
+// startOn is startTimeout on a listener of the test's.
+func startOn(t *testing.T, ln net.Listener, readHeader time.Duration) (*Server, string) {
+	t.Helper()
 	fallback := &http.Server{ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
@@ -374,5 +382,34 @@ func TestRequestCutShort(t *testing.T) {
 				t.Fatalf("after the 408: %v; want the connection closed", err)
 			}
 		})
+	}
+}
+
+// exhausted is a listener out of file descriptors for its first accepts.
+type exhausted struct {
+	net.Listener
+	left int
+}
+
+func (l *exhausted) Accept() (net.Conn, error) {
+	if l.left > 0 {
+		l.left--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// Out of file descriptors (a flood of idle connections), the server waits
+// and accepts again: it used to return the error, which ended the process
+// (EMFILE is no timeout).
+func TestAcceptRetriesWhenOutOfDescriptors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startOn(t, &exhausted{Listener: ln, left: 3}, 5*time.Second)
+	c, br := dial(t, addr)
+	if resp, body := roundTrip(t, c, br, post("x")); resp.StatusCode != http.StatusOK || body != "lean:x" {
+		t.Fatalf("after failed accepts: %d %q", resp.StatusCode, body)
 	}
 }
