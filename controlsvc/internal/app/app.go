@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/admin"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/connlimit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/decision"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/leanhttp"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
@@ -149,7 +150,7 @@ func (a *App) nextVersion() string { return strconv.FormatInt(a.version.Add(1), 
 
 // Listen binds the configured address.
 func (a *App) Listen() error {
-	ln, err := net.Listen("tcp", a.cfg.Listen)
+	ln, err := a.listen(a.cfg.Listen, "http")
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 	}
@@ -169,6 +170,19 @@ func (a *App) Listen() error {
 		return err
 	}
 	return nil
+}
+
+// listen binds addr with the connection bounds (connlimit): at most
+// max_connections_per_address from one peer, and the listener's share of
+// the file descriptors (HTTP and gRPC each half of three quarters).
+func (a *App) listen(addr, name string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := connlimit.New(ln, a.cfg.MaxConnectionsPerAddress, connlimit.DefaultTotal(2))
+	a.metrics.RegisterConnections(name, l.Refused.Load, l.Open)
+	return l, nil
 }
 
 // Addr is the bound address (after Listen).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"time"
 
@@ -48,7 +47,7 @@ func (a *App) listenGRPC() error {
 	if a.cfg.GRPCListen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", a.cfg.GRPCListen)
+	ln, err := a.listen(a.cfg.GRPCListen, "grpc")
 	if err != nil {
 		return fmt.Errorf("listen on %s (grpc_listen): %w", a.cfg.GRPCListen, err)
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	LogLevel      string `toml:"log_level"`
 	// MaxBodyBytes bounds request bodies (413 beyond).
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// MaxConnectionsPerAddress bounds the connections one peer address
+	// holds on each listener (connlimit).
+	MaxConnectionsPerAddress int `toml:"max_connections_per_address"`
 	// MaxBatch bounds the checks of one batch.
 	MaxBatch int `toml:"max_batch"`
 	// HeaderPrefix starts the X-RateLimit fields' names.

@@ -55,6 +55,7 @@ var Settings = []Setting{
 	integer("replicas", 1, 1, 10_000, "the number of control-service replicas: while Redis cannot be reached and `failure_mode` is `fail_open`, each replica counts in its own memory at every limit divided by this, so that together they admit about the limit", func(c *Config) *int64 { return &c.Replicas }),
 	oneOf("log_level", "info", []string{"debug", "info", "warn", "error"}, "least severe log level written", func(c *Config) *string { return &c.LogLevel }),
 	integer("max_body_bytes", 1<<20, 1024, 64<<20, "request bodies beyond this are refused (413)", func(c *Config) *int64 { return &c.MaxBodyBytes }),
+	integer("max_connections_per_address", 4096, 1, 1_000_000, "connections one peer address may hold open on each listener (HTTP, gRPC); more are closed at once. All peers together hold at most three quarters of the process's file descriptors, so one source's idle connections cannot take the descriptors Redis and the other proxies need", func(c *Config) *int { return &c.MaxConnectionsPerAddress }),
 	text("tls_cert_file", "", "PEM certificate of the listener: with `tls_key_file`, the service speaks HTTPS", func(c *Config) *string { return &c.TLSCertFile }, nil),
 	text("tls_key_file", "", "PEM private key of `tls_cert_file`", func(c *Config) *string { return &c.TLSKeyFile }, nil),
 	text("tls_client_ca_file", "", "PEM CA bundle: every client (the filter's Envoy cluster) must present a certificate it signed (mutual TLS)", func(c *Config) *string { return &c.TLSClientCAFile }, nil),

@@ -145,6 +145,21 @@ func (m *Metrics) RegisterBreaker(open func() bool) {
 	}))
 }
 
+// RegisterConnections exports a listener's refused connections (refused
+// counts them) and its open ones, labelled by listener ("http", "grpc").
+func (m *Metrics) RegisterConnections(listener string, refused func() uint64, open func() int) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "tollgate_connections_refused_total",
+		Help:        "Connections closed at once because their peer address held max_connections_per_address, or the listener its share of the file descriptors.",
+		ConstLabels: prometheus.Labels{"listener": listener},
+	}, func() float64 { return float64(refused()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "tollgate_connections_open",
+			Help:        "Connections the listener holds.",
+			ConstLabels: prometheus.Labels{"listener": listener},
+		}, func() float64 { return float64(open()) }))
+}
+
 var (
 	poolHits     = prometheus.NewDesc("tollgate_redis_pool_hits_total", "Times a free connection was found in the pool.", nil, nil)
 	poolMisses   = prometheus.NewDesc("tollgate_redis_pool_misses_total", "Times a connection had to be dialled.", nil, nil)

@@ -1,0 +1,113 @@
+// Package connlimit bounds the connections a listener holds, per peer
+// address and in all. Anyone who reaches a port can open connections and
+// keep them idle: without a bound one source fills the process's file
+// descriptors, and the service can then open no connection to Redis (and
+// accepts no other proxy). A connection past a bound is accepted and
+// closed at once, so it holds no descriptor and waits in no backlog.
+package connlimit
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Listener is a net.Listener that holds at most PerAddress connections
+// from one peer address and Total in all.
+type Listener struct {
+	net.Listener
+	perAddress, total int
+	// Refused counts the connections closed at a bound.
+	Refused atomic.Uint64
+
+	mu    sync.Mutex
+	open  int
+	peers map[netip.Addr]int
+}
+
+// New bounds ln's connections: perAddress from one peer address, total in
+// all (each at least 1).
+func New(ln net.Listener, perAddress, total int) *Listener {
+	return &Listener{Listener: ln, perAddress: max(perAddress, 1), total: max(total, 1), peers: map[netip.Addr]int{}}
+}
+
+// Accept returns the next connection within the bounds.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		peer := peerOf(c)
+		if l.take(peer) {
+			return &conn{Conn: c, l: l, peer: peer}, nil
+		}
+		l.Refused.Add(1)
+		c.Close()
+	}
+}
+
+func (l *Listener) take(peer netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open >= l.total || l.peers[peer] >= l.perAddress {
+		return false
+	}
+	l.open++
+	l.peers[peer]++
+	return true
+}
+
+func (l *Listener) give(peer netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.peers[peer]--; l.peers[peer] <= 0 {
+		delete(l.peers, peer)
+	}
+}
+
+// Open is the count of connections held.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// peerOf is a connection's peer address (IPv4-mapped addresses as IPv4;
+// the zero Addr for a peer of another kind, which then share one count).
+func peerOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	return netip.Addr{}
+}
+
+type conn struct {
+	net.Conn
+	l      *Listener
+	peer   netip.Addr
+	closed atomic.Bool
+}
+
+// Close closes the connection and gives its place back, once.
+func (c *conn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		defer c.l.give(c.peer)
+	}
+	return c.Conn.Close()
+}
+
+// DefaultTotal is the bound in all for each of n listeners: together at
+// most three quarters of the process's file descriptors, the rest left
+// for Redis, files and the runtime.
+func DefaultTotal(n int) int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur == 0 {
+		return 1024
+	}
+	return max(16, int(min(r.Cur, 1<<30)*3/4)/max(n, 1))
+}
