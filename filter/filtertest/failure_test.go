@@ -406,3 +406,43 @@ func TestFallbackUsesLastKnownLimit(t *testing.T) {
 		t.Fatalf("atLimit after its reset: %d", got)
 	}
 }
+
+// A bucket is one path (and method) of a caller: during an outage all of a
+// caller's buckets together pass at most its largest bucket's share, scaled
+// to the fallback window, per VM (or fallback.limit when that is more).
+// Without that bound an outsider's attack had the proxy see 90 paths per
+// window (within the tier's total of 100 per 10 s), then got each path's
+// share: 7,815 requests in a second.
+func TestFallbackBoundsACallerAcrossItsPaths(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"breaker":{"failures":3,"cooldown_ms":600000},"fallback":{"share":1,"limit":2,"window_seconds":60}}`, 1)
+	const source, paths = "198.51.100.9:1000", 30
+	path := func(i int) string { return "/api/v1/items/" + strconv.Itoa(i) }
+	for i := range paths {
+		s, _ := e.start(req{source: source, path: path(i)})
+		b, _ := json.Marshal(wire.CheckResponse{Allowed: true, Limit: 20, Remaining: 19, ResetAt: epoch.Unix() + 10,
+			WindowSeconds: 10, Strategy: "fixed_window", RuleID: "tier_free", Identity: "ip:198.51.100.9", Tier: "free"})
+		e.answer(0, "200", string(b))
+		if s.Local != nil {
+			t.Fatalf("path %d refused while the service answered", i)
+		}
+	}
+	admitted := 0
+	for round := range 20 {
+		for i := range paths {
+			s, _ := e.start(req{source: source, path: path(i)})
+			if len(e.vms[0].PendingCallouts()) == 1 {
+				e.answer(0, "503", "down")
+			}
+			if s.Local == nil {
+				admitted++
+			} else if s.Local.Status != 429 {
+				t.Fatalf("round %d path %d: %d", round, i, s.Local.Status)
+			}
+		}
+	}
+	// 20 a path per 10 s is 120 per 60 s: the caller's bound, where the
+	// paths' shares summed to 30 x 19 = 570.
+	if admitted != 120 {
+		t.Fatalf("%d requests of %d paths admitted during the outage, want 120 (the caller's bound)", admitted, paths)
+	}
+}

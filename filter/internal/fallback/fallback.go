@@ -31,6 +31,12 @@ func New(limit, windowSeconds int64, maxCallers int) *Limiter {
 // Allow counts one request of caller at nowMs; when denied it also returns the
 // milliseconds until the caller's window ends.
 func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
+	return l.AllowUpTo(caller, nowMs, l.limit)
+}
+
+// AllowUpTo is Allow with limit in place of the limiter's own, for this
+// request (a caller whose limits the proxy has seen may be allowed more).
+func (l *Limiter) AllowUpTo(caller string, nowMs, limit int64) (bool, int64) {
 	start := nowMs - nowMs%l.windowMs
 	w, ok := l.counts[caller]
 	switch {
@@ -52,7 +58,7 @@ func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
 	if w.start != start {
 		w.start, w.n = start, 0
 	}
-	if w.n >= l.limit {
+	if w.n >= limit {
 		return false, w.start + l.windowMs - nowMs
 	}
 	w.n++

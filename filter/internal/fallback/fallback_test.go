@@ -142,3 +142,21 @@ func FuzzAllow(f *testing.F) {
 		checkAgainstModel(t, int64(limit%4)+1, int(maxCallers%8)+1, ops)
 	})
 }
+
+// AllowUpTo bounds one request by its own limit, counted in the caller's
+// window with every other: a caller allowed 3 by one request's limit is
+// refused by a request under the limiter's own 1.
+func TestAllowUpTo(t *testing.T) {
+	l := New(1, 60, 8)
+	for i, want := range []bool{true, true, true, false} {
+		if ok, _ := l.AllowUpTo("a", 1000, 3); ok != want {
+			t.Fatalf("request %d under 3: %v", i, ok)
+		}
+	}
+	if ok, wait := l.Allow("a", 2000); ok || wait != 58_000 {
+		t.Fatalf("under the limiter's own 1 after 3: %v, wait %d", ok, wait)
+	}
+	if ok, _ := l.AllowUpTo("a", 60_000, 3); !ok {
+		t.Fatal("the next window did not start afresh")
+	}
+}

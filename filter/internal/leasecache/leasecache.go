@@ -603,8 +603,9 @@ type FallbackResult struct {
 	// WaitMs is how long a refused request should wait.
 	WaitMs int64
 	// Quota requests a window of WindowSeconds are let through while the
-	// control service cannot be asked.
-	Quota, WindowSeconds int64
+	// control service cannot be asked; Share is the share of the bucket's
+	// limit (Quota in a window after the last decision's).
+	Quota, WindowSeconds, Share int64
 	// Entry is the last decision (strings included).
 	Entry Entry
 }
@@ -628,6 +629,7 @@ func (c *Cache) Fallback(owner Owner, nowMs int64, share float64) FallbackResult
 			return FallbackResult{}
 		}
 		r := FallbackResult{Known: true, Quota: shareOf(e.Limit, share), WindowSeconds: e.WindowSeconds, Entry: e}
+		r.Share = r.Quota
 		switch {
 		case e.DeniedUntilMs > nowMs:
 			r.WaitMs = e.DeniedUntilMs - nowMs

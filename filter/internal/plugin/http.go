@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -839,8 +840,9 @@ func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
 // lets the request pass, marked degraded, under the fallback: a bucket
 // whose last decision the proxy saw gets fallback.share of that limit per
 // its window, counted across the proxy's VMs (a bucket with nothing left, or
-// refused, stays refused until its reset); a caller never seen gets the
-// configured per-VM fallback limit.
+// refused, stays refused until its reset), and all of a caller's buckets
+// together at most callerCap per VM and fallback window; a caller never
+// seen gets the configured per-VM fallback limit.
 func (h *httpContext) failure(reason string) types.Action {
 	p := h.p
 	proxywasm.LogDebug("tollgate: no decision (" + reason + "); " + p.cfg.FailureMode)
@@ -850,6 +852,17 @@ func (h *httpContext) failure(reason string) types.Action {
 	}
 	now := h.now()
 	if r := p.cache.Fallback(h.bucket, now.UnixMilli(), p.cfg.Fallback.Share); r.Known {
+		if r.Allowed {
+			// A bucket is one path (and method) of the caller: without a
+			// bound across them, a caller that had the proxy see many
+			// paths before the outage would get each one's share, many
+			// times the tier's total across paths (an outsider's attack:
+			// 7,815 in a second where the total was 100 per 10 s).
+			limit := callerCap(r, p.cfg.Fallback.Limit, p.cfg.Fallback.WindowSeconds)
+			if ok, waitMs := p.fallback.AllowUpTo(h.ident(), now.UnixMilli(), limit); !ok {
+				r.Allowed, r.WaitMs, r.Quota, r.WindowSeconds = false, waitMs, limit, p.cfg.Fallback.WindowSeconds
+			}
+		}
 		if !r.Allowed {
 			h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: r.Quota, WindowSeconds: r.WindowSeconds,
 				RetryAfter: max(1, (r.WaitMs+999)/1000), ResetAt: (now.UnixMilli() + r.WaitMs + 999) / 1000}})
@@ -870,6 +883,19 @@ func (h *httpContext) failure(reason string) types.Action {
 	p.m.allowed.Increment(1)
 	h.allow(verdict{identity: h.ident(), tier: h.tier}, decisionDegraded)
 	return h.resume()
+}
+
+// callerCap bounds what all of a caller's known buckets pass together per
+// VM and fallback window (windowSeconds): its bucket's share of its limit,
+// scaled from the bucket's window to that one, or the configured fallback
+// limit when that is more. A caller's largest limit is thus what its
+// buckets share, never the sum of every path's.
+func callerCap(r leasecache.FallbackResult, fallbackLimit, windowSeconds int64) int64 {
+	n := float64(r.Share) * float64(windowSeconds) / float64(max(r.WindowSeconds, 1))
+	if n >= float64(math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return max(fallbackLimit, int64(n), 1)
 }
 
 // resume continues a paused request; it returns the action for a request
