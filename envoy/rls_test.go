@@ -15,7 +15,7 @@ import (
 
 // Descriptor keys the control service's tollgate domain reads
 // (controlsvc/internal/rls: KeyRemoteAddress and the tollgate.* keys).
-var tollgateKeys = []string{"remote_address", "tollgate.user", "tollgate.api_key", "tollgate.path", "tollgate.method", "tollgate.tier", "tollgate.tenant"}
+var tollgateKeys = []string{"remote_address", "tollgate.user", "tollgate.api_key", "tollgate.path", "tollgate.method", "tollgate.method_override", "tollgate.tier", "tollgate.tenant"}
 
 // envoy-rls.yaml: Envoy's ratelimit filter asking Tollgate over gRPC,
 // checked against Envoy's protos and against what the service reads.

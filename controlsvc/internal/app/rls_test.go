@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -459,5 +460,72 @@ window_seconds = 60
 	}
 	if r := ask("192.0.2.30", "/"+strings.Repeat("a", paths.MaxLen)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
 		t.Fatalf("a path past the decision API's bound: %v, want OVER_LIMIT with x-tollgate-refused", r)
+	}
+}
+
+// A method override reaches the rate limit service as the filter reads it:
+// tollgate.method_override entries (Envoy's request_headers actions on the
+// override headers) and _method parameters of the path's query count the
+// request under the method they name too; overrides that disagree are
+// refused as input (OVER_LIMIT with x-tollgate-refused), never an error.
+func TestRLSMethodOverride(t *testing.T) {
+	toml := `
+[[tiers]]
+name = "free"
+limit = 100
+window_seconds = 60
+
+[[rules]]
+id = "deletes"
+path = "/things/*"
+methods = ["DELETE"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 1
+window_seconds = 60
+`
+	_, c, _ := rlsService(t, rlsYAML, toml, nil)
+	ctx := withToken(decisionToken)
+	ask := func(addr string, kv ...string) *rlspb.RateLimitResponse {
+		t.Helper()
+		r, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: rls.TollgateDomain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(append([]string{rls.KeyRemoteAddress, addr}, kv...)...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for n, override := range [][]string{
+		{rls.KeyMethodOverride, "DELETE"},
+		{rls.KeyMethodOverride, "delete"},                                          // read upper-cased, as frameworks read it
+		{rls.KeyPath, "/things/1?_method=DELETE"},                                  // a query parameter
+		{rls.KeyPath, "/things/1?a=1&%5Fmethod=delete"},                            // escaped
+		{rls.KeyMethodOverride, "DELETE", rls.KeyMethodOverride, "delete"},         // two headers that agree
+		{rls.KeyPath, "/things/1?_method=DELETE", rls.KeyMethodOverride, "DELETE"}, // a header and a parameter that agree
+	} {
+		addr := fmt.Sprintf("192.0.2.%d", 40+n)
+		kv := append([]string{rls.KeyMethod, "POST"}, override...)
+		if !slices.Contains(kv, rls.KeyPath) {
+			kv = append(kv, rls.KeyPath, "/things/1")
+		}
+		for i := range 2 {
+			r := ask(addr, kv...)
+			if want := i == 1; (r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT) != want || r.Statuses[0].CurrentLimit.GetName() != "deletes" {
+				t.Fatalf("%v, call %d: %v, want the DELETE rule's answer", override, i, r)
+			}
+		}
+	}
+	for _, kv := range [][]string{
+		{rls.KeyPath, "/things/1", rls.KeyMethodOverride, "DELETE", rls.KeyMethodOverride, "PUT"},
+		{rls.KeyPath, "/things/1?_method=PUT", rls.KeyMethodOverride, "DELETE"},
+		{rls.KeyPath, "/things/1", rls.KeyMethodOverride, "not a method"},
+	} {
+		if r := ask("192.0.2.60", append([]string{rls.KeyMethod, "POST"}, kv...)...); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
+			t.Errorf("%v: %v, want OVER_LIMIT with x-tollgate-refused", kv, r)
+		}
+	}
+	// The request's own method named again is no override.
+	if r := ask("192.0.2.61", rls.KeyMethod, "POST", rls.KeyPath, "/things/1", rls.KeyMethodOverride, "post"); r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetName() == "deletes" {
+		t.Fatalf("POST overridden as POST: %v", r)
 	}
 }

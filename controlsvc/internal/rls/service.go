@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,11 +59,16 @@ const (
 	KeyAPIKey        = "tollgate.api_key"
 	KeyPath          = "tollgate.path"
 	KeyMethod        = "tollgate.method"
-	KeyTier          = "tollgate.tier"
-	KeyTenant        = "tollgate.tenant"
+	// KeyMethodOverride is a method override header's value
+	// (X-HTTP-Method-Override, X-Method-Override, X-HTTP-Method), one
+	// entry per header: the request counts under the method it names too,
+	// as the filter counts it (method_override = count).
+	KeyMethodOverride = "tollgate.method_override"
+	KeyTier           = "tollgate.tier"
+	KeyTenant         = "tollgate.tenant"
 )
 
-var tollgateKeys = []string{KeyRemoteAddress, KeyUser, KeyAPIKey, KeyPath, KeyMethod, KeyTier, KeyTenant}
+var tollgateKeys = []string{KeyRemoteAddress, KeyUser, KeyAPIKey, KeyPath, KeyMethod, KeyMethodOverride, KeyTier, KeyTenant}
 
 // Counters counts: Count for envoyproxy/ratelimit's fixed window, Do for the
 // other algorithms (the limiter).
@@ -264,6 +270,11 @@ func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
 				// escape the rules of "/auth/login"): a path longer than
 				// the decision API takes is refused as the check refuses
 				// it, and only its length past that bound is dropped.
+				// A _method parameter of the query is an override, as
+				// the override headers are (the upstream may honour it).
+				paths.EachMethodParam(v, func(m string) {
+					es = append(es, Entry{Key: KeyMethodOverride, Value: boundedValue(m)})
+				})
 				v, _, _ = strings.Cut(v, "?")
 				es[j] = Entry{Key: e.Key, Value: v[:min(len(v), paths.MaxLen+1)]}
 				continue
@@ -664,6 +675,7 @@ func clientRefusal(err error) (string, bool) {
 // checkOf builds a check from a tollgate descriptor's entries.
 func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
 	var user, addr string
+	var overrides []string // the distinct methods override entries name
 	// A check spends at least one: hits_addend 0 counts 1 here.
 	c := &wire.CheckRequest{Cost: hits, Endpoint: "/"}
 	for j, e := range es {
@@ -680,6 +692,12 @@ func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
 			c.Endpoint = p
 		case KeyMethod:
 			c.Method = e.Value
+		case KeyMethodOverride:
+			// Upper-cased, as the frameworks that honour an override
+			// read it.
+			if m := upperASCII(e.Value); !slices.Contains(overrides, m) {
+				overrides = append(overrides, m)
+			}
 		case KeyTier:
 			c.Tier = e.Value
 		case KeyTenant:
@@ -687,6 +705,15 @@ func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
 		default:
 			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("%s.key: %q is not a key of the tollgate domain (%s)", field, e.Key, strings.Join(tollgateKeys, ", ")))
 		}
+	}
+	switch {
+	case len(overrides) == 1 && overrides[0] != c.Method:
+		c.MethodOverride = overrides[0]
+	case len(overrides) > 1:
+		// Overrides that disagree (the upstream might honour either) are
+		// no method: the check refuses them as input, as the filter
+		// refuses them with a 400.
+		c.MethodOverride = strings.Join(overrides, ",")
 	}
 	if addr != "" {
 		// Counted by the address's bucket, as the filter counts it: an
@@ -740,4 +767,15 @@ func grpcError(err error) error {
 		return status.Error(codes.Unavailable, msg)
 	}
 	return status.Error(codes.Internal, msg)
+}
+
+// upperASCII upper-cases ASCII letters only.
+func upperASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - ('a' - 'A')
+		}
+	}
+	return string(b)
 }

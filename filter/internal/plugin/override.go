@@ -15,54 +15,16 @@ import (
 // One in a form body (Rails, Laravel, Symfony) is beyond a filter that
 // decides on the headers: docs/security.md says what that admits.
 
-// isMethodParam reports whether a query parameter's name, as sent, is
-// one a framework reads as _method: percent-decoded and read as PHP reads
-// a name (leading spaces dropped, however many; cut at a NUL; ' ', '.'
-// and '[' as '_'), compared without case (which can only count more).
-func isMethodParam(name string) bool {
-	if len(name) < len("_method") {
-		return false
-	}
-	n := strings.TrimLeft(paths.FormUnescape(name), " ")
-	if i := strings.IndexByte(n, 0); i >= 0 {
-		n = n[:i]
-	}
-	if len(n) != len("_method") {
-		return false
-	}
-	switch n[0] {
-	case '_', ' ', '.', '[':
-		return strings.EqualFold(n[1:], "method")
-	}
-	return false
-}
-
 // queryOverrides notes every _method parameter of the request's query
-// (parameters split at '&' and at ';', which some frameworks also take:
-// splitting at more than the upstream does can only count more).
+// (paths.EachMethodParam).
 func (rq *request) queryOverrides() {
-	i := strings.IndexByte(rq.rawPath, '?')
-	if i < 0 {
-		return
-	}
-	for q := rq.rawPath[i+1:]; q != ""; {
-		param := q
-		if j := strings.IndexAny(q, "&;"); j >= 0 {
-			param, q = q[:j], q[j+1:]
-		} else {
-			q = ""
-		}
-		name, value, _ := strings.Cut(param, "=")
-		if !isMethodParam(name) {
-			continue
-		}
-		v := paths.FormUnescape(value)
+	paths.EachMethodParam(rq.rawPath, func(v string) {
 		if (rq.overrides > 0 || rq.queryOverride > 0) && !strings.EqualFold(v, rq.override) {
 			rq.overrideConflict = true
 		}
 		rq.queryOverride++
 		rq.override = v
-	}
+	})
 }
 
 // withoutMethodParams is the path with its _method parameters removed, the
@@ -85,7 +47,7 @@ func withoutMethodParams(path string) string {
 		if j := strings.IndexByte(q, '&'); j >= 0 {
 			param, next, rest = q[:j], q[j], q[j+1:]
 		}
-		if name, _, _ := strings.Cut(param, "="); !isMethodParam(name) {
+		if name, _, _ := strings.Cut(param, "="); !paths.IsMethodParam(name) {
 			if !kept {
 				sep, kept = '?', true
 			}

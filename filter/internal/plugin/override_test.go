@@ -3,6 +3,8 @@ package plugin
 import (
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/paths"
 )
 
 func TestQueryOverrides(t *testing.T) {
@@ -80,7 +82,7 @@ func FuzzWithoutMethodParams(f *testing.F) {
 				return nil, 0
 			}
 			for _, s := range strings.Split(q, "&") {
-				if name, _, _ := strings.Cut(s, "="); isMethodParam(name) {
+				if name, _, _ := strings.Cut(s, "="); paths.IsMethodParam(name) {
 					overrides++
 				} else if s != "" {
 					kept = append(kept, s)

@@ -59,6 +59,9 @@ redis://{{ include "tollgate.redis" . }}.{{ .Release.Namespace }}.svc.cluster.lo
   - remote_address: {}
   - request_headers: {header_name: ":path", descriptor_key: tollgate.path}
   - request_headers: {header_name: ":method", descriptor_key: tollgate.method}
+  - request_headers: {header_name: x-http-method-override, descriptor_key: tollgate.method_override, skip_if_absent: true}
+  - request_headers: {header_name: x-method-override, descriptor_key: tollgate.method_override, skip_if_absent: true}
+  - request_headers: {header_name: x-http-method, descriptor_key: tollgate.method_override, skip_if_absent: true}
   - request_headers: {header_name: x-api-key, descriptor_key: tollgate.api_key, skip_if_absent: true}
 {{- end -}}
 
