@@ -50,6 +50,7 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"cost_headers":{"a":"1","a":"2"}}`))
 	f.Add([]byte(`{"cost_headers":null,"body_bytes":null}`))
 	f.Add([]byte(`{"lease_charges":false,"charge_returned":7,"lease_charges":true}`))
+	f.Add([]byte(`{"method_override":"DELETE","override_only":true,"override_only":false}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckRequest
 		if DecodeCheckRequest(b, &mine) != nil {

@@ -169,6 +169,9 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)
+	if r.OverrideOnly {
+		b = append(b, `,"override_only":true`...)
+	}
 	if r.BodyBytes != nil {
 		b = appendInt(b, `,"body_bytes":`, *r.BodyBytes)
 	}

@@ -62,6 +62,11 @@ type CheckRequest struct {
 	// (X-HTTP-Method-Override...) names, where the upstream may honour it:
 	// rules on either method count the request.
 	MethodOverride string `json:"method_override,omitempty"`
+	// OverrideOnly counts only the rules MethodOverride selects and Method
+	// does not, with no lease: the second check of a request whose
+	// override came in its form body, after its headers were checked under
+	// Method (each other rule counted it then).
+	OverrideOnly bool `json:"override_only,omitempty"`
 	// BodyBytes is the request body's size (its Content-Length, 0 without a
 	// body; nil when unknown, a chunked body): what a rule's cost_from
 	// request_body_bytes spends.

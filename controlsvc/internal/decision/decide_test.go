@@ -165,6 +165,12 @@ func TestRuleSelection(t *testing.T) {
 		{"a JWT caller's address counts for ip rules", wire.CheckRequest{UserID: "alice", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"login", "tier_free.total", "tier_free"}},
 		{"a method override counts under the named method", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET", MethodOverride: "POST"}, []string{"login", "tier_free.total", "tier_free"}},
 		{"a log-only rule replaces no tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/beta"}, []string{"shadow", "tier_free.total", "tier_free"}},
+		// A form body's override is checked after the headers were counted
+		// under the request's method: only what it adds counts then.
+		{"override only: the rule the override adds", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET", MethodOverride: "POST", OverrideOnly: true}, []string{"login"}},
+		{"override only: the tier it replaced is no addition", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/exports", Method: "POST", MethodOverride: "GET", OverrideOnly: true}, []string{"exports"}},
+		{"override only: a winner of a scope the method had", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST", MethodOverride: "DELETE", OverrideOnly: true}, []string{"uploads_delete"}},
+		{"override only: nothing added, nothing counted", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Method: "POST", MethodOverride: "PUT", OverrideOnly: true}, []string{}},
 		{"a tier counting one counter has no total", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "flat"}, []string{"tier_flat"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -409,6 +415,7 @@ func TestUntrustedFieldsTouchNothing(t *testing.T) {
 		{UserID: "alice", Endpoint: "/x", Spent: 5},
 		{UserID: "alice", Endpoint: "/x", ClientAddress: "192.0.2.1"},
 		{UserID: "key:k_1", Endpoint: "/x"},
+		{UserID: "alice", Endpoint: "/x", Method: "POST", MethodOverride: "DELETE", OverrideOnly: true},
 	} {
 		_, err := f.svc.Check(context.Background(), &req, Untrusted)
 		var ae *apierr.Error
@@ -829,5 +836,31 @@ func TestViolationEventsAreBounded(t *testing.T) {
 	}
 	if n := len(f.usage.events); n != 1 || len(f.usage.events[0].Endpoint) != 259 || !strings.HasSuffix(f.usage.events[0].Endpoint, "...") {
 		t.Fatalf("violation events %d, endpoint of %d bytes", n, len(f.usage.events[0].Endpoint))
+	}
+}
+
+// An override-only check needs an override other than the method, counts
+// configured rules (no limit of its own), and takes no lease.
+func TestOverrideOnlyInputs(t *testing.T) {
+	f := newFixture(t, model, nil)
+	limit := int64(5)
+	for _, tt := range []struct {
+		req   wire.CheckRequest
+		field string
+	}{
+		{wire.CheckRequest{UserID: "alice", Endpoint: "/x", Method: "POST", OverrideOnly: true}, "override_only"},
+		{wire.CheckRequest{UserID: "alice", Endpoint: "/x", Method: "POST", MethodOverride: "POST", OverrideOnly: true}, "override_only"},
+		{wire.CheckRequest{UserID: "alice", Endpoint: "/x", Method: "POST", MethodOverride: "DELETE", OverrideOnly: true, Limit: &limit}, "override_only"},
+		{wire.CheckRequest{UserID: "alice", Endpoint: "/x", Method: "POST", MethodOverride: "delete", OverrideOnly: true}, "method_override"},
+	} {
+		_, err := f.svc.Check(context.Background(), &tt.req, Trusted)
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || !strings.HasPrefix(ae.Message, "invalid "+tt.field+":") {
+			t.Errorf("%+v: %v, want a refusal naming %s", tt.req, err, tt.field)
+		}
+	}
+	resp, err := f.check(t, wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST", MethodOverride: "DELETE", OverrideOnly: true, Lease: 10})
+	if err != nil || !resp.Allowed || resp.Lease.Granted != 0 || resp.RuleID != "uploads_delete" {
+		t.Fatalf("%+v %v, want uploads_delete's answer without a lease", resp, err)
 	}
 }

@@ -31,6 +31,7 @@ const (
 type subject struct {
 	userID, endpoint, method, tier, tenant string
 	methodOverride                         string
+	overrideOnly                           bool
 	cost, lease, returned, spent           int64
 	chargeReturned                         int64
 	address                                string // client_address
@@ -47,8 +48,9 @@ type target struct {
 	endpoint string
 	method   string
 	// methodOverride is the method an override header names: rules on it
-	// count the request too.
+	// count the request too. overrideOnly: only they do (wire.CheckRequest).
 	methodOverride string
+	overrideOnly   bool
 	// address is the client address of a caller identified otherwise (an
 	// API-key caller presented by it, a JWT subject the filter sent it
 	// with; "" when unknown), keyUser its key's user id: the ip and user
@@ -200,6 +202,10 @@ func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {
 		return t, apierr.Invalid("method_override", "must be an upper-case HTTP method")
 	}
 	t.methodOverride = in.methodOverride
+	if in.overrideOnly && (in.methodOverride == "" || in.methodOverride == in.method) {
+		return t, apierr.Invalid("override_only", "needs a method_override other than the method")
+	}
+	t.overrideOnly = in.overrideOnly
 	if in.tier != "" && !rules.ValidTierName(in.tier) {
 		return t, apierr.Invalid("tier", "must match ^[a-z0-9_]+$")
 	}
@@ -238,6 +244,9 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("spent")
 	case in.chargeReturned != 0:
 		return apierr.Forbidden("charge_returned")
+	case in.overrideOnly:
+		// Would count a request under fewer rules than its own.
+		return apierr.Forbidden("override_only")
 	case in.address != "":
 		// Would spend another address's per-address quota.
 		return apierr.Forbidden("client_address")
@@ -249,7 +258,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
-	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, tier: req.Tier, tenant: req.Tenant,
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, overrideOnly: req.OverrideOnly, tier: req.Tier, tenant: req.Tenant,
 		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
@@ -269,8 +278,8 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	}
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
-	if p.Lease.Fraction == 0 {
-		c.lease = 0
+	if p.Lease.Fraction == 0 || t.overrideOnly {
+		c.lease = 0 // a lease is spent on requests every rule counts
 	}
 	c.returned, c.spent = req.Returned, req.Spent
 	c.leaseCharges, c.chargeReturned = req.LeaseCharges, req.ChargeReturned
@@ -287,6 +296,9 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	}
 	if r != nil && c.cost > r.Capacity() {
 		return nil, apierr.Invalid("cost", "is larger than the limit")
+	}
+	if r != nil && t.overrideOnly {
+		return nil, apierr.Invalid("override_only", "counts configured rules; a check naming its own limit has no others")
 	}
 	c.adhoc = r
 	return c, nil

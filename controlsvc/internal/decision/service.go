@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -269,12 +270,17 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 		if ov, ok := s.overrides.Get(t.name, t.endpoint); ok {
 			r, _ := p.adhocRule(rules.IDOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
 			if r != nil {
-				matched = []*rules.Rule{r}
+				if !t.overrideOnly { // the override counted it under its method
+					matched = []*rules.Rule{r}
+				}
 				break
 			}
 		}
 		var buf [6]*rules.Rule
 		matched = p.Match(buf[:0], t.rulesRequest())
+		if t.overrideOnly {
+			matched = addedBy(p, t, matched)
+		}
 	}
 	out := make([]applied, len(matched))
 	now := s.now()
@@ -283,6 +289,23 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint, Origin: origin}}
 	}
 	return out
+}
+
+// addedBy is what of matched (t's rules with its method override) the
+// override adds to the rules of t's own method: the rules a second check
+// counts once the override is known (wire.CheckRequest.OverrideOnly).
+func addedBy(p *view, t *target, matched []*rules.Rule) []*rules.Rule {
+	req := t.rulesRequest()
+	req.MethodOverride = ""
+	var buf [6]*rules.Rule
+	own := p.Match(buf[:0], req)
+	added := matched[:0:0]
+	for _, r := range matched {
+		if !slices.Contains(own, r) {
+			added = append(added, r)
+		}
+	}
+	return added
 }
 
 // Check decides one request. Errors are *apierr.Error.

@@ -31,6 +31,7 @@ func FuzzValidate(f *testing.F) {
 		`{"user_id":"key:k1","endpoint":"/api/v1/%69tems","tier":"premium","cost":5,"lease":10,"returned":3}`,
 		`{"user_id":"ip:10.0.0.1","endpoint":"/a//b/./c;x?q","strategy":"sliding_log","limit":1000000,"window_seconds":3600,"cost":1000000}`,
 		`{"user_id":"user:a}{b","endpoint":"/","tenant":"acme","method":"GET","limit":9223372036854775807}`,
+		`{"user_id":"alice","endpoint":"/x","method":"POST","method_override":"DELETE","override_only":true,"lease":5}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -48,11 +49,14 @@ func FuzzValidate(f *testing.F) {
 			}
 			return
 		}
-		if !trusted && (req.Tier != "" || req.Tenant != "" || req.Cost > 1 || req.Lease != 0 || req.Returned != 0 || c.id.Kind == identity.KindKey) {
+		if !trusted && (req.Tier != "" || req.Tenant != "" || req.Cost > 1 || req.Lease != 0 || req.Returned != 0 || req.OverrideOnly || c.id.Kind == identity.KindKey) {
 			t.Fatalf("an untrusted caller got through with %+v", req)
 		}
 		if n, err := paths.Normalize(c.endpoint); err != nil || n != c.endpoint || len(c.endpoint) > paths.MaxLen {
 			t.Fatalf("endpoint %q is not canonical", c.endpoint)
+		}
+		if c.overrideOnly && (c.lease != 0 || c.methodOverride == "" || c.methodOverride == c.method || c.adhoc != nil) {
+			t.Fatalf("an override-only check with %+v", c)
 		}
 		if c.cost < 1 || c.cost > MaxCost || c.lease < 0 || c.lease > p.Lease.Max || c.returned < 0 || c.returned > MaxReturned {
 			t.Fatalf("unbounded amounts: %+v", c)
