@@ -1,0 +1,158 @@
+package form
+
+import (
+	"bytes"
+	"io"
+	mime "mime/multipart"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/paths"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+)
+
+// scan feeds body to a scanner of contentType in chunks of n bytes (all
+// at once when n is 0).
+func scan(t *testing.T, contentType, body string, n int) Overrides {
+	t.Helper()
+	s := New(contentType)
+	if s == nil {
+		t.Fatalf("no scanner for %q", contentType)
+	}
+	for n > 0 && len(body) > n {
+		s.Feed([]byte(body[:n]))
+		body = body[n:]
+	}
+	s.Feed([]byte(body))
+	return s.End()
+}
+
+// Every split of the body reads the same: the scanner keeps what it
+// needs between chunks.
+func TestURLEncoded(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want Overrides
+	}{
+		{"", Overrides{}},
+		{"a=1&b=2", Overrides{}},
+		{"_method=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"authenticity_token=x%2B%3D&_method=patch&user%5Bname%5D=a", Overrides{First: "patch", Count: 1}},
+		{"a=1;%5Fmethod=put", Overrides{First: "put", Count: 1}},
+		{"%5f%6D%65%74%68%6f%64=PATCH", Overrides{First: "PATCH", Count: 1}},
+		{".method=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"+method=DELETE", Overrides{}},
+		{"+++++++++++++++_method=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"_method%00x=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"_METHOD=DEL%45TE", Overrides{First: "DELETE", Count: 1}},
+		{"_method=GET&_method=get", Overrides{First: "GET", Count: 2}},
+		{"_method=GET&_method=DELETE", Overrides{First: "GET", Count: 2, Conflict: true}},
+		{"_method", Overrides{First: "", Count: 1}},
+		{"_method=%", Overrides{First: "%", Count: 1}},
+		{"_method=%4", Overrides{First: "%4", Count: 1}},
+		{"_method=" + strings.Repeat("A", 40), Overrides{First: strings.Repeat("A", maxValue+1), Count: 1}},
+		{"x_method=DELETE&_methods=DELETE&method=DELETE&a=_method=DELETE", Overrides{}},
+	} {
+		for n := 0; n <= len(c.body); n++ {
+			if got := scan(t, "application/x-www-form-urlencoded; charset=UTF-8", c.body, n); got != c.want {
+				t.Fatalf("%q in chunks of %d: %+v, want %+v", c.body, n, got, c.want)
+			}
+		}
+	}
+}
+
+const rails = "--XyZ\r\n" +
+	"Content-Disposition: form-data; name=\"authenticity_token\"\r\n\r\n" +
+	"tok--XyZ\r\n" +
+	"--XyZ\r\n" +
+	"Content-Disposition: form-data; name=\"_method\"\r\n\r\n" +
+	"patch\r\n" +
+	"--XyZ\r\n" +
+	"Content-Disposition: form-data; name=\"user[avatar]\"; filename=\"a.png\"\r\nContent-Type: image/png\r\n\r\n" +
+	"\x89PNG\r\n\r\n--XyZ-\r\n--Xy\r\n" +
+	"--XyZ--\r\n" +
+	"Content-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n"
+
+func TestMultipart(t *testing.T) {
+	for _, c := range []struct {
+		contentType, body string
+		want              Overrides
+	}{
+		{"multipart/form-data; boundary=XyZ", rails, Overrides{First: "patch", Count: 1}},
+		{`multipart/form-data; charset=utf-8; boundary="XyZ"`, rails, Overrides{First: "patch", Count: 1}},
+		{"multipart/form-data; boundary=b", "preamble\r\n--b\r\ncontent-disposition: form-data;name=\".METHOD\"\r\n\r\nput\r\n--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPUT\r\n--b--", Overrides{First: "put", Count: 2}},
+		{"multipart/form-data; boundary=b", "--b\nContent-Disposition: form-data; name=\"_method\"\n\nDELETE\n--b--\n", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_me\\thod\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=_method\r\n\r\nDELETE\r\n--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPUT\r\n--b--", Overrides{First: "DELETE", Count: 2, Conflict: true}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE", Overrides{First: "DELETE", Count: 1}}, // cut off
+		{"multipart/form-data; boundary=b", "--b\r\nX: " + strings.Repeat("y", maxPartHeaders) + "\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nv\r\n--b--", Overrides{First: "(headers too long", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"x_method\"\r\n\r\nDELETE\r\n--b--", Overrides{}},
+	} {
+		for n := 0; n <= len(c.body) && n < 200; n++ {
+			if got := scan(t, c.contentType, c.body, n); got != c.want {
+				t.Fatalf("%q in chunks of %d: %+v, want %+v", c.body, n, got, c.want)
+			}
+		}
+	}
+}
+
+func TestNew(t *testing.T) {
+	for ct, want := range map[string]bool{"application/x-www-form-urlencoded": true, "Application/X-WWW-Form-Urlencoded ;charset=x": true,
+		"multipart/form-data; boundary=a": true, "multipart/form-data": false, "multipart/form-data; boundary=" + strings.Repeat("a", 71): false,
+		"application/json": false, "text/plain": false, "": false} {
+		if got := New(ct) != nil; got != want {
+			t.Errorf("New(%q): %v, want %v", ct, got, want)
+		}
+	}
+}
+
+// An urlencoded body reads as paths.EachMethodParam reads a query, in any
+// chunks.
+func FuzzURLEncoded(f *testing.F) {
+	f.Add("a=1;%5Fmethod=put&_method=%4", uint8(3))
+	f.Add("+++_method%00=X&&_method=y", uint8(1))
+	f.Fuzz(func(t *testing.T, body string, n uint8) {
+		var want Overrides
+		paths.EachMethodParam("?"+body, func(v string) { want.add(v[:min(len(v), maxValue+1)]) })
+		if got := scan(t, "application/x-www-form-urlencoded", body, int(n)); got != want {
+			t.Fatalf("%q in chunks of %d: %+v, want %+v", body, n, got, want)
+		}
+	})
+}
+
+// Whatever Go's multipart reader finds in a body, the scanner finds too:
+// every _method field (it may find more: counting more is safe), in any
+// chunks.
+func FuzzMultipart(f *testing.F) {
+	f.Add([]byte(rails), uint8(7))
+	f.Add([]byte("--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XyZ--\r\n"), uint8(1))
+	f.Fuzz(func(t *testing.T, body []byte, n uint8) {
+		got := scan(t, "multipart/form-data; boundary=XyZ", string(body), int(n))
+		r := mime.NewReader(bytes.NewReader(body), "XyZ")
+		for {
+			p, err := r.NextRawPart()
+			if err != nil {
+				return
+			}
+			var nm nameMatch
+			nm.reset()
+			name := p.FormName()
+			for i := 0; i < len(name); i++ {
+				nm.add(name[i])
+			}
+			v, err := io.ReadAll(io.LimitReader(p, maxValue+1))
+			if err != nil {
+				return
+			}
+			if !nm.matches() {
+				continue
+			}
+			// A value that is a method is read as Go reads it; any other
+			// is refused whatever the scanner kept of it.
+			method := rules.ValidMethod(strings.ToUpper(string(v)))
+			if got.Count == 0 || method && !got.Conflict && !strings.EqualFold(got.First, string(v)) {
+				t.Fatalf("%q in chunks of %d: Go reads _method=%q, the scanner %+v", body, n, v, got)
+			}
+		}
+	})
+}
