@@ -239,6 +239,9 @@ func (nativeEntry) RequestHeaders(id, n uint32, end bool) uint32 {
 func (nativeEntry) ResponseHeaders(id, n uint32, end bool) uint32 {
 	return onResponseHeaders(id, n, end)
 }
+func (nativeEntry) RequestBody(id, size uint32, end bool) uint32 {
+	return onRequestBody(id, size, end)
+}
 func (nativeEntry) ResponseBody(id, size uint32, end bool) uint32 {
 	return onResponseBody(id, size, end)
 }

@@ -85,6 +85,10 @@ func onResponseHeaders(contextID, numHeaders uint32, end bool) uint32 {
 	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpResponseHeaders(int(numHeaders), end) })
 }
 
+func onRequestBody(contextID, bodySize uint32, end bool) uint32 {
+	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpRequestBody(int(bodySize), end) })
+}
+
 func onResponseBody(contextID, bodySize uint32, end bool) uint32 {
 	return onStream(contextID, func(h types.HttpContext) types.Action { return h.OnHttpResponseBody(int(bodySize), end) })
 }

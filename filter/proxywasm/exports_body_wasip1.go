@@ -2,11 +2,19 @@
 
 package proxywasm
 
-// The response body callback, for rules whose cost the response reports.
-// Envoy calls it for every chunk of every response once it is exported;
-// the tag tollgate_headers_only builds a module without it (for the
-// benchmark that measures what it costs a stream that reads no body, and
-// for operators with no such rules who want that back).
+// The body callbacks. Envoy calls an exported one for every chunk of every
+// body; the tag tollgate_headers_only builds a module without them (for
+// the benchmark that measures what they cost a stream that reads no body,
+// and for operators who want that back: no rule whose cost the response
+// reports, and no upstream that reads a method override from a form body).
+// The response's: for rules whose cost the response reports. The
+// request's: for a method override in a form body (a _method field), which
+// the filter finds after the headers went on (internal/form).
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return onRequestBody(contextID, bodySize, endOfStream != 0)
+}
 
 //go:wasmexport proxy_on_response_body
 func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {

@@ -3,17 +3,17 @@
 package proxywasm
 
 // The callbacks the host calls, proxy-wasm ABI v0.2.1. Booleans and sizes
-// cross as i32. The request body and log callbacks are not exported: the
-// filter decides on headers alone, and Envoy skips a callback a module does
-// not export, where an exported no-op would cost a VM call per chunk. (A
-// body chunk cannot carry a paused request past its decision: the host
-// turns the headers' StopIteration into StopAllIterationAndWatermark,
+// cross as i32. The log callback is not exported: Envoy skips a callback a
+// module does not export, where an exported no-op would cost a VM call.
+// The body callbacks are (exports_body_wasip1.go): a rule whose cost the
+// response reports (LLM tokens) reads the response's, a form body's method
+// override is read from the request's; every other stream returns from
+// them at once (their cost is measured in the filter's benchmarks). A body
+// chunk cannot carry a paused request past its decision: the host turns
+// the headers' StopIteration into StopAllIterationAndWatermark,
 // proxy-wasm-cpp-host's convertVmCallResultToFilterHeadersStatus, so
 // Envoy buffers the body and calls no data callback until the filter
-// resumes; the development gateway sends no body before then either.) The
-// response body callback is exported: a rule whose cost the response
-// reports (LLM tokens) reads it; every other stream returns from it at once
-// (the cost of that call is measured in the filter's benchmarks).
+// resumes (the development host refuses one, hostmodel.ErrRequestHeld).
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}

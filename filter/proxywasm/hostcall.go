@@ -274,6 +274,16 @@ func ResumeHttpRequest() error { return statusErr(proxyContinueStream(abi.Stream
 // buffered body).
 func ResumeHttpResponse() error { return statusErr(proxyContinueStream(abi.StreamResponse)) }
 
+// GetHttpRequestBodyScratch returns part of the request body the host
+// holds in the body callback (the chunk passing, or everything buffered so
+// far), into the buffer the next *Scratch call reuses: nothing may keep it.
+func GetHttpRequestBodyScratch(start, maxSize int) ([]byte, error) {
+	inScratch = true
+	b, err := getBuffer(abi.BufferHttpRequestBody, uint32(start), uint32(maxSize))
+	inScratch = false
+	return b, err
+}
+
 // GetHttpResponseBody returns part of the response body the host holds in
 // the body callback: the chunk passing, or everything buffered so far.
 func GetHttpResponseBody(start, maxSize int) ([]byte, error) {

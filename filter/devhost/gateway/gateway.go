@@ -144,6 +144,13 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Transport:      &http.Transport{MaxIdleConnsPerHost: 256},
 		ModifyResponse: g.filterResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if l := answered(r); l != nil {
+				// The filter answered while the body went on (a form
+				// body's method override refused): Envoy resets the
+				// upstream request and sends the filter's answer.
+				writeLocal(w, l)
+				return
+			}
 			g.log.Warn("upstream failed", "err", err)
 			writeError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream did not answer")
 		},
@@ -343,8 +350,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A shallow copy: the proxy clones the request again before it
 	// changes anything, and the headers are the filter's new map.
-	out := r.WithContext(context.WithValue(ctx, streamKey{}, streamRef{wk, s}))
+	ref := streamRef{wk, s}
+	out := r.WithContext(context.WithValue(ctx, streamKey{}, ref))
 	out.Header = header
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		// The body goes upstream through the filter's body callback, as
+		// Envoy passes it once the headers went on.
+		out.Body = &filteredRequest{g: g, ref: ref, ctx: ctx, src: r.Body}
+	}
 	if path != r.URL.RequestURI() {
 		// The filter rewrote :path (method_override: strip takes _method
 		// out of the query): the upstream gets the new one, as from Envoy.
@@ -536,6 +549,94 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 		}
 	}
 	return nil
+}
+
+// filteredRequest is a client's body read through the filter's request
+// body callback: chunks it lets go are sent upstream, chunks it buffers
+// wait, and an end it holds waits until it resumes the request or answers
+// it (then reading fails with errAnswered: the upstream request is given
+// up, and the proxy's error handler sends the filter's answer).
+type filteredRequest struct {
+	g   *Gateway
+	ref streamRef
+	ctx context.Context
+	src io.ReadCloser
+	out []byte // released; out[off:] not yet read
+	off int
+	eof bool
+}
+
+var errAnswered = errors.New("the filter answered the request itself")
+
+func (b *filteredRequest) Read(p []byte) (int, error) {
+	for b.off >= len(b.out) {
+		if b.eof {
+			return 0, io.EOF
+		}
+		if err := b.step(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, b.out[b.off:])
+	b.off += n
+	return n, nil
+}
+
+func (b *filteredRequest) Close() error { return b.src.Close() }
+
+// step reads one chunk of the client's body and passes it through the
+// filter.
+func (b *filteredRequest) step() error {
+	bp := chunks.Get().(*[]byte)
+	defer chunks.Put(bp)
+	buf := *bp
+	n, rerr := b.src.Read(buf)
+	end := rerr == io.EOF
+	if rerr != nil && !end {
+		return rerr
+	}
+	if n == 0 && !end {
+		return nil
+	}
+	w, s := b.ref.w, b.ref.s
+	w.mu.Lock()
+	act, released, err := s.OnRequestBody(context.Background(), buf[:n], end)
+	calls := w.takePending()
+	local := s.Local != nil
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.g.perform(w, calls)
+	if act == wasmhost.Pause && end && !local {
+		// The end held: the filter asks about what the body said.
+		if !b.g.await(b.ctx, w, func() bool { return s.Local != nil || s.Resumed }) {
+			return errors.New("the client went away while the filter held the request")
+		}
+		w.mu.Lock()
+		if local = s.Local != nil; !local {
+			released = w.vm.ReleaseRequest(s.StreamState)
+		}
+		w.mu.Unlock()
+	}
+	if local {
+		return errAnswered
+	}
+	b.eof = end
+	b.out, b.off = append(b.out[:0], released...), 0 // copied: released may be buf
+	return nil
+}
+
+// answered is the filter's own answer to a request it answered while its
+// body went on (nil when it did not).
+func answered(r *http.Request) *wasmhost.LocalResponse {
+	ref, ok := r.Context().Value(streamKey{}).(streamRef)
+	if !ok {
+		return nil
+	}
+	ref.w.mu.Lock()
+	defer ref.w.mu.Unlock()
+	return ref.s.Local
 }
 
 // filteredBody is a response body read through the filter's body

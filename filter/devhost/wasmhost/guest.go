@@ -23,6 +23,14 @@ func (g wasmGuest) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
 	return uint32(r), err
 }
 
+func (g wasmGuest) OnRequestBody(id, size uint32, end bool) (uint32, error) {
+	if g.vm.fn.requestBody == nil {
+		return 0, nil // not exported: Envoy does not call it
+	}
+	r, err := g.vm.call(g.ctx, g.vm.fn.requestBody, uint64(id), uint64(size), b2u(end))
+	return uint32(r), err
+}
+
 func (g wasmGuest) OnResponseBody(id, size uint32, end bool) (uint32, error) {
 	if g.vm.fn.responseBody == nil {
 		return 0, nil // not exported: Envoy does not call it

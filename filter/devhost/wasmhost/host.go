@@ -156,7 +156,7 @@ type VM struct {
 }
 
 type exports struct {
-	alloc, vmStart, configure, contextCreate, requestHeaders, responseHeaders, responseBody,
+	alloc, vmStart, configure, contextCreate, requestHeaders, requestBody, responseHeaders, responseBody,
 	callResponse, tick, done, log, del api.Function
 }
 
@@ -193,6 +193,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 	vm.fn = exports{
 		alloc: get("proxy_on_memory_allocate"), vmStart: get("proxy_on_vm_start"), configure: get("proxy_on_configure"),
 		contextCreate: get("proxy_on_context_create"), requestHeaders: get("proxy_on_request_headers"),
+		requestBody:     get("proxy_on_request_body"),
 		responseHeaders: get("proxy_on_response_headers"), responseBody: get("proxy_on_response_body"), callResponse: get("proxy_on_http_call_response"),
 		tick: get("proxy_on_tick"), done: get("proxy_on_done"), log: get("proxy_on_log"), del: get("proxy_on_delete"),
 	}

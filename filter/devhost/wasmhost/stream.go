@@ -62,6 +62,12 @@ func (s *Stream) OnResponseHeaders(ctx context.Context, headers Headers, endOfSt
 	return s.vm.ResponseHeaders(s.guest(ctx), s.StreamState, headers, endOfStream)
 }
 
+// OnRequestBody runs proxy_on_request_body with a chunk of the client's
+// body (Core.RequestBody): released is what goes on upstream.
+func (s *Stream) OnRequestBody(ctx context.Context, chunk []byte, endOfStream bool) (Action, []byte, error) {
+	return s.vm.RequestBody(s.guest(ctx), s.StreamState, chunk, endOfStream)
+}
+
 // OnResponseBody runs proxy_on_response_body with a chunk of the upstream's
 // body (Core.ResponseBody): released is what goes on to the client.
 func (s *Stream) OnResponseBody(ctx context.Context, chunk []byte, endOfStream bool) (Action, []byte, error) {

@@ -51,6 +51,13 @@ type StreamState struct {
 	// requestSent: the request headers went on (Continue, or resumed);
 	// writing them fails from then on, as in Envoy.
 	requestSent bool
+	// RequestBody is the request body the host holds for the filter: the
+	// chunk passing, with what the filter buffered before it
+	// (StopIterationAndBuffer). requestHeld: the guest paused the request
+	// headers and has not resumed them (no body callback then: see
+	// responseHeld).
+	RequestBody []byte
+	requestHeld bool
 	// ResponseBody is the response body the host holds for the filter: the
 	// chunk passing, with what the filter buffered before it
 	// (StopIterationAndBuffer). ResponseResumed is set when the guest
@@ -158,6 +165,12 @@ func (c *Core) GetBuffer(bufferType abi.BufferType, start, maxSize uint32) ([]by
 			return nil, abi.StatusNotFound
 		}
 		buf = c.delivery.Body
+	case abi.BufferHttpRequestBody:
+		s := c.streams[c.effective]
+		if s == nil {
+			return nil, abi.StatusNotFound
+		}
+		buf = s.RequestBody
 	case abi.BufferHttpResponseBody:
 		s := c.streams[c.effective]
 		if s == nil {
@@ -329,6 +342,7 @@ func (c *Core) ContinueStream(streamType abi.StreamType) abi.Status {
 	case abi.StreamRequest:
 		s.Resumed = true
 		s.requestSent = true // Envoy releases the request headers here
+		s.requestHeld = false
 	case abi.StreamResponse:
 		s.ResponseResumed = true
 		s.responseHeld = false

@@ -48,6 +48,7 @@ func TestHeaders(t *testing.T) {
 type pauser struct{ bodies int }
 
 func (*pauser) OnRequestHeaders(uint32, uint32, bool) (uint32, error) { return uint32(Continue), nil }
+func (*pauser) OnRequestBody(uint32, uint32, bool) (uint32, error) { return uint32(Continue), nil }
 func (*pauser) OnResponseHeaders(uint32, uint32, bool) (uint32, error) {
 	return uint32(Pause), nil
 }
@@ -84,3 +85,30 @@ func TestHeldResponseHeadersHoldTheBody(t *testing.T) {
 		t.Fatalf("after the resume: %v %q %v, %d callbacks", act, released, err, g.bodies)
 	}
 }
+
+// The same for a request: a filter that paused its headers gets none of
+// the body until it resumes them; once it let them go, each chunk passes
+// its body callback.
+func TestHeldRequestHeadersHoldTheBody(t *testing.T) {
+	c := NewCore(CoreOptions{})
+	g := &pauser{}
+	s := c.OpenStream(Headers{{":path", "/"}}, nil)
+	held := &holder{}
+	if act, err := c.RequestHeaders(held, s, false); act != Pause || err != nil {
+		t.Fatal(act, err)
+	}
+	if _, _, err := c.RequestBody(g, s, []byte("a=1"), true); err != ErrRequestHeld {
+		t.Fatalf("a body passed to a filter holding the request headers: %v", err)
+	}
+	c.Enter(s.ID)
+	c.ContinueStream(abi.StreamRequest)
+	act, released, err := c.RequestBody(g, s, []byte("a=1"), true)
+	if err != nil || act != Continue || string(released) != "a=1" {
+		t.Fatalf("after the resume: %v %q %v", act, released, err)
+	}
+}
+
+// holder pauses the request headers.
+type holder struct{ pauser }
+
+func (*holder) OnRequestHeaders(uint32, uint32, bool) (uint32, error) { return uint32(Pause), nil }

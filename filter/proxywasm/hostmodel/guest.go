@@ -12,6 +12,9 @@ import (
 type Guest interface {
 	OnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
 	OnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) (uint32, error)
+	// OnRequestBody runs the request body callback (Continue for a guest
+	// that does not export it).
+	OnRequestBody(contextID, bodySize uint32, endOfStream bool) (uint32, error)
 	// OnResponseBody runs the response body callback (Continue for a
 	// guest that does not export it).
 	OnResponseBody(contextID, bodySize uint32, endOfStream bool) (uint32, error)
@@ -33,7 +36,53 @@ func (c *Core) RequestHeaders(g Guest, s *StreamState, endOfStream bool) (Action
 	if Action(r) == Continue {
 		s.requestSent = true
 	}
+	s.requestHeld = Action(r) == Pause && !s.Resumed && s.Local == nil
 	return Action(r), c.finishLocal(g, s)
+}
+
+// ErrRequestHeld is RequestBody's answer while the guest holds the request
+// headers: Envoy passes it no body until it resumes them.
+var ErrRequestHeld = errors.New("the filter holds the request headers: Envoy calls no body callback until it resumes them (StopIteration is StopAllIterationAndWatermark)")
+
+// RequestBody passes a chunk of the client's body through s's body
+// callback, as ResponseBody does the upstream's: released is what goes on
+// upstream (nil while the guest buffers, or holds the end until it
+// resumes the request: ReleaseRequest). A guest that answers locally
+// meanwhile ends the request (s.Local; Envoy resets the upstream one).
+func (c *Core) RequestBody(g Guest, s *StreamState, chunk []byte, endOfStream bool) (act Action, released []byte, err error) {
+	if s.requestHeld {
+		return Pause, nil, ErrRequestHeld
+	}
+	held := len(s.RequestBody) > 0
+	if held {
+		s.RequestBody = append(s.RequestBody, chunk...)
+	} else {
+		s.RequestBody = chunk
+	}
+	s.Resumed = false // a resume from now on releases this chunk
+	c.Enter(s.ID)
+	r, err := g.OnRequestBody(s.ID, uint32(len(s.RequestBody)), endOfStream)
+	if err != nil {
+		return Continue, nil, err
+	}
+	if err := c.finishLocal(g, s); err != nil {
+		return Pause, nil, err
+	}
+	if s.Local == nil && (Action(r) == Continue || s.Resumed) {
+		return Continue, c.ReleaseRequest(s), nil
+	}
+	if !held {
+		s.RequestBody = append([]byte(nil), chunk...) // held: the host owns it
+	}
+	return Pause, nil, nil
+}
+
+// ReleaseRequest takes what the host holds of s's request body (after the
+// guest resumed the request).
+func (c *Core) ReleaseRequest(s *StreamState) []byte {
+	out := s.RequestBody
+	s.RequestBody = nil
+	return out
 }
 
 // ResponseHeaders runs s's response-headers callback with the upstream's

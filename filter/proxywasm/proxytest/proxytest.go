@@ -64,6 +64,16 @@ func (s *Stream) OnResponseHeaders(headers hostmodel.Headers, end bool) hostmode
 	return a
 }
 
+// OnRequestBody passes a chunk of the request body (Core.RequestBody). It
+// panics when the plugin holds the request headers (see OnResponseBody).
+func (s *Stream) OnRequestBody(chunk []byte, end bool) (hostmodel.Action, []byte) {
+	a, out, err := s.h.RequestBody(native{}, s.StreamState, chunk, end)
+	if err != nil {
+		panic(err)
+	}
+	return a, out
+}
+
 // OnResponseBody passes a chunk of the response body (Core.ResponseBody).
 // It panics when the plugin holds the response headers: Envoy passes no
 // body then, and a test that does would pass where Envoy hangs.
@@ -93,6 +103,10 @@ func (native) OnRequestHeaders(id, n uint32, end bool) (uint32, error) {
 
 func (native) OnResponseHeaders(id, n uint32, end bool) (uint32, error) {
 	return proxywasm.Native.ResponseHeaders(id, n, end), nil
+}
+
+func (native) OnRequestBody(id, size uint32, end bool) (uint32, error) {
+	return proxywasm.Native.RequestBody(id, size, end), nil
 }
 
 func (native) OnResponseBody(id, size uint32, end bool) (uint32, error) {
