@@ -229,6 +229,13 @@ func (u *upstream) last(t *testing.T) http.Header {
 	return u.seen[len(u.seen)-1]
 }
 
+// since returns the headers of the requests after the first n.
+func (u *upstream) since(n int) []http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]http.Header(nil), u.seen[n:]...)
+}
+
 func (u *upstream) count() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()

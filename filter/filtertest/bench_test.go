@@ -178,13 +178,15 @@ var headersOnlyWasm = sync.OnceValues(func() ([]byte, error) {
 	return os.ReadFile(out)
 })
 
-// BenchmarkRequestLeaseHitWithBody is a lease hit whose response has a
-// body (one 4 KiB chunk), with the module as shipped ("body-callback":
-// Envoy calls the exported body callback for the chunk, which returns at
-// once for a request under no response-cost rule) and built without that
-// export ("headers-only"): their ratio is what reading LLM usage costs
-// every other request. The filter never knows rules, so a response-cost
-// rule configured for other paths changes nothing else on this path.
+// BenchmarkRequestLeaseHitWithBody is a lease hit whose request and
+// response each have a body (one 4 KiB chunk), with the module as shipped
+// ("body-callback": Envoy calls the exported body callbacks for each
+// chunk, which return at once for a request that is no form POST and under
+// no response-cost rule) and built without those exports ("headers-only"):
+// their ratio is what reading LLM usage and form bodies' method overrides
+// costs every other request. The filter never knows rules, so a
+// response-cost rule configured for other paths changes nothing else on
+// this path.
 func BenchmarkRequestLeaseHitWithBody(b *testing.B) {
 	chunk := make([]byte, 4096)
 	for _, variant := range []string{"body-callback", "headers-only"} {
@@ -210,8 +212,11 @@ func BenchmarkRequestLeaseHitWithBody(b *testing.B) {
 			refill := leaseRefill(ctx, vm)
 			for b.Loop() {
 				s, _ := vm.NewStream(ctx, benchReq, benchProps)
-				if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
+				if act, _ := s.OnRequestHeaders(ctx, false); act != wasmhost.Continue {
 					refill()
+				}
+				if _, out, err := s.OnRequestBody(ctx, chunk, true); err != nil || len(out) != len(chunk) {
+					b.Fatalf("the request body did not pass: %d bytes, %v", len(out), err)
 				}
 				s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, false)
 				if _, out, err := s.OnResponseBody(ctx, chunk, true); err != nil || len(out) != len(chunk) {

@@ -66,9 +66,9 @@ func TestMain(m *testing.M) {
 }
 
 // The module exports what Envoy calls and nothing it would call for
-// nothing: no request body or log callbacks (each would cost a VM call per
-// chunk or per request). The response body callback reads the cost a
-// response reports (LLM tokens); other streams return from it at once. The two exports Envoy never calls are tollgate_debug_allocs
+// nothing: no log callback (a VM call per request). The body callbacks read
+// the cost a response reports (LLM tokens) and a form body's method
+// override; other streams return from them at once. The two exports Envoy never calls are tollgate_debug_allocs
 // and tollgate_debug_gc_cycles: reads of the Go heap's allocation count and
 // of its garbage collections, for benchmarks and soaks, inert unless called.
 func TestModuleExports(t *testing.T) {
@@ -85,7 +85,7 @@ func TestModuleExports(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"_initialize", "proxy_abi_version_0_2_1", "proxy_on_configure", "proxy_on_context_create", "proxy_on_delete",
-		"proxy_on_done", "proxy_on_http_call_response", "proxy_on_memory_allocate", "proxy_on_request_headers",
+		"proxy_on_done", "proxy_on_http_call_response", "proxy_on_memory_allocate", "proxy_on_request_body", "proxy_on_request_headers",
 		"proxy_on_response_body", "proxy_on_response_headers", "proxy_on_tick", "proxy_on_vm_start", "tollgate_debug_allocs", "tollgate_debug_gc_cycles"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("exports %v\nwant    %v", got, want)

@@ -5,7 +5,6 @@
 package fielderr
 
 import (
-	"errors"
 	"strings"
 )
 
@@ -57,11 +56,30 @@ func (e *Error) In(parent string) *Error {
 	return &out
 }
 
-// As returns err's *Error, if it is or wraps one.
+// As returns err's *Error, if it is or wraps one (as errors.As finds it,
+// through Unwrap() error and Unwrap() []error: errors.As itself would link
+// reflection's type comparisons into the filter's module, 55 kB with
+// their data).
 func As(err error) (*Error, bool) {
-	var fe *Error
-	ok := errors.As(err, &fe)
-	return fe, ok
+	for err != nil {
+		if fe, ok := err.(*Error); ok {
+			return fe, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if fe, ok := As(e); ok {
+					return fe, true
+				}
+			}
+			return nil, false
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // At places err under field: a field error keeps its reason and kind, with

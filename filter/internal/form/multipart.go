@@ -1,6 +1,9 @@
 package form
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // maxPartHeaders bounds a part's header block. A part whose headers are
 // longer cannot be read for its name: it is taken for an override that
@@ -61,8 +64,18 @@ func newMultipart(boundary string) *multipart {
 }
 
 func (m *multipart) Feed(chunk []byte) {
-	for _, c := range chunk {
-		m.byte(c)
+	for len(chunk) > 0 && m.state != epilogue {
+		if m.match == 0 && (m.state == preamble || m.state == partContent && !m.method) {
+			// Bytes no one keeps, up to where a delimiter may begin: a
+			// file's content costs a search for '\n', not a state each.
+			i := bytes.IndexByte(chunk, '\n')
+			if i < 0 {
+				return
+			}
+			chunk = chunk[i:]
+		}
+		m.byte(chunk[0])
+		chunk = chunk[1:]
 	}
 }
 

@@ -1,5 +1,7 @@
 package form
 
+import "bytes"
+
 // urlencoded reads an application/x-www-form-urlencoded body: parameters
 // split at '&' and ';' (as paths.EachMethodParam splits a query), names
 // and values form-decoded (%XX, '+' as a space; an escape that is not one
@@ -21,8 +23,18 @@ func (u *urlencoded) Feed(chunk []byte) {
 		u.started = true
 		u.name.reset()
 	}
-	for _, c := range chunk {
-		u.byte(c)
+	for len(chunk) > 0 {
+		if u.inValue && u.esc == 0 && !u.name.matches() {
+			// The value of a field no one reads: only a raw '&' or ';'
+			// (an escaped one is no separator) ends it.
+			i := bytes.IndexAny(chunk, "&;")
+			if i < 0 {
+				return
+			}
+			chunk = chunk[i:]
+		}
+		u.byte(chunk[0])
+		chunk = chunk[1:]
 	}
 }
 

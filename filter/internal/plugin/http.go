@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/filter/internal/form"
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
@@ -72,6 +73,11 @@ type httpContext struct {
 
 	// The request as checked, for a charge after its response.
 	path, method, override string
+	// form reads the request's form body for a method override, while it
+	// goes on (formbody.go); bodyHeld: its end waits for the override's
+	// check.
+	form     form.Scanner
+	bodyHeld bool
 	// charge is set when the response reports the request's cost.
 	charge *charging
 
@@ -157,6 +163,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	// Kept before the lease is read: a request admitted on a lease of a
 	// response-cost rule charges its response as this caller.
 	h.path, h.method, h.override = path, rq.method, override
+	if !endOfStream {
+		h.readsForm(&rq)
+	}
 	now := h.now()
 	var back handBack
 	var refill refillSeen
@@ -257,6 +266,9 @@ type request struct {
 	// lengths joined with "," when repeated); cost holds the values of the
 	// configured cost headers, by their index (repeats joined with ",").
 	contentLength string
+	// contentType is the Content-Type header (the last one): a form body
+	// may carry a method override (formbody.go).
+	contentType string
 	cost          [pluginconf.MaxCostHeaders]string
 	costSeen      [pluginconf.MaxCostHeaders]bool
 }
@@ -311,6 +323,8 @@ func (h *httpContext) readRequest() (request, error) {
 			rq.realIP = v
 		case equalFold(k, "content-length"):
 			rq.contentLength = join(rq.contentLength, rq.contentLength != "", v)
+		case equalFold(k, "content-type"):
+			rq.contentType = v
 		case equalFold(k, "x-request-id"):
 			if ascii.Printable.Match(v, 1, maxRequestID) {
 				h.requestID = v
@@ -577,6 +591,7 @@ func (h *httpContext) OnHttpStreamDone() {
 const (
 	calloutCheck uint8 = iota
 	calloutCharge
+	calloutOverride
 )
 
 // OnCalloutResponse delivers a callout's answer to its handler: the
@@ -587,6 +602,8 @@ func (h *httpContext) OnCalloutResponse(kind uint8, numHeaders, bodySize, numTra
 		h.onCheckResponse(numHeaders, bodySize, numTrailers)
 	case calloutCharge:
 		h.onChargeResponse(numHeaders, bodySize, numTrailers)
+	case calloutOverride:
+		h.onOverrideResponse(numHeaders, bodySize)
 	}
 }
 

@@ -1,0 +1,114 @@
+package filtertest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+)
+
+// A POST's form body may name its method (_method: Rails, Laravel,
+// Symfony). The request is decided on its headers as a POST; its body
+// goes on as it streams, but its end waits while the rules the named
+// method adds are checked (override_only): refused, the client gets 429
+// (Envoy resets the upstream request); admitted, the end goes on. An
+// override that names no method, or disagrees with a header's, is a 400.
+func TestFormBodyMethodOverride(t *testing.T) {
+	const urlencoded = "application/x-www-form-urlencoded"
+	const multipartCT = "multipart/form-data; boundary=XyZ"
+	multipart := "--XyZ\r\nContent-Disposition: form-data; name=\"authenticity_token\"\r\n\r\nt\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\npatch\r\n--XyZ--\r\n"
+	for _, tc := range []struct {
+		name, method, contentType string
+		headers                   wasmhost.Headers
+		chunks                    []string
+		checks                    string // the method the second check names ("": none)
+		answer                    string // its answer's status
+		want                      int    // the client's status (200: the body went on)
+	}{
+		{"refused", "POST", urlencoded, nil, []string{"a=1&_me", "thod=DELETE"}, "DELETE", "429", 429},
+		{"admitted", "POST", urlencoded, nil, []string{"a=1&_method=delete"}, "DELETE", "200", 200},
+		{"multipart", "POST", multipartCT, nil, []string{multipart[:50], multipart[50:]}, "PATCH", "200", 200},
+		{"multipart refused", "POST", multipartCT, nil, []string{multipart}, "PATCH", "429", 429},
+		{"its own method", "POST", urlencoded, nil, []string{"_method=post"}, "", "", 200},
+		{"no override", "POST", urlencoded, nil, []string{"a=1&method=DELETE"}, "", "", 200},
+		{"no method", "POST", urlencoded, nil, []string{"_method=DE LETE"}, "", "", 400},
+		{"two methods", "POST", urlencoded, nil, []string{"_method=PUT&_method=DELETE"}, "", "", 400},
+		{"a header's, disagreeing", "POST", urlencoded, wasmhost.Headers{{"x-http-method-override", "PUT"}}, []string{"_method=DELETE"}, "", "", 400},
+		{"a header's, agreeing: counted with the headers", "POST", urlencoded, wasmhost.Headers{{"x-http-method-override", "DELETE"}}, []string{"_method=DELETE"}, "", "", 200},
+		{"not a POST: no framework reads it", "PUT", urlencoded, nil, []string{"_method=DELETE"}, "", "", 200},
+		{"not a form", "POST", "application/json", nil, []string{`{"_method":"DELETE"}`, "_method=DELETE"}, "", "", 200},
+		{"the service failing: fail_open lets it go", "POST", urlencoded, nil, []string{"_method=DELETE"}, "DELETE", "500", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
+			headers := append(wasmhost.Headers{{"content-type", tc.contentType}}, tc.headers...)
+			s, _ := e.start(req{method: tc.method, path: "/things/1", headers: headers, body: true})
+			e.answer(0, "200", decision(true, 50, 0, 0))
+			if !s.Resumed {
+				t.Fatal("the headers were not admitted")
+			}
+			ctx := context.Background()
+			var act wasmhost.Action
+			var sent []byte
+			for i, c := range tc.chunks {
+				var out []byte
+				var err error
+				if act, out, err = s.OnRequestBody(ctx, []byte(c), i == len(tc.chunks)-1); err != nil {
+					t.Fatal(err)
+				}
+				sent = append(sent, out...)
+				if i < len(tc.chunks)-1 && act != wasmhost.Continue {
+					t.Fatalf("chunk %d held: only the end waits", i)
+				}
+			}
+			if tc.checks != "" {
+				if act != wasmhost.Pause {
+					t.Fatal("the end went on before the override was checked")
+				}
+				_, check := e.callout(0)
+				if !check.OverrideOnly || check.MethodOverride != tc.checks || check.Method != tc.method || check.Lease != 0 {
+					t.Fatalf("second check %+v, want override_only for %s", check, tc.checks)
+				}
+				body := decision(tc.answer == "200", 50, 0, 0)
+				if tc.answer == "500" {
+					body = "oops"
+				}
+				e.answer(0, tc.answer, body)
+				if s.Local == nil && s.Resumed {
+					sent = append(sent, e.vms[0].ReleaseRequest(s.StreamState)...)
+				}
+			} else {
+				e.noCallout(0)
+			}
+			got := 200
+			if s.Local != nil {
+				got = s.Local.Status
+			}
+			if got != tc.want {
+				t.Fatalf("the client got %d, want %d (logs %v)", got, tc.want, e.vms[0].Logs())
+			}
+			if got == 200 && string(sent) != strings.Join(tc.chunks, "") {
+				t.Fatalf("the upstream got %q, want the body as sent", sent)
+			}
+			if err := e.vms[0].Broken(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Under fail_closed a body override the service could not be asked about
+// is a 503, as a request it could not be asked about is.
+func TestFormBodyOverrideFailClosed(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"failure_mode":"fail_closed"}`, 1)
+	s, _ := e.start(req{method: "POST", path: "/things/1", headers: wasmhost.Headers{{"content-type", "application/x-www-form-urlencoded"}}, body: true})
+	e.answer(0, "200", decision(true, 50, 0, 0))
+	if act, _, err := s.OnRequestBody(context.Background(), []byte("_method=DELETE"), true); err != nil || act != wasmhost.Pause {
+		t.Fatalf("%v %v", act, err)
+	}
+	e.answer(0, "503", "down")
+	if s.Local == nil || s.Local.Status != 503 {
+		t.Fatalf("the client got %+v, want 503", s.Local)
+	}
+}

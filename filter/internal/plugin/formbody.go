@@ -1,0 +1,171 @@
+package plugin
+
+import (
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/filter/internal/form"
+	"github.com/tollgate-rl/tollgate/filter/pluginconf"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
+	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
+	"github.com/tollgate-rl/tollgate/shared/rules"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// A POST's form body may carry its method: Rails (Rack::MethodOverride),
+// Laravel and Symfony route a POST with a _method field as the method it
+// names. Envoy hands the filter the body only after the headers went on
+// (a filter that holds them gets none: hostmodel.ErrRequestHeld), so the
+// request is decided on its headers as a POST, the body is read as it
+// streams (each chunk goes on but the last: the upstream cannot act on a
+// form it has not read whole), and when it names another method the
+// request is checked again, for the rules that method adds
+// (wire.CheckRequest.OverrideOnly), its last chunk held meanwhile: refused,
+// the filter answers 429 and Envoy resets the upstream request. A body
+// override that names no method, or disagrees with a header's or the
+// query's, is refused (400), as those are. method_override: strip cannot
+// take a field out of a body already partly sent, so it counts one too.
+
+// readsForm sets the request up to read its body for a method override
+// when frameworks would read one there: a POST with a form body.
+func (h *httpContext) readsForm(rq *request) {
+	if rq.method == "POST" && rq.contentType != "" {
+		h.form = form.New(rq.contentType)
+	}
+}
+
+// maxBodyRead is what one host call reads of a chunk (the scratch
+// buffer's size: no allocation per chunk).
+const maxBodyRead = 4096
+
+// OnHttpRequestBody reads a form body for its method override; every other
+// body goes on untouched.
+func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	if h.bodyHeld {
+		return types.ActionPause // the end waits for the override's check
+	}
+	sc := h.form
+	if sc == nil || h.localReply || h.done {
+		return types.ActionContinue
+	}
+	for off := 0; off < bodySize; off += maxBodyRead {
+		b, err := proxywasm.GetHttpRequestBodyScratch(off, min(maxBodyRead, bodySize-off))
+		if err != nil {
+			break
+		}
+		sc.Feed(b)
+	}
+	if !endOfStream {
+		return types.ActionContinue
+	}
+	h.form = nil
+	return h.bodyOverride(sc.End())
+}
+
+// bodyOverride applies what the body said of its method.
+func (h *httpContext) bodyOverride(o form.Overrides) types.Action {
+	if o.Count == 0 {
+		return types.ActionContinue
+	}
+	m := upperASCII(o.First)
+	switch {
+	case o.Conflict || !rules.ValidMethod(m) || h.override != "" && m != h.override:
+		return h.refuse(400, "a method override (header, _method parameter or form field) must name one HTTP method")
+	case m == h.method || m == h.override:
+		return types.ActionContinue // counted with the headers
+	}
+	return h.checkOverride(m)
+}
+
+// checkOverride asks the service about the rules method m adds to the
+// request's; the body's end waits for the answer (onOverrideResponse).
+func (h *httpContext) checkOverride(m string) types.Action {
+	p := h.p
+	now := h.now()
+	if !p.breaker.Allow(now) {
+		return h.overrideFailed("circuit breaker open")
+	}
+	body := wire.AppendCheckRequest(p.bodyBuf[:0], &wire.CheckRequest{
+		UserID: h.ident(), Endpoint: h.path, Method: h.method, MethodOverride: m, OverrideOnly: true,
+		Tier: h.tier, Tenant: h.tenant, APIKey: h.apiKey, ClientAddress: h.addressField(),
+		BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
+	})
+	p.bodyBuf = body[:0]
+	if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h, calloutOverride); err != nil {
+		p.breaker.Record(false, now)
+		p.m.calloutFailures.Increment(1)
+		return h.overrideFailed("dispatch: " + err.Error())
+	}
+	h.bodyHeld = true
+	return types.ActionPause
+}
+
+// onOverrideResponse lets the held end of the body go on an admission and
+// answers the client on a refusal. The lease cache keeps nothing of it: it
+// is no decision of the bucket's own method.
+func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
+	p := h.p
+	now := h.now()
+	status, hs, body := 0, "", []byte(nil)
+	if numHeaders > 0 {
+		hs, _ = proxywasm.GetHttpCallResponseHeaderMap()
+		_ = headermap.Walk(hs, func(k, v string) bool {
+			if k == ":status" {
+				status, _ = strconv.Atoi(v)
+			}
+			return true
+		})
+	}
+	if bodySize > 0 {
+		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
+	}
+	var d wire.CheckResponse
+	switch {
+	case (status == 200 || status == 429) && p.decoder.DecodeCheckResponse(body, &d) == nil && (status == 200) == d.Allowed && h.plausible(&d):
+		p.breaker.Record(true, now)
+		if h.done {
+			return
+		}
+		if !d.Allowed {
+			h.bodyHeld = false
+			h.deny(h.verdictOf(&d))
+			return
+		}
+		if v := h.verdictOf(&d); v.limits.Limit > 0 && (!h.hasVerdict || v.limits.Remaining < h.verdict.limits.Remaining) {
+			h.verdict, h.hasVerdict = v, true // the rule a client meets first
+		}
+		h.releaseBody()
+	case status == 503 && answer(body).FailedClosed(), status >= 400 && status < 500 && status != 404 && status != 408 && !answer(body).RefusedCredential():
+		h.bodyHeld = false
+		h.relay(status, hs, body, now)
+	default:
+		p.breaker.Record(false, now)
+		p.m.calloutFailures.Increment(1)
+		if !h.done {
+			h.overrideFailed("override check: status " + strconv.Itoa(status))
+		}
+	}
+}
+
+// overrideFailed applies the failure mode to a body override the service
+// could not be asked about: fail_open lets the body go (the request was
+// decided on its headers), fail_closed answers 503.
+func (h *httpContext) overrideFailed(reason string) types.Action {
+	proxywasm.LogDebug("tollgate: no decision on a form body's method override (" + reason + "); " + h.p.cfg.FailureMode)
+	if h.p.cfg.FailureMode == pluginconf.FailClosed {
+		h.bodyHeld = false
+		h.sendError(503, wire.CodeServiceUnavailable, "rate limiter unavailable", nil)
+		return types.ActionPause
+	}
+	h.p.m.degraded.Increment(1)
+	return h.releaseBody()
+}
+
+// releaseBody lets the held end of the body go.
+func (h *httpContext) releaseBody() types.Action {
+	if h.bodyHeld {
+		h.bodyHeld = false
+		_ = proxywasm.ResumeHttpRequest()
+	}
+	return types.ActionContinue
+}
