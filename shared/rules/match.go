@@ -111,17 +111,28 @@ func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 	if s == nil {
 		return dst
 	}
-	var last Scope
+	// A log_only rule is a trial of a rule: it is counted and reported
+	// beside the scope's winner, never instead of it (a trial that won its
+	// scope lifted the limit it was meant to test: an outsider found a
+	// more specific log_only rule take a 5-a-minute login rule to the
+	// tier's 20). Each scope has one winner among the rules that act, and
+	// its first matching log_only rule besides.
+	var last, lastTrial Scope
 	for i := range s.rules {
 		r := &s.rules[i]
-		if r.Scope == last {
+		trial := r.Action == ActionLogOnly
+		if trial && r.Scope == lastTrial || !trial && r.Scope == last {
 			continue // this scope already has its winner
 		}
 		if !scopeApplies(r.Scope, req) || !r.matches(req) {
 			continue
 		}
 		dst = append(dst, r)
-		last = r.Scope
+		if trial {
+			lastTrial = r.Scope
+		} else {
+			last = r.Scope
+		}
 	}
 	return dst
 }

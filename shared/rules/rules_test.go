@@ -117,6 +117,8 @@ func TestMatch(t *testing.T) {
 		{ID: "tenants", Scope: ScopeTenant, Algorithm: GCRA, Limit: 1000, WindowSeconds: 60},
 		{ID: "everyone", Scope: ScopeGlobal, Algorithm: GCRA, Limit: 100000, WindowSeconds: 60},
 		{ID: "disabled", Scope: ScopeGlobal, Algorithm: GCRA, Limit: 1, WindowSeconds: 60, Priority: 1000, Enabled: &off},
+		{ID: "login-trial", Path: "/api/v1/auth/login", Methods: []string{"POST"}, Scope: ScopeIP, Algorithm: FixedWindow, Limit: 2, WindowSeconds: 60, Priority: 200, Action: ActionLogOnly},
+		{ID: "login-trial-2", Path: "/api/v1/auth/**", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 1, WindowSeconds: 60, Priority: 150, Action: ActionLogOnly},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,14 +128,14 @@ func TestMatch(t *testing.T) {
 		req  Request
 		want string
 	}{
-		{"login by ip", Request{Method: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login"},
-		{"login GET falls to specific glob", Request{Method: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,api-ip-specific"},
+		{"login by ip, its trial beside it, not instead", Request{Method: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login-trial,login"},
+		{"login GET falls to specific glob, and the other trial", Request{Method: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login-trial-2,api-ip-specific"},
 		{"export by GET", Request{Method: "GET", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,export"},
 		{"HEAD counts for a GET rule", Request{Method: "HEAD", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,export"},
 		{"POST is not GET", Request{Method: "POST", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,api-ip-specific"},
-		{"HEAD is not POST", Request{Method: "HEAD", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,api-ip-specific"},
-		{"GET overridden to POST counts as a login", Request{Method: "GET", MethodOverride: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login"},
-		{"POST overridden to GET still counts as POST", Request{Method: "POST", MethodOverride: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login"},
+		{"HEAD is not POST", Request{Method: "HEAD", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login-trial-2,api-ip-specific"},
+		{"GET overridden to POST counts as a login", Request{Method: "GET", MethodOverride: "POST", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login-trial,login"},
+		{"POST overridden to GET still counts as POST", Request{Method: "POST", MethodOverride: "GET", Path: "/api/v1/auth/login", IdentityKind: "ip"}, "everyone,login-trial,login"},
 		{"POST overridden to GET counts for a GET rule", Request{Method: "POST", MethodOverride: "GET", Path: "/api/v1/export", IdentityKind: "ip"}, "everyone,export"},
 		{"api v2 by ip", Request{Method: "GET", Path: "/api/v2/x", IdentityKind: "ip"}, "everyone,api-ip"},
 		{"free user", Request{Tier: "free", Path: "/x", IdentityKind: "user"}, "everyone,free-users"},
