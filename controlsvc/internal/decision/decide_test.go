@@ -216,6 +216,26 @@ func TestOverrideSelection(t *testing.T) {
 			t.Fatalf("check %d under the override: %+v %v", i+2, resp, err)
 		}
 	}
+	// It replaces the rules that count that caller itself, not those of
+	// other scopes: a limit every caller shares (ceiling), or the address
+	// of a JWT caller (login, per address).
+	_ = f.ovs.Set(context.Background(), "user:carol", "/auth/login", overrides.Override{Limit: 1000, WindowSeconds: 60, Algorithm: "fixed_window"})
+	_ = f.ovs.Set(context.Background(), "user:carol", "/api/v1/uploads/big", overrides.Override{Limit: 1000, WindowSeconds: 60, Algorithm: "fixed_window"})
+	for _, tt := range []struct {
+		req  wire.CheckRequest
+		want []string
+	}{
+		{wire.CheckRequest{UserID: "carol", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"override", "ceiling"}},
+		{wire.CheckRequest{UserID: "carol", ClientAddress: "192.0.2.7", Endpoint: "/auth/login", Method: "POST"}, []string{"override", "login"}},
+	} {
+		f.counters.calls = nil
+		if _, err := f.check(t, tt.req); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.counters.ruleIDs(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s %s: counted %v, want %v", tt.req.UserID, tt.req.Endpoint, got, tt.want)
+		}
+	}
 }
 
 // The verdict over several rules: denied when any rejecting rule denies,

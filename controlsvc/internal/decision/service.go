@@ -267,19 +267,15 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 	case adhoc != nil:
 		matched = []*rules.Rule{adhoc}
 	default:
-		if ov, ok := s.overrides.Get(t.name, t.endpoint); ok {
-			r, _ := p.adhocRule(rules.IDOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst)
-			if r != nil {
-				if !t.overrideOnly { // the override counted it under its method
-					matched = []*rules.Rule{r}
-				}
-				break
-			}
-		}
 		var buf [6]*rules.Rule
 		matched = p.Match(buf[:0], t.rulesRequest())
 		if t.overrideOnly {
 			matched = addedBy(p, t, matched)
+		}
+		if ov, ok := s.overrides.Get(t.name, t.endpoint); ok {
+			if r, _ := p.adhocRule(rules.IDOverride, &ov.Limit, &ov.WindowSeconds, string(ov.Algorithm), ov.Burst); r != nil {
+				matched = withOverride(r, matched, t)
+			}
 		}
 	}
 	out := make([]applied, len(matched))
@@ -287,6 +283,29 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 	for i, r := range matched {
 		r, origin := inPeriod(r, now)
 		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint, Origin: origin}}
+	}
+	return out
+}
+
+// withOverride puts an operator's override of a caller's limit in place of
+// the rules that count that caller itself (the identity scope, its tier and
+// the tier's total among them, and the scope of the caller's own kind:
+// user, api_key or ip); the rules of every other scope still count it. An
+// override that replaced them all let one caller through a limit every
+// caller shares, or its address's login limit (an outsider's attack: 30
+// through a global limit of 5 and an address's of 3). An override-only
+// check (t.overrideOnly) counts only what its method adds: the override
+// counted the request with its headers.
+func withOverride(r *rules.Rule, matched []*rules.Rule, t *target) []*rules.Rule {
+	own := map[identity.Kind]rules.Scope{identity.KindUser: rules.ScopeUser, identity.KindKey: rules.ScopeAPIKey, identity.KindIP: rules.ScopeIP}[t.id.Kind]
+	out := make([]*rules.Rule, 0, len(matched)+1)
+	if !t.overrideOnly {
+		out = append(out, r)
+	}
+	for _, m := range matched {
+		if m.Scope != rules.ScopeIdentity && m.Scope != own {
+			out = append(out, m)
+		}
 	}
 	return out
 }
