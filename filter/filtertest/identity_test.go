@@ -203,3 +203,43 @@ func TestJWTLeaseIsPerAddress(t *testing.T) {
 		t.Fatalf("callout %q from %q", body.UserID, body.ClientAddress)
 	}
 }
+
+// A client address gets 16 failed token checks a second per VM: past them
+// its new tokens are not checked (each junk ES256 token cost the VM a
+// signature check, milliseconds inside Wasm, refused or not) and count as
+// invalid; a token verified before still counts, and so does another
+// address's, and the next second checks again.
+func TestJunkTokensAreCheckedAtMostSixteenASecond(t *testing.T) {
+	e := newEnv(t, jwtConfig(false), 1)
+	valid := claims(epoch.Add(time.Hour))
+	caller := func(token, source string) string {
+		t.Helper()
+		e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + token}}, source: source})
+		_, c := e.callout(0)
+		e.answer(0, "200", decision(true, 50, 0, 0))
+		return c.UserID
+	}
+	known := keys.Sign("ES256", valid)
+	if got := caller(known, "198.51.100.7:1"); got != "user:alice" {
+		t.Fatalf("a valid token: %s", got)
+	}
+	for i := range 16 {
+		if got := caller(forge(keys.Sign("ES256", valid)), "198.51.100.7:1"); got != "ip:198.51.100.7" {
+			t.Fatalf("junk token %d: %s", i, got)
+		}
+	}
+	fresh := keys.Sign("ES256", claims(epoch.Add(2*time.Hour)))
+	if got := caller(fresh, "198.51.100.7:1"); got != "ip:198.51.100.7" {
+		t.Fatalf("a new token past the address's 16 failed checks was checked: %s", got)
+	}
+	if got := caller(known, "198.51.100.7:1"); got != "user:alice" {
+		t.Fatalf("a token verified before: %s", got)
+	}
+	if got := caller(fresh, "198.51.100.8:1"); got != "user:alice" {
+		t.Fatalf("another address's token: %s", got)
+	}
+	e.clock.Advance(time.Second)
+	if got := caller(keys.Sign("ES256", claims(epoch.Add(3*time.Hour))), "198.51.100.7:1"); got != "user:alice" {
+		t.Fatalf("the next second: %s", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/form"
+	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
@@ -487,7 +488,12 @@ func (p *pluginContext) excluded(rawPath, path string) bool {
 func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 	p := h.p
 	if p.verifier != nil && len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
-		c, err := p.verifier.Verify(strings.TrimSpace(auth[7:]), h.now())
+		now := h.now()
+		addr, addrOK := h.clientAddress(xff, realIP)
+		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now, func() bool { return !addrOK || p.badTokens.allow(addr, now.UnixMilli()) })
+		if err != nil && addrOK && err != jwt.ErrNotVerified {
+			p.badTokens.failed(addr, now.UnixMilli())
+		}
 		if err == nil {
 			if id, err := identity.User(c.Subject); err == nil {
 				h.id = id.String()
@@ -499,7 +505,9 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 				}
 				// The subject is who calls; per-address rules still count
 				// where from (sent as client_address, and in the bucket).
-				h.ip, _ = h.clientAddress(xff, realIP)
+				if addrOK {
+					h.ip = addr
+				}
 				return true
 			}
 		}

@@ -33,11 +33,12 @@ type metrics struct {
 
 type pluginContext struct {
 	types.DefaultPluginContext
-	cfg      *pluginconf.Config
-	verifier *jwt.Verifier
-	cache    *leasecache.Cache
-	breaker  *breaker.Breaker
-	fallback *fallback.Limiter
+	cfg       *pluginconf.Config
+	verifier  *jwt.Verifier
+	badTokens badTokens // failed token checks per client address (badtokens.go)
+	cache     *leasecache.Cache
+	breaker   *breaker.Breaker
+	fallback  *fallback.Limiter
 	// headerSet is the rate-limit header fields the configuration selects.
 	headerSet wire.HeaderSet
 	// decoder reads the control service's decisions (its buffers and
