@@ -76,14 +76,20 @@ func (l *Listener) Open() int {
 	return l.open
 }
 
-// peerOf is a connection's peer address (IPv4-mapped addresses as IPv4;
-// the zero Addr for a peer of another kind, which then share one count).
+// peerOf is a connection's peer address: IPv4-mapped addresses as IPv4,
+// IPv6 ones by their /64 (one host is routinely given a whole /64, and
+// would otherwise have 2^64 bounds); the zero Addr for a peer of another
+// kind, which then share one count.
 func peerOf(c net.Conn) netip.Addr {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	ip, _ := netip.AddrFromSlice(a.IP)
+	if ip = ip.Unmap(); ip.Is6() {
+		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
+	}
+	return ip
 }
 
 type conn struct {

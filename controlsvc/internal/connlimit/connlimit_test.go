@@ -89,3 +89,21 @@ func TestDefaultTotal(t *testing.T) {
 		t.Fatalf("DefaultTotal(1) %d, (2) %d", a, b)
 	}
 }
+
+// An IPv6 peer is counted by its /64: a host holds a whole /64.
+func TestIPv6PeersByPrefix(t *testing.T) {
+	a := peerOf(&fakeConn{addr: &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2::1")}})
+	b := peerOf(&fakeConn{addr: &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:ffff::9")}})
+	c := peerOf(&fakeConn{addr: &net.TCPAddr{IP: net.ParseIP("2001:db8:1:3::1")}})
+	v4 := peerOf(&fakeConn{addr: &net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.1")}})
+	if a != b || a == c || v4.String() != "192.0.2.1" {
+		t.Fatalf("%v %v %v %v", a, b, c, v4)
+	}
+}
+
+type fakeConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (f *fakeConn) RemoteAddr() net.Addr { return f.addr }
