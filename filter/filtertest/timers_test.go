@@ -65,6 +65,10 @@ var heavy = map[string]string{
 	// for any time type the linker sees in a value held behind an
 	// interface, field by field).
 	"time.Time.appendFormat": "time's formatter: no struct field of a time type in what the guest holds behind an interface (the breaker, jwt's Verifier, the HTTP context); wire.AppendRFC3339 writes the one time the filter sends",
+	// 55 kB with their data.
+	"internal/reflectlite.implements": "errors.As's reflection: fielderr.As unwraps by hand",
+	// 22 kB: its tables of metrics and their descriptions.
+	"runtime/metrics.": "runtime/metrics: the debug exports read runtime.ReadMemStats",
 }
 
 // TestModuleLinksNoHeavyPackage: none of heavy's packages is reachable in
