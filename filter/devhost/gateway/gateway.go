@@ -356,7 +356,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		// The body goes upstream through the filter's body callback, as
 		// Envoy passes it once the headers went on.
-		out.Body = &filteredRequest{g: g, ref: ref, ctx: ctx, src: r.Body}
+		out.Body = g.requestBody(ctx, ref, r.Body)
 	}
 	if path != r.URL.RequestURI() {
 		// The filter rewrote :path (method_override: strip takes _method
@@ -506,7 +506,7 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 }
 
 // filterResponse runs the upstream's response through the filter: its
-// headers now, its body as the client reads it (filteredBody). Headers the
+// headers now, its body as the client reads it (responseBody). Headers the
 // filter holds (it reads the body first) go out once it resumes the
 // response: the body is read through the filter until then.
 func (g *Gateway) filterResponse(resp *http.Response) error {
@@ -537,7 +537,7 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 		return errors.New("the client went away while the filter held the response")
 	}
 	if !noBody {
-		resp.Body = &filteredBody{g: g, ref: ref, ctx: ctx, src: resp.Body}
+		resp.Body = g.responseBody(ctx, ref, resp.Body)
 	}
 	ref.w.mu.Lock()
 	out := ref.s.ResponseHeaders
@@ -548,82 +548,6 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 			resp.Header.Add(kv[0], kv[1])
 		}
 	}
-	return nil
-}
-
-// filteredRequest is a client's body read through the filter's request
-// body callback: chunks it lets go are sent upstream, chunks it buffers
-// wait, and an end it holds waits until it resumes the request or answers
-// it (then reading fails with errAnswered: the upstream request is given
-// up, and the proxy's error handler sends the filter's answer).
-type filteredRequest struct {
-	g   *Gateway
-	ref streamRef
-	ctx context.Context
-	src io.ReadCloser
-	out []byte // released; out[off:] not yet read
-	off int
-	eof bool
-}
-
-var errAnswered = errors.New("the filter answered the request itself")
-
-func (b *filteredRequest) Read(p []byte) (int, error) {
-	for b.off >= len(b.out) {
-		if b.eof {
-			return 0, io.EOF
-		}
-		if err := b.step(); err != nil {
-			return 0, err
-		}
-	}
-	n := copy(p, b.out[b.off:])
-	b.off += n
-	return n, nil
-}
-
-func (b *filteredRequest) Close() error { return b.src.Close() }
-
-// step reads one chunk of the client's body and passes it through the
-// filter.
-func (b *filteredRequest) step() error {
-	bp := chunks.Get().(*[]byte)
-	defer chunks.Put(bp)
-	buf := *bp
-	n, rerr := b.src.Read(buf)
-	end := rerr == io.EOF
-	if rerr != nil && !end {
-		return rerr
-	}
-	if n == 0 && !end {
-		return nil
-	}
-	w, s := b.ref.w, b.ref.s
-	w.mu.Lock()
-	act, released, err := s.OnRequestBody(context.Background(), buf[:n], end)
-	calls := w.takePending()
-	local := s.Local != nil
-	w.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	b.g.perform(w, calls)
-	if act == wasmhost.Pause && end && !local {
-		// The end held: the filter asks about what the body said.
-		if !b.g.await(b.ctx, w, func() bool { return s.Local != nil || s.Resumed }) {
-			return errors.New("the client went away while the filter held the request")
-		}
-		w.mu.Lock()
-		if local = s.Local != nil; !local {
-			released = w.vm.ReleaseRequest(s.StreamState)
-		}
-		w.mu.Unlock()
-	}
-	if local {
-		return errAnswered
-	}
-	b.eof = end
-	b.out, b.off = append(b.out[:0], released...), 0 // copied: released may be buf
 	return nil
 }
 
@@ -639,66 +563,25 @@ func answered(r *http.Request) *wasmhost.LocalResponse {
 	return ref.s.Local
 }
 
-// filteredBody is a response body read through the filter's body
-// callback: chunks it lets go are passed on; chunks it buffers wait, and
-// when it pauses at the end (a charge in flight) the body waits for it to
-// resume the response.
-type filteredBody struct {
-	g   *Gateway
-	ref streamRef
-	ctx context.Context
-	src io.ReadCloser
-	out []byte // released; out[off:] not yet read
-	off int
-	eof bool // src is finished and passed through the filter
+// filtered is a body read through one of the filter's body callbacks,
+// a chunk at a time, as Envoy passes a body: pass runs the callback and
+// returns what the filter lets go (nil while it buffers), waiting when it
+// holds the end until it lets it go.
+type filtered struct {
+	src  io.ReadCloser
+	pass func(chunk []byte, end bool) (released []byte, err error)
+	out  []byte // released; out[off:] not yet read
+	off  int
+	eof  bool // src is finished and passed through the filter
 }
 
-// maxChunk is the most read from the upstream per body callback; chunks
-// is a pool of read buffers of that size (a response costs no 32 KiB
-// allocation of its own).
+// maxChunk is the most read per body callback; chunks is a pool of read
+// buffers of that size (a body costs no 32 KiB allocation of its own).
 const maxChunk = 32 << 10
 
 var chunks = sync.Pool{New: func() any { b := make([]byte, maxChunk); return &b }}
 
-// step reads one chunk and passes it through the filter.
-func (b *filteredBody) step() error {
-	bp := chunks.Get().(*[]byte)
-	defer chunks.Put(bp)
-	buf := *bp
-	n, rerr := b.src.Read(buf)
-	end := rerr == io.EOF
-	if rerr != nil && !end {
-		// Envoy's stream reset: the filter sees no end; OnHttpStreamDone
-		// tells it the response was cut.
-		return rerr
-	}
-	if n == 0 && !end {
-		return nil
-	}
-	w := b.ref.w
-	w.mu.Lock()
-	act, released, err := b.ref.s.OnResponseBody(context.Background(), buf[:n], end)
-	calls := w.takePending()
-	w.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	b.eof = end
-	b.g.perform(w, calls)
-	if act == wasmhost.Pause && end {
-		// Held at the end: the filter answers once its callout does.
-		if !b.g.await(b.ctx, w, func() bool { return b.ref.s.ResponseResumed }) {
-			return errors.New("the client went away while the filter held the response")
-		}
-		w.mu.Lock()
-		released = w.vm.ReleaseResponse(b.ref.s.StreamState)
-		w.mu.Unlock()
-	}
-	b.out = append(b.out, released...) // copied: released may be buf
-	return nil
-}
-
-func (b *filteredBody) Read(p []byte) (int, error) {
+func (b *filtered) Read(p []byte) (int, error) {
 	for b.off >= len(b.out) {
 		if b.eof {
 			return 0, io.EOF
@@ -713,7 +596,93 @@ func (b *filteredBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (b *filteredBody) Close() error { return b.src.Close() }
+func (b *filtered) Close() error { return b.src.Close() }
+
+// step reads one chunk and passes it through the filter.
+func (b *filtered) step() error {
+	bp := chunks.Get().(*[]byte)
+	defer chunks.Put(bp)
+	buf := *bp
+	n, rerr := b.src.Read(buf)
+	end := rerr == io.EOF
+	if rerr != nil && !end {
+		// Envoy's stream reset: the filter sees no end; OnHttpStreamDone
+		// tells it the body was cut.
+		return rerr
+	}
+	if n == 0 && !end {
+		return nil
+	}
+	released, err := b.pass(buf[:n], end)
+	if err != nil {
+		return err
+	}
+	b.eof = end
+	b.out = append(b.out, released...) // copied: released may be buf
+	return nil
+}
+
+// responseBody is an upstream's body through the filter's response body
+// callback: when it pauses at the end (a charge in flight) the body waits
+// for it to resume the response.
+func (g *Gateway) responseBody(ctx context.Context, ref streamRef, src io.ReadCloser) *filtered {
+	w, s := ref.w, ref.s
+	return &filtered{src: src, pass: func(chunk []byte, end bool) ([]byte, error) {
+		w.mu.Lock()
+		act, released, err := s.OnResponseBody(context.Background(), chunk, end)
+		calls := w.takePending()
+		w.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		g.perform(w, calls)
+		if act == wasmhost.Pause && end {
+			if !g.await(ctx, w, func() bool { return s.ResponseResumed }) {
+				return nil, errors.New("the client went away while the filter held the response")
+			}
+			w.mu.Lock()
+			released = w.vm.ReleaseResponse(s.StreamState)
+			w.mu.Unlock()
+		}
+		return released, nil
+	}}
+}
+
+// requestBody is a client's body through the filter's request body
+// callback: when it holds the end (a form body's method override being
+// checked) the body waits until it resumes the request or answers it;
+// then reading fails with errAnswered: the upstream request is given up,
+// and the proxy's error handler sends the filter's answer.
+func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadCloser) *filtered {
+	w, s := ref.w, ref.s
+	return &filtered{src: src, pass: func(chunk []byte, end bool) ([]byte, error) {
+		w.mu.Lock()
+		act, released, err := s.OnRequestBody(context.Background(), chunk, end)
+		calls := w.takePending()
+		local := s.Local != nil
+		w.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		g.perform(w, calls)
+		if act == wasmhost.Pause && end && !local {
+			if !g.await(ctx, w, func() bool { return s.Local != nil || s.Resumed }) {
+				return nil, errors.New("the client went away while the filter held the request")
+			}
+			w.mu.Lock()
+			if local = s.Local != nil; !local {
+				released = w.vm.ReleaseRequest(s.StreamState)
+			}
+			w.mu.Unlock()
+		}
+		if local {
+			return nil, errAnswered
+		}
+		return released, nil
+	}}
+}
+
+var errAnswered = errors.New("the filter answered the request itself")
 
 // deliver hands the VM a callout's answer, or its failure; wk.mu is held.
 func (wk *worker) deliver(res calloutResult) error {
