@@ -48,7 +48,7 @@ func TestHeaders(t *testing.T) {
 type pauser struct{ bodies int }
 
 func (*pauser) OnRequestHeaders(uint32, uint32, bool) (uint32, error) { return uint32(Continue), nil }
-func (*pauser) OnRequestBody(uint32, uint32, bool) (uint32, error) { return uint32(Continue), nil }
+func (*pauser) OnRequestBody(uint32, uint32, bool) (uint32, error)    { return uint32(Continue), nil }
 func (*pauser) OnResponseHeaders(uint32, uint32, bool) (uint32, error) {
 	return uint32(Pause), nil
 }

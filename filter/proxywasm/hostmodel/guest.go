@@ -53,28 +53,7 @@ func (c *Core) RequestBody(g Guest, s *StreamState, chunk []byte, endOfStream bo
 	if s.requestHeld {
 		return Pause, nil, ErrRequestHeld
 	}
-	held := len(s.RequestBody) > 0
-	if held {
-		s.RequestBody = append(s.RequestBody, chunk...)
-	} else {
-		s.RequestBody = chunk
-	}
-	s.Resumed = false // a resume from now on releases this chunk
-	c.Enter(s.ID)
-	r, err := g.OnRequestBody(s.ID, uint32(len(s.RequestBody)), endOfStream)
-	if err != nil {
-		return Continue, nil, err
-	}
-	if err := c.finishLocal(g, s); err != nil {
-		return Pause, nil, err
-	}
-	if s.Local == nil && (Action(r) == Continue || s.Resumed) {
-		return Continue, c.ReleaseRequest(s), nil
-	}
-	if !held {
-		s.RequestBody = append([]byte(nil), chunk...) // held: the host owns it
-	}
-	return Pause, nil, nil
+	return c.body(g, s, &s.RequestBody, &s.Resumed, g.OnRequestBody, chunk, endOfStream)
 }
 
 // ReleaseRequest takes what the host holds of s's request body (after the
@@ -112,23 +91,38 @@ func (c *Core) ResponseBody(g Guest, s *StreamState, chunk []byte, endOfStream b
 	if s.responseHeld {
 		return Pause, nil, ErrResponseHeld
 	}
-	held := len(s.ResponseBody) > 0
-	if held {
-		s.ResponseBody = append(s.ResponseBody, chunk...)
+	return c.body(g, s, &s.ResponseBody, &s.ResponseResumed, g.OnResponseBody, chunk, endOfStream)
+}
+
+// body passes a chunk of one of s's bodies (held: what the host holds of
+// it; resumed: the flag a resume of that direction sets) through the
+// guest's callback for it. A local answer meanwhile ends the stream: the
+// answer passes the response path and nothing is released.
+func (c *Core) body(g Guest, s *StreamState, held *[]byte, resumed *bool, callback func(id, size uint32, end bool) (uint32, error),
+	chunk []byte, endOfStream bool) (Action, []byte, error) {
+	buffered := len(*held) > 0
+	if buffered {
+		*held = append(*held, chunk...)
 	} else {
-		s.ResponseBody = chunk // most streams let it go at once: no copy
+		*held = chunk // most streams let it go at once: no copy
 	}
-	s.ResponseResumed = false // a resume from now on releases this chunk
+	*resumed = false // a resume from now on releases this chunk
 	c.Enter(s.ID)
-	r, err := g.OnResponseBody(s.ID, uint32(len(s.ResponseBody)), endOfStream)
+	r, err := callback(s.ID, uint32(len(*held)), endOfStream)
 	if err != nil {
 		return Continue, nil, err
 	}
-	if Action(r) == Continue || s.ResponseResumed {
-		return Continue, c.ReleaseResponse(s), nil
+	local := s.Local != nil && s.ResponseHeaders == nil
+	if err := c.finishLocal(g, s); err != nil {
+		return Pause, nil, err
 	}
-	if !held {
-		s.ResponseBody = append([]byte(nil), chunk...) // held: the host owns it
+	if !local && (Action(r) == Continue || *resumed) {
+		out := *held
+		*held = nil
+		return Continue, out, nil
+	}
+	if !buffered {
+		*held = append([]byte(nil), chunk...) // held: the host owns it
 	}
 	return Pause, nil, nil
 }
