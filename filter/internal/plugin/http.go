@@ -270,8 +270,8 @@ type request struct {
 	// contentType is the Content-Type header (the last one): a form body
 	// may carry a method override (formbody.go).
 	contentType string
-	cost          [pluginconf.MaxCostHeaders]string
-	costSeen      [pluginconf.MaxCostHeaders]bool
+	cost        [pluginconf.MaxCostHeaders]string
+	costSeen    [pluginconf.MaxCostHeaders]bool
 }
 
 // join keeps one header's values: a repeat is joined with ",", which no
