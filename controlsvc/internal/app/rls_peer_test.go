@@ -141,6 +141,12 @@ func compareRun(t *testing.T, ours, theirs rlspb.RateLimitServiceClient, run str
 	if seed > 1 {
 		pool = pool[:16]
 	}
+	// The peer names a counter by its descriptor and its window's start,
+	// not its unit: in the first hour of a UTC day an hourly override of a
+	// daily limit counts in the day's counter there (its quirk, not the
+	// protocol's), and every later answer of that descriptor differs. No
+	// overrides are sent then.
+	overrides := time.Now().UTC().Hour() != 0
 	calls := 400
 	for i := 0; i < calls; i++ {
 		first := pool[r.IntN(len(pool))]
@@ -160,7 +166,7 @@ func compareRun(t *testing.T, ours, theirs rlspb.RateLimitServiceClient, run str
 			case 1:
 				d.HitsAddend = wrapperspb.UInt64(uint64(1 + r.IntN(3)))
 			case 2:
-				if p.domain == "shop" {
+				if p.domain == "shop" && overrides {
 					d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR}
 				}
 			}
