@@ -150,10 +150,11 @@ func (a *App) nextVersion() string { return strconv.FormatInt(a.version.Add(1), 
 
 // Listen binds the configured address.
 func (a *App) Listen() error {
-	ln, err := a.listen(a.cfg.Listen, "http")
+	cl, err := a.listen(a.cfg.Listen, "http")
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 	}
+	var ln net.Listener = cl
 	t, err := a.cfg.TLS()
 	if err != nil {
 		ln.Close()
@@ -175,7 +176,7 @@ func (a *App) Listen() error {
 // listen binds addr with the connection bounds (connlimit): at most
 // max_connections_per_address from one peer, and the listener's share of
 // the file descriptors (HTTP and gRPC each half of three quarters).
-func (a *App) listen(addr, name string) (net.Listener, error) {
+func (a *App) listen(addr, name string) (*connlimit.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/tap"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/credential"
@@ -23,6 +25,7 @@ import (
 // refused before they are parsed.
 const (
 	grpcMaxMessage = 2 << 20
+
 	grpcMaxStreams = 1024
 	grpcMaxHeaders = 64 << 10
 )
@@ -40,6 +43,10 @@ func loadRLS(cfg *config.Config) (*rls.Config, error) {
 	}
 	return rls.Load(cfg.RLSConfig)
 }
+
+// grpcProbation is how long a gRPC connection may go without an
+// authorized call (a variable: tests shorten it).
+var grpcProbation = 10 * time.Second
 
 // listenGRPC opens the rate limit service's listener (grpc_listen), with
 // the HTTP listener's TLS (and client certificates) when it has them.
@@ -66,9 +73,21 @@ func (a *App) listenGRPC() error {
 		// whole (grpc-go's default allows 16 MB a call, unauthenticated).
 		grpc.MaxHeaderListSize(grpcMaxHeaders),
 		// A call without the decision token is refused before its message
-		// is read and before a handler runs.
-		grpc.InTapHandle(a.rls.Tap),
+		// is read and before a handler runs; one with it keeps its
+		// connection past the listener's probation.
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			ctx, err := a.rls.Tap(ctx, info)
+			if p, ok := peer.FromContext(ctx); ok && err == nil {
+				ln.Vouch(p.Addr)
+			}
+			return ctx, err
+		}),
 	}
+	// A connection that makes no authorized call within grpcProbation is
+	// closed: grpc-go keeps an idle one for MaxConnectionIdle, so a
+	// preface alone held one for 5 minutes (an outsider's attack filled
+	// the listener that way from a few addresses).
+	ln.Probation(grpcProbation)
 	t, err := a.cfg.TLS()
 	if err != nil {
 		ln.Close()

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/app"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -527,5 +530,39 @@ window_seconds = 60
 	// The request's own method named again is no override.
 	if r := ask("192.0.2.61", rls.KeyMethod, "POST", rls.KeyPath, "/things/1", rls.KeyMethodOverride, "post"); r.OverallCode != rlspb.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetName() == "deletes" {
 		t.Fatalf("POST overridden as POST: %v", r)
+	}
+}
+
+// A gRPC connection that makes no authorized call within its probation is
+// closed (grpc-go would keep an idle one for 5 minutes: a preface alone
+// held a connection); one that made an authorized call stays.
+func TestRLSConnectionsWithoutACallClose(t *testing.T) {
+	defer app.SetGRPCProbation(300 * time.Millisecond)()
+	s, c, _ := rlsService(t, rlsYAML, "", nil)
+	raw, err := net.Dial("tcp", s.app.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	// The HTTP/2 preface and an empty SETTINGS frame, then nothing.
+	if _, err := raw.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		t.Fatal(err)
+	}
+	ctx := withToken(decisionToken)
+	req := &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "probation")}}
+	if _, err := c.ShouldRateLimit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, raw); err != nil {
+		t.Fatalf("the idle connection: %v, want closed", err)
+	}
+	time.Sleep(400 * time.Millisecond) // past the client connection's probation too
+	if _, err := c.ShouldRateLimit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := metricValue(t, s, `tollgate_connections_refused_total{listener="grpc"}`)
+	if got != 1 {
+		t.Fatalf("%v gRPC connections closed, want 1 (the one without a call)", got)
 	}
 }

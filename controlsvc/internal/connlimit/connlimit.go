@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Listener is a net.Listener that holds at most PerAddress connections
@@ -25,6 +26,32 @@ type Listener struct {
 	mu    sync.Mutex
 	open  int
 	peers map[netip.Addr]int
+
+	// probation, when set, is how long a connection may stay without being
+	// vouched for (Vouch); conns finds a connection by its remote address.
+	probation time.Duration
+	conns     map[string]*conn
+}
+
+// Probation closes every connection not vouched for (Vouch) within d of
+// its accept: a listener whose protocol keeps a connection that made no
+// authorized call (gRPC keeps one idle for minutes) would otherwise let
+// anyone hold it with a preface. Call it before serving.
+func (l *Listener) Probation(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.probation, l.conns = d, map[string]*conn{}
+}
+
+// Vouch keeps the connection from remote past its probation (an
+// authorized call came on it).
+func (l *Listener) Vouch(remote net.Addr) {
+	l.mu.Lock()
+	c := l.conns[remote.String()]
+	l.mu.Unlock()
+	if c != nil {
+		c.vouched.Store(true)
+	}
 }
 
 // New bounds ln's connections: perAddress from one peer address, total in
@@ -42,7 +69,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		peer := peerOf(c)
 		if l.take(peer) {
-			return &conn{Conn: c, l: l, peer: peer}, nil
+			cc := &conn{Conn: c, l: l, peer: peer}
+			l.watch(cc)
+			return cc, nil
 		}
 		l.Refused.Add(1)
 		c.Close()
@@ -60,9 +89,29 @@ func (l *Listener) take(peer netip.Addr) bool {
 	return true
 }
 
-func (l *Listener) give(peer netip.Addr) {
+// watch starts a connection's probation, if the listener has one.
+func (l *Listener) watch(c *conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.probation <= 0 {
+		return
+	}
+	l.conns[c.RemoteAddr().String()] = c
+	c.timer = time.AfterFunc(l.probation, func() {
+		if !c.vouched.Load() {
+			l.Refused.Add(1)
+			c.Close()
+		}
+	})
+}
+
+func (l *Listener) give(c *conn) {
+	peer := c.peer
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns != nil && l.conns[c.RemoteAddr().String()] == c {
+		delete(l.conns, c.RemoteAddr().String())
+	}
 	l.open--
 	if l.peers[peer]--; l.peers[peer] <= 0 {
 		delete(l.peers, peer)
@@ -94,15 +143,23 @@ func peerOf(c net.Conn) netip.Addr {
 
 type conn struct {
 	net.Conn
-	l      *Listener
-	peer   netip.Addr
-	closed atomic.Bool
+	l       *Listener
+	peer    netip.Addr
+	closed  atomic.Bool
+	vouched atomic.Bool
+	timer   *time.Timer // its probation (nil: none); set under l.mu
 }
 
 // Close closes the connection and gives its place back, once.
 func (c *conn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		defer c.l.give(c.peer)
+		c.l.mu.Lock()
+		t := c.timer
+		c.l.mu.Unlock()
+		if t != nil {
+			t.Stop()
+		}
+		defer c.l.give(c)
 	}
 	return c.Conn.Close()
 }

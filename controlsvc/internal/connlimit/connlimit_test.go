@@ -107,3 +107,31 @@ type fakeConn struct {
 }
 
 func (f *fakeConn) RemoteAddr() net.Addr { return f.addr }
+
+// On probation a connection not vouched for in time is closed; one vouched
+// for stays.
+func TestProbation(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(ln, 8, 8)
+	l.Probation(100 * time.Millisecond)
+	defer l.Close()
+	conns := accepted(t, l)
+	idle := dial(t, ln.Addr().String(), "")
+	<-conns
+	kept := dial(t, ln.Addr().String(), "")
+	l.Vouch((<-conns).RemoteAddr())
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a connection never vouched for: %v, want closed", err)
+	}
+	kept.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := kept.Read(make([]byte, 1)); err == io.EOF {
+		t.Fatal("a connection vouched for was closed")
+	}
+	if l.Refused.Load() != 1 || l.Open() != 1 {
+		t.Fatalf("refused %d, open %d", l.Refused.Load(), l.Open())
+	}
+}

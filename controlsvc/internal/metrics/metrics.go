@@ -150,7 +150,7 @@ func (m *Metrics) RegisterBreaker(open func() bool) {
 func (m *Metrics) RegisterConnections(listener string, refused func() uint64, open func() int) {
 	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "tollgate_connections_refused_total",
-		Help:        "Connections closed at once because their peer address held max_connections_per_address, or the listener its share of the file descriptors.",
+		Help:        "Connections closed at once because their peer address held max_connections_per_address, or the listener its share of the file descriptors, and gRPC connections that made no authorized call within 10 s.",
 		ConstLabels: prometheus.Labels{"listener": listener},
 	}, func() float64 { return float64(refused()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
