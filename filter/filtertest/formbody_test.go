@@ -39,10 +39,16 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		{"not a POST: no framework reads it", "PUT", urlencoded, nil, []string{"_method=DELETE"}, "", "", 200},
 		{"not a form", "POST", "application/json", nil, []string{`{"_method":"DELETE"}`, "_method=DELETE"}, "", "", 200},
 		{"the service failing: fail_open lets it go", "POST", urlencoded, nil, []string{"_method=DELETE"}, "DELETE", "500", 200},
+		{"no content type: Rack reads a form", "POST", "", nil, []string{"_method=DELETE"}, "DELETE", "429", 429},
+		{"a second content type, a form's", "POST", "application/json", wasmhost.Headers{{"content-type", urlencoded}}, []string{"_method=DELETE"}, "DELETE", "429", 429},
+		{"multipart/mixed: Rack reads it", "POST", "multipart/mixed; boundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
-			headers := append(wasmhost.Headers{{"content-type", tc.contentType}}, tc.headers...)
+			headers := tc.headers
+			if tc.contentType != "" {
+				headers = append(wasmhost.Headers{{"content-type", tc.contentType}}, headers...)
+			}
 			s, _ := e.start(req{method: tc.method, path: "/things/1", headers: headers, body: true})
 			e.answer(0, "200", decision(true, 50, 0, 0))
 			if !s.Resumed {

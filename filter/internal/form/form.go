@@ -41,15 +41,17 @@ type Scanner interface {
 	End() Overrides
 }
 
-// New returns the scanner of a body of contentType, or nil when no
-// framework reads a method override from such a body.
+// New returns the scanner of a POST body of contentType ("" when the
+// request has none), or nil when no framework reads a method override from
+// such a body. Rack reads a POST without a content type as a form, and
+// parses multipart/mixed and multipart/related bodies too.
 func New(contentType string) Scanner {
 	media, params, _ := strings.Cut(contentType, ";")
 	switch strings.ToLower(strings.TrimSpace(media)) {
-	case "application/x-www-form-urlencoded":
+	case "application/x-www-form-urlencoded", "":
 		return &urlencoded{}
-	case "multipart/form-data":
-		if b := boundary(params); b != "" {
+	case "multipart/form-data", "multipart/mixed", "multipart/related":
+		if b, ok := param(params, "boundary"); ok && len(b) >= 1 && len(b) <= 70 {
 			return newMultipart(b)
 		}
 		// No boundary: no framework parses it; nothing to read.
@@ -57,26 +59,14 @@ func New(contentType string) Scanner {
 	return nil
 }
 
-// boundary is the boundary parameter of a multipart content type's
-// parameters ("" when absent or not a valid boundary, 1..70 characters).
-func boundary(params string) string {
-	for params != "" {
-		var p string
-		p, params, _ = strings.Cut(params, ";")
-		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "boundary") {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-			v = v[1 : len(v)-1]
-		}
-		if len(v) < 1 || len(v) > 70 {
-			return ""
-		}
-		return v
+// Reads reports whether New reads a body of contentType.
+func Reads(contentType string) bool {
+	media, _, _ := strings.Cut(contentType, ";")
+	switch strings.ToLower(strings.TrimSpace(media)) {
+	case "application/x-www-form-urlencoded", "", "multipart/form-data", "multipart/mixed", "multipart/related":
+		return true
 	}
-	return ""
+	return false
 }
 
 // A name is matched as paths.IsMethodParam matches it, one decoded byte

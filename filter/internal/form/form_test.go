@@ -87,6 +87,8 @@ func TestMultipart(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE", Overrides{First: "DELETE", Count: 1}}, // cut off
 		{"multipart/form-data; boundary=b", "--b\r\nX: " + strings.Repeat("y", maxPartHeaders) + "\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nv\r\n--b--", Overrides{First: "(headers too long", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"x_method\"\r\n\r\nDELETE\r\n--b--", Overrides{}},
+		{`multipart/form-data; boundary="a;b"`, "--a;b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--a;b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/mixed; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nput\r\n--b--", Overrides{First: "put", Count: 1}},
 	} {
 		for n := 0; n <= len(c.body) && n < 200; n++ {
 			if got := scan(t, c.contentType, c.body, n); got != c.want {
@@ -99,7 +101,8 @@ func TestMultipart(t *testing.T) {
 func TestNew(t *testing.T) {
 	for ct, want := range map[string]bool{"application/x-www-form-urlencoded": true, "Application/X-WWW-Form-Urlencoded ;charset=x": true,
 		"multipart/form-data; boundary=a": true, "multipart/form-data": false, "multipart/form-data; boundary=" + strings.Repeat("a", 71): false,
-		"application/json": false, "text/plain": false, "": false} {
+		"application/json": false, "text/plain": false, "": true, // Rack reads a POST without one as a form
+		"multipart/mixed; boundary=b": true, "multipart/related; boundary=\"a;b\"": true, "multipart/alternative; boundary=b": false} {
 		if got := New(ct) != nil; got != want {
 			t.Errorf("New(%q): %v, want %v", ct, got, want)
 		}

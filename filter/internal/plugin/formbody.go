@@ -27,9 +27,10 @@ import (
 // take a field out of a body already partly sent, so it counts one too.
 
 // readsForm sets the request up to read its body for a method override
-// when frameworks would read one there: a POST with a form body.
+// when frameworks would read one there: a POST with a form body (Rack
+// reads one without a content type as a form too).
 func (h *httpContext) readsForm(rq *request) {
-	if rq.method == "POST" && rq.contentType != "" {
+	if rq.method == "POST" {
 		h.form = form.New(rq.contentType)
 	}
 }

@@ -267,11 +267,13 @@ type request struct {
 	// lengths joined with "," when repeated); cost holds the values of the
 	// configured cost headers, by their index (repeats joined with ",").
 	contentLength string
-	// contentType is the Content-Type header (the last one): a form body
-	// may carry a method override (formbody.go).
-	contentType string
-	cost        [pluginconf.MaxCostHeaders]string
-	costSeen    [pluginconf.MaxCostHeaders]bool
+	// contentType is the Content-Type header (the first of a form's type
+	// when there are several; contentTypes counts them): a form body may
+	// carry a method override (formbody.go).
+	contentType  string
+	contentTypes int
+	cost         [pluginconf.MaxCostHeaders]string
+	costSeen     [pluginconf.MaxCostHeaders]bool
 }
 
 // join keeps one header's values: a repeat is joined with ",", which no
@@ -325,7 +327,13 @@ func (h *httpContext) readRequest() (request, error) {
 		case equalFold(k, "content-length"):
 			rq.contentLength = join(rq.contentLength, rq.contentLength != "", v)
 		case equalFold(k, "content-type"):
-			rq.contentType = v
+			// Of several, a form's: a framework reading another one is
+			// counted more (its body read for an override it ignores),
+			// never less.
+			if rq.contentTypes == 0 || !form.Reads(rq.contentType) {
+				rq.contentType = v
+			}
+			rq.contentTypes++
 		case equalFold(k, "x-request-id"):
 			if ascii.Printable.Match(v, 1, maxRequestID) {
 				h.requestID = v
