@@ -37,10 +37,11 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		{"a header's, disagreeing", "POST", urlencoded, wasmhost.Headers{{"x-http-method-override", "PUT"}}, []string{"_method=DELETE"}, "", "", 400},
 		{"a header's, agreeing: counted with the headers", "POST", urlencoded, wasmhost.Headers{{"x-http-method-override", "DELETE"}}, []string{"_method=DELETE"}, "", "", 200},
 		{"not a POST: no framework reads it", "PUT", urlencoded, nil, []string{"_method=DELETE"}, "", "", 200},
-		{"not a form", "POST", "application/json", nil, []string{`{"_method":"DELETE"}`, "_method=DELETE"}, "", "", 200},
+		{"not a form", "POST", "text/plain", nil, []string{`{"_method":"DELETE"}`, "_method=DELETE"}, "", "", 200},
+		{"JSON: Laravel reads its fields as a form's", "POST", "application/json", nil, []string{`{"a":{"_method":"PUT"},`, `"_method":"delete"}`}, "DELETE", "429", 429},
 		{"the service failing: fail_open lets it go", "POST", urlencoded, nil, []string{"_method=DELETE"}, "DELETE", "500", 200},
 		{"no content type: Rack reads a form", "POST", "", nil, []string{"_method=DELETE"}, "DELETE", "429", 429},
-		{"a second content type, a form's", "POST", "application/json", wasmhost.Headers{{"content-type", urlencoded}}, []string{"_method=DELETE"}, "DELETE", "429", 429},
+		{"a second content type, a form's", "POST", "text/plain", wasmhost.Headers{{"content-type", urlencoded}}, []string{"_method=DELETE"}, "DELETE", "429", 429},
 		{"multipart/mixed: Rack reads it", "POST", "multipart/mixed; boundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

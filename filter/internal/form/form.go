@@ -1,7 +1,8 @@
 // Package form finds method overrides in a request body as it streams: a
 // _method field of an application/x-www-form-urlencoded or a
 // multipart/form-data body, which Rails (Rack::MethodOverride), Laravel
-// and Symfony read to route a POST as the method it names. The filter
+// and Symfony read to route a POST as the method it names, or a top-level
+// "_method" of a JSON body, which Laravel reads as a form field. The filter
 // lets each chunk go but the last, so it reads the body in pieces: the
 // scanner keeps what it needs between them, in bounded memory, whatever
 // the body's size.
@@ -55,8 +56,19 @@ func New(contentType string) Scanner {
 			return newMultipart(b)
 		}
 		// No boundary: no framework parses it; nothing to read.
+	default:
+		if isJSON(media) {
+			return &jsonBody{}
+		}
 	}
 	return nil
+}
+
+// isJSON reports whether a media type is JSON as Laravel's isJson reads
+// it: one containing "/json" or "+json".
+func isJSON(media string) bool {
+	m := strings.ToLower(media)
+	return strings.Contains(m, "/json") || strings.Contains(m, "+json")
 }
 
 // Reads reports whether New reads a body of contentType.
@@ -66,7 +78,7 @@ func Reads(contentType string) bool {
 	case "application/x-www-form-urlencoded", "", "multipart/form-data", "multipart/mixed", "multipart/related":
 		return true
 	}
-	return false
+	return isJSON(media)
 }
 
 // A name is matched as paths.IsMethodParam matches it, one decoded byte

@@ -2,10 +2,12 @@ package form
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	mime "mime/multipart"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tollgate-rl/tollgate/shared/paths"
 	"github.com/tollgate-rl/tollgate/shared/rules"
@@ -101,7 +103,7 @@ func TestMultipart(t *testing.T) {
 func TestNew(t *testing.T) {
 	for ct, want := range map[string]bool{"application/x-www-form-urlencoded": true, "Application/X-WWW-Form-Urlencoded ;charset=x": true,
 		"multipart/form-data; boundary=a": true, "multipart/form-data": false, "multipart/form-data; boundary=" + strings.Repeat("a", 71): false,
-		"application/json": false, "text/plain": false, "": true, // Rack reads a POST without one as a form
+		"application/json": true, "text/plain": false, "": true, // Rack reads a POST without one as a form
 		"multipart/mixed; boundary=b": true, "multipart/related; boundary=\"a;b\"": true, "multipart/alternative; boundary=b": false} {
 		if got := New(ct) != nil; got != want {
 			t.Errorf("New(%q): %v, want %v", ct, got, want)
@@ -167,9 +169,11 @@ func BenchmarkScan(b *testing.B) {
 	file := bytes.Repeat([]byte("0123456789abcdef\r\n-"), (1<<20)/19)
 	upload := "--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + string(file) + "\r\n--XyZ--\r\n"
 	form := strings.Repeat("field=value+with%20escapes&", (64<<10)/27) + "_method=DELETE"
+	doc := `{"items":[` + strings.Repeat(`{"id":12345,"name":"a \"quoted\" name","tags":["x","y"]},`, (64<<10)/56) + `{}],"_method":"PATCH"}`
 	for _, c := range []struct{ name, contentType, body string }{
 		{"multipart-1MiB", "multipart/form-data; boundary=XyZ", upload},
 		{"urlencoded-64KiB", "application/x-www-form-urlencoded", form},
+		{"json-64KiB", "application/json", doc},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
@@ -186,4 +190,56 @@ func BenchmarkScan(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A JSON body's top-level "_method" string is an override (Laravel reads
+// JSON fields as its form); nothing deeper, nothing else.
+func TestJSON(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want Overrides
+	}{
+		{`{"_method":"DELETE"}`, Overrides{First: "DELETE", Count: 1}},
+		{` { "a" : {"_method":"PUT", "b":["_method", "}"]}, "\u005fmethod" : "del\u0065te" } `, Overrides{First: "delete", Count: 1}},
+		{`{"x":"\"_method\":\"PUT\"","_method":"PATCH","y":1}`, Overrides{First: "PATCH", Count: 1}},
+		{`{"_method":1,"_method":null,"_method":["DELETE"],"_method":{"a":"DELETE"}}`, Overrides{}},
+		{`{"_method":"PUT","_method":"DELETE"}`, Overrides{First: "PUT", Count: 2, Conflict: true}},
+		{`[{"_method":"DELETE"}]`, Overrides{}},
+		{`{"_METHOD":"DELETE","_methods":"DELETE"," _method":"DELETE"}`, Overrides{}},
+		{`{"_method":"` + strings.Repeat("A", 40) + `"}`, Overrides{First: strings.Repeat("A", maxValue+1), Count: 1}},
+	} {
+		for n := 0; n <= len(c.body); n++ {
+			if got := scan(t, "application/vnd.api+json", c.body, n); got != c.want {
+				t.Fatalf("%s in chunks of %d: %+v, want %+v", c.body, n, got, c.want)
+			}
+		}
+	}
+}
+
+// A JSON body's override is found wherever encoding/json (which, like
+// PHP, takes a repeated key's last value) reads a top-level "_method"
+// string, in any chunks.
+func FuzzJSON(f *testing.F) {
+	f.Add(`{"a":{"_method":"PUT"},"_method":"del\u0065te"}`, uint8(3))
+	f.Add(`{"_method":"\ud83d\ude00","_method":"GET"}`, uint8(1))
+	f.Fuzz(func(t *testing.T, body string, n uint8) {
+		got := scan(t, "application/json", body, int(n))
+		var doc map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &doc) != nil {
+			return
+		}
+		var v string
+		if json.Unmarshal(doc["_method"], &v) != nil {
+			return // absent, or no string
+		}
+		// A value with bytes beyond ASCII is no method either way, however
+		// each decodes its invalid UTF-8.
+		ascii := true
+		for i := 0; i < len(v); i++ {
+			ascii = ascii && v[i] < utf8.RuneSelf
+		}
+		if got.Count == 0 || !got.Conflict && ascii && !strings.EqualFold(got.First, v[:min(len(v), maxValue+1)]) {
+			t.Fatalf("%q in chunks of %d: encoding/json reads _method=%q, the scanner %+v", body, n, v, got)
+		}
+	})
 }
