@@ -322,21 +322,7 @@ func (h *httpContext) payFromLease() bool {
 func (h *httpContext) onChargeResponse(numHeaders, bodySize, _ int) {
 	p := h.p
 	defer h.releaseResponse()
-	status := 0
-	if numHeaders > 0 {
-		if hs, err := proxywasm.GetHttpCallResponseHeaderMap(); err == nil {
-			_ = headermap.Walk(hs, func(k, v string) bool {
-				if k == ":status" {
-					status, _ = strconv.Atoi(v)
-				}
-				return true
-			})
-		}
-	}
-	var body []byte
-	if bodySize > 0 {
-		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
-	}
+	status, _, body, _ := calloutAnswer(numHeaders, bodySize) // no answer: status 0, refused
 	var r wire.ChargeResponse
 	if status != 200 || wire.DecodeChargeResponse(body, &r) != nil {
 		p.m.chargeFailures.Increment(1)

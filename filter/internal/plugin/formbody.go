@@ -6,7 +6,6 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/internal/form"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
-	"github.com/tollgate-rl/tollgate/filter/proxywasm/headermap"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -107,19 +106,7 @@ func (h *httpContext) checkOverride(m string) types.Action {
 func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 	p := h.p
 	now := h.now()
-	status, hs, body := 0, "", []byte(nil)
-	if numHeaders > 0 {
-		hs, _ = proxywasm.GetHttpCallResponseHeaderMap()
-		_ = headermap.Walk(hs, func(k, v string) bool {
-			if k == ":status" {
-				status, _ = strconv.Atoi(v)
-			}
-			return true
-		})
-	}
-	if bodySize > 0 {
-		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
-	}
+	status, hs, body, _ := calloutAnswer(numHeaders, bodySize) // no answer: status 0, a failure
 	var d wire.CheckResponse
 	switch {
 	case (status == 200 || status == 429) && p.decoder.DecodeCheckResponse(body, &d) == nil && (status == 200) == d.Allowed && h.plausible(&d):

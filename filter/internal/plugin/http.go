@@ -629,28 +629,10 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	defer h.release() // the bucket's waiters take from what it brought
 	now := h.now()
 	p.m.calloutLatency.Record(uint64(max(now.UnixNano()-h.start, 0) / 1e6))
-	if numHeaders == 0 {
-		h.calloutFailed(now, "stream reset")
+	status, hs, body, why := calloutAnswer(numHeaders, bodySize)
+	if why != "" {
+		h.calloutFailed(now, why)
 		return
-	}
-	hs, err := proxywasm.GetHttpCallResponseHeaderMap()
-	if err != nil {
-		h.calloutFailed(now, "no response headers")
-		return
-	}
-	status := 0
-	if err := headermap.Walk(hs, func(k, v string) bool {
-		if k == ":status" {
-			status, _ = strconv.Atoi(v)
-		}
-		return true
-	}); err != nil {
-		h.calloutFailed(now, "no response headers")
-		return
-	}
-	var body []byte
-	if bodySize > 0 {
-		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
 	}
 	switch {
 	case status == 200 || status == 429:
@@ -687,6 +669,31 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 	default:
 		h.calloutFailed(now, "status "+strconv.Itoa(status))
 	}
+}
+
+// calloutAnswer reads the answer of the callout being delivered: its
+// status, its serialised headers and its body (up to maxCalloutBody); why
+// says what it lacks ("" when it has headers: a reset has none).
+func calloutAnswer(numHeaders, bodySize int) (status int, hs string, body []byte, why string) {
+	if numHeaders == 0 {
+		return 0, "", nil, "stream reset"
+	}
+	hs, err := proxywasm.GetHttpCallResponseHeaderMap()
+	if err == nil {
+		err = headermap.Walk(hs, func(k, v string) bool {
+			if k == ":status" {
+				status, _ = strconv.Atoi(v)
+			}
+			return true
+		})
+	}
+	if err != nil {
+		return 0, "", nil, "no response headers"
+	}
+	if bodySize > 0 {
+		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxCalloutBody))
+	}
+	return status, hs, body, ""
 }
 
 // relay answers the client with the service's own answer.
