@@ -610,15 +610,25 @@ func (b *filtered) step() error {
 		// tells it the body was cut.
 		return rerr
 	}
-	if n == 0 && !end {
-		return nil
+	// As Envoy's HTTP/1 codec: the bytes with no end, then the end alone,
+	// an empty chunk (Go's reader returns a Content-Length body's last
+	// bytes with its end; a filter holding only the end chunk would hold
+	// nothing in Envoy).
+	if n > 0 {
+		released, err := b.pass(buf[:n], false)
+		if err != nil {
+			return err
+		}
+		b.out = append(b.out, released...) // copied: released may be buf
 	}
-	released, err := b.pass(buf[:n], end)
-	if err != nil {
-		return err
+	if end {
+		released, err := b.pass(nil, true)
+		if err != nil {
+			return err
+		}
+		b.out = append(b.out, released...)
+		b.eof = true
 	}
-	b.eof = end
-	b.out = append(b.out, released...) // copied: released may be buf
 	return nil
 }
 

@@ -29,8 +29,15 @@ import (
 // when frameworks would read one there: a POST with a form body (Rack
 // reads one without a content type as a form too).
 func (h *httpContext) readsForm(rq *request) {
-	if rq.method == "POST" {
-		h.form = form.New(rq.contentType)
+	if rq.method != "POST" {
+		return
+	}
+	if h.form = form.New(rq.contentType); h.form == nil {
+		return
+	}
+	h.formLeft = -1
+	if n, err := strconv.ParseInt(rq.contentLength, 10, 64); err == nil && n >= 0 && rq.contentLength[0] != '+' {
+		h.formLeft = n
 	}
 }
 
@@ -55,7 +62,13 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Ac
 		}
 		sc.Feed(b)
 	}
-	if !endOfStream {
+	if h.formLeft >= 0 {
+		h.formLeft -= int64(bodySize)
+	}
+	// The chunk that completes a Content-Length body is held, not only the
+	// end: Envoy's HTTP/1 codec passes the bytes, then the end alone, and
+	// an upstream that has all Content-Length bytes runs the request.
+	if !endOfStream && h.formLeft != 0 {
 		return types.ActionContinue
 	}
 	h.form = nil

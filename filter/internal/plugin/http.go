@@ -78,6 +78,7 @@ type httpContext struct {
 	// goes on (formbody.go); bodyHeld: its end waits for the override's
 	// check.
 	form     form.Scanner
+	formLeft int64 // Content-Length bytes the scanner has yet to see (-1: unknown)
 	bodyHeld bool
 	// charge is set when the response reports the request's cost.
 	charge *charging
