@@ -48,6 +48,9 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		{"no content type: Rack reads a form", "POST", "", nil, []string{"_method=DELETE"}, "DELETE", "429", 429, false},
 		{"a second content type, a form's", "POST", "text/plain", wasmhost.Headers{{"content-type", urlencoded}}, []string{"_method=DELETE"}, "DELETE", "429", 429, false},
 		{"multipart/mixed: Rack reads it", "POST", "multipart/mixed; boundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429, false},
+		{"a comma ends the media type (Rack, PHP)", "POST", "application/x-www-form-urlencoded,x", nil, []string{"_method=DELETE"}, "DELETE", "429", 429, false},
+		{"xboundary= is a boundary to Rack and PHP", "POST", "multipart/form-data; xboundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429, false},
+		{"Rack 2's brackets", "POST", urlencoded, nil, []string{"[_method]=DELETE"}, "DELETE", "429", 429, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)

@@ -69,6 +69,8 @@ var heavy = map[string]string{
 	"internal/reflectlite.implements": "errors.As's reflection: fielderr.As unwraps by hand",
 	// 22 kB: its tables of metrics and their descriptions.
 	"runtime/metrics.": "runtime/metrics: the debug exports read runtime.ReadMemStats",
+	// 23 kB with its data.
+	"slices.pdqsortOrdered[go.shape.string]": "sorting strings with sort.Strings or slices.Sort: wire.sortKeys sorts its few map keys",
 }
 
 // TestModuleLinksNoHeavyPackage: none of heavy's packages is reachable in

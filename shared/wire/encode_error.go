@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"sort"
 	"strconv"
 )
 
@@ -21,7 +20,7 @@ func AppendErrorEnvelope(dst []byte, b *ErrorBody) []byte {
 	for k := range b.Details {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	sortKeys(keys)
 	for i, k := range keys {
 		if i > 0 {
 			dst = append(dst, ',')

@@ -42,26 +42,114 @@ type Scanner interface {
 	End() Overrides
 }
 
-// New returns the scanner of a POST body of contentType ("" when the
-// request has none), or nil when no framework reads a method override from
-// such a body. Rack reads a POST without a content type as a form, and
-// parses multipart/mixed and multipart/related bodies too.
-func New(contentType string) Scanner {
-	media, params, _ := strings.Cut(contentType, ";")
-	switch strings.ToLower(strings.TrimSpace(media)) {
-	case "application/x-www-form-urlencoded", "":
+// New returns the scanner of a POST body with the Content-Type headers
+// contentTypes (none: the request has none), or nil when no framework reads
+// a method override from such a body. The readings of the frameworks that
+// read one are all taken, a body read for every type and boundary any of
+// them would see (counting an override one of them ignores is counting
+// more, never less): Rack reads a POST without a content type as a form,
+// parses every multipart type, cuts a media type at ';' or ',' (PHP at a
+// space too), and both find a boundary wherever "boundary=" appears,
+// cutting it at '"', ';' or ','; Laravel reads a JSON body's fields.
+func New(contentTypes ...string) Scanner {
+	if len(contentTypes) == 0 {
 		return &urlencoded{}
-	case "multipart/form-data", "multipart/mixed", "multipart/related":
-		if b, ok := param(params, "boundary"); ok && len(b) >= 1 && len(b) <= 70 {
-			return newMultipart(b)
-		}
-		// No boundary: no framework parses it; nothing to read.
-	default:
-		if isJSON(media) {
-			return &jsonBody{}
+	}
+	var all multi
+	for _, ct := range contentTypes {
+		media := mediaType(ct)
+		switch {
+		case media == "" || media == "application/x-www-form-urlencoded":
+			all = append(all, &urlencoded{})
+		case strings.HasPrefix(media, "multipart/"):
+			for _, b := range boundaries(ct) {
+				all = append(all, newMultipart(b))
+			}
+		case isJSON(media):
+			all = append(all, &jsonBody{})
 		}
 	}
-	return nil
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+// mediaType is a content type's media type, lower-cased: up to the first
+// ';', ',' or white space.
+func mediaType(ct string) string {
+	ct = strings.TrimLeft(ct, " \t")
+	if i := strings.IndexAny(ct, ";, \t"); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(ct)
+}
+
+// maxBoundary bounds a boundary (RFC 2046 says 70; no parser enforces it)
+// and maxBoundaries the readings of one content type.
+const (
+	maxBoundary   = 1024
+	maxBoundaries = 4
+)
+
+// boundaries are a multipart content type's boundaries as the frameworks
+// read them: its boundary parameter, and at every "boundary" in it (as
+// Rack's and PHP's searches find one, "xboundary=" too) the value after
+// '=', cut at '"', ';', ',' or white space.
+func boundaries(ct string) []string {
+	var out []string
+	add := func(b string) {
+		for _, o := range out {
+			if o == b {
+				return
+			}
+		}
+		if len(b) >= 1 && len(b) <= maxBoundary && len(out) < maxBoundaries {
+			out = append(out, b)
+		}
+	}
+	if _, params, ok := strings.Cut(ct, ";"); ok {
+		if b, ok := param(params, "boundary"); ok {
+			add(b)
+		}
+	}
+	lower := strings.ToLower(ct)
+	for i := strings.Index(lower, "boundary"); i >= 0; i = strings.Index(lower, "boundary") {
+		lower, ct = lower[i+len("boundary"):], ct[i+len("boundary"):]
+		v := strings.TrimLeft(ct, " \t")
+		if v, ok := strings.CutPrefix(v, "="); ok {
+			v = strings.TrimLeft(v, " \t\"")
+			if k := strings.IndexAny(v, "\";, \t"); k >= 0 {
+				v = v[:k]
+			}
+			add(v)
+		}
+	}
+	return out
+}
+
+// multi reads a body with several scanners, one per reading of it.
+type multi []Scanner
+
+func (m multi) Feed(chunk []byte) {
+	for _, s := range m {
+		s.Feed(chunk)
+	}
+}
+
+func (m multi) End() Overrides {
+	var o Overrides
+	for _, s := range m {
+		if r := s.End(); r.Count > 0 {
+			o.add(r.First)
+			o.Count += r.Count - 1
+			o.Conflict = o.Conflict || r.Conflict
+		}
+	}
+	return o
 }
 
 // isJSON reports whether a media type is JSON as Laravel's isJson reads
@@ -71,24 +159,18 @@ func isJSON(media string) bool {
 	return strings.Contains(m, "/json") || strings.Contains(m, "+json")
 }
 
-// Reads reports whether New reads a body of contentType.
-func Reads(contentType string) bool {
-	media, _, _ := strings.Cut(contentType, ";")
-	switch strings.ToLower(strings.TrimSpace(media)) {
-	case "application/x-www-form-urlencoded", "", "multipart/form-data", "multipart/mixed", "multipart/related":
-		return true
-	}
-	return isJSON(media)
-}
-
-// A name is matched as paths.IsMethodParam matches it, one decoded byte
-// at a time: leading spaces dropped, cut at a NUL, seven characters.
+// A name is matched as the frameworks read it, one decoded byte at a time:
+// PHP drops its leading spaces, cuts it at a NUL and reads a first ' ', '.'
+// or '[' as '_'; Rack 2 strips the brackets around it ("[_method]",
+// "]]_method"); the core left, compared without case, is "_method",
+// ".method" or, after a dropped '[', "method".
 type nameMatch struct {
-	buf  [8]byte
-	n    int
-	lead bool // still in the leading spaces
-	cut  bool // a NUL ended it
-	long bool // more than seven characters before any NUL
+	buf     [8]byte
+	n       int
+	lead    bool // still in the leading spaces and brackets
+	bracket bool // a '[' was among them
+	cut     bool // a NUL, or a bracket after the core, ended it
+	long    bool // more than seven characters in its core
 }
 
 func (m *nameMatch) reset() { *m = nameMatch{lead: true} }
@@ -96,10 +178,11 @@ func (m *nameMatch) reset() { *m = nameMatch{lead: true} }
 func (m *nameMatch) add(c byte) {
 	switch {
 	case m.cut || m.long:
-	case m.lead && c == ' ':
-	case c == 0:
+	case m.lead && (c == ' ' || c == '[' || c == ']'):
+		m.bracket = m.bracket || c == '['
+	case c == 0 || c == '[' || c == ']':
 		m.cut = true
-	case m.n == 7:
+	case m.n == len(m.buf)-1:
 		m.long = true
 	default:
 		m.lead = false
@@ -108,11 +191,16 @@ func (m *nameMatch) add(c byte) {
 	}
 }
 
-// matches reports whether the decoded name is one of _method's spellings
-// (paths.IsMethodParam, on the name already decoded).
+// matches reports whether the decoded name is one of _method's spellings.
 func (m *nameMatch) matches() bool {
-	if m.long || m.n != 7 || strings.IndexByte("_ .[", m.buf[0]) < 0 {
+	core := string(m.buf[:m.n])
+	switch {
+	case m.long:
 		return false
+	case len(core) == 7 && (core[0] == '_' || core[0] == '.'):
+		return strings.EqualFold(core[1:], "method")
+	case len(core) == 6 && m.bracket:
+		return strings.EqualFold(core, "method")
 	}
-	return strings.EqualFold(string(m.buf[1:7]), "method")
+	return false
 }

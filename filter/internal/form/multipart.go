@@ -11,18 +11,15 @@ import (
 // might read it as _method.
 const maxPartHeaders = 8 << 10
 
-// multipart reads a multipart/form-data body. A delimiter is "--boundary"
-// at the start of a line ("\n--boundary": a line ended with "\r\n" leaves
-// its '\r' in what came before, which is dropped from a value), found with
-// a KMP automaton across chunks; the bytes of a delimiter begun and not
-// finished are passed on as content.
+// multipart reads a multipart body. A delimiter is "--boundary" wherever
+// it is (Rack finds one after spaces, or in the middle of a line; the line
+// end before it is dropped from a value), found with a KMP automaton
+// across chunks; the bytes of a delimiter begun and not finished are passed
+// on as content.
 type multipart struct {
-	delim []byte // "\n--" + boundary
+	delim []byte // "--" + boundary
 	fail  []int  // KMP failure function of delim
 	match int    // delim[:match] seen last
-	// virt: the '\n' that delim[:match] begins with was not in the body
-	// (a line's start taken for one: the body's, a delimiter line's end).
-	virt bool
 
 	state   int
 	line    int  // bytes of the delimiter's line seen (after the boundary)
@@ -35,7 +32,7 @@ type multipart struct {
 	last     [2]byte
 	overflow bool
 	method   bool   // the part is a _method field
-	value    []byte // its content, up to maxValue+2 bytes ('\r' included)
+	value    []byte // its content, up to maxValue+3 bytes (the line end included)
 	out      Overrides
 }
 
@@ -48,7 +45,7 @@ const (
 )
 
 func newMultipart(boundary string) *multipart {
-	m := &multipart{delim: []byte("\n--" + boundary)}
+	m := &multipart{delim: []byte("--" + boundary)}
 	m.fail = make([]int, len(m.delim)+1)
 	for i, k := 1, 0; i < len(m.delim); i++ {
 		for k > 0 && m.delim[i] != m.delim[k] {
@@ -59,7 +56,6 @@ func newMultipart(boundary string) *multipart {
 		}
 		m.fail[i+1] = k
 	}
-	m.match, m.virt = 1, true // the body's start counts as a line's: "--boundary" first
 	return m
 }
 
@@ -67,8 +63,8 @@ func (m *multipart) Feed(chunk []byte) {
 	for len(chunk) > 0 && m.state != epilogue {
 		if m.match == 0 && (m.state == preamble || m.state == partContent && !m.method) {
 			// Bytes no one keeps, up to where a delimiter may begin: a
-			// file's content costs a search for '\n', not a state each.
-			i := bytes.IndexByte(chunk, '\n')
+			// file's content costs a search for '-', not a state each.
+			i := bytes.IndexByte(chunk, '-')
 			if i < 0 {
 				return
 			}
@@ -91,21 +87,17 @@ func (m *multipart) byte(c byte) {
 		// The delimiter begun is none: what of it no longer matches is
 		// content.
 		k := m.fail[m.match]
-		emit := m.delim[:m.match-k]
-		if m.virt {
-			emit, m.virt = emit[1:], false
-		}
-		m.content(emit)
+		m.content(m.delim[:m.match-k])
 		m.match = k
 	}
 	if c == m.delim[m.match] {
 		m.match++
 		if m.match == len(m.delim) {
-			m.match, m.virt = 0, false
+			m.match = 0
 			if m.state == partHeaders {
-				// The delimiter's '\n' may end the headers too: an empty
-				// part ("name=\"_method\"\n\n--boundary") is a field
-				// with no value to a lenient reader.
+				// Headers a delimiter cuts short may name the field all
+				// the same: a lenient reader takes it with no value.
+				m.header('\n')
 				m.header('\n')
 			}
 			m.endPart()
@@ -125,16 +117,14 @@ func (m *multipart) delimLine(c byte) {
 		// "--" right after the boundary: the last delimiter.
 		m.dash, m.closing = true, m.line == 2
 	case c == '\n':
-		if m.closing {
-			m.state = epilogue
-			return
-		}
 		m.state, m.headers, m.method, m.value = partHeaders, m.headers[:0], false, m.value[:0]
 		m.seen, m.last, m.overflow = 0, [2]byte{}, false
-		m.match, m.virt = 1, true // a delimiter may follow at once (an empty part)
 	}
 	if m.line == 2 && m.closing {
-		m.state = epilogue
+		// The last delimiter. What follows is no part to a strict reader;
+		// a delimiter after it still starts one here (one a lenient reader
+		// took for the last may be none to another).
+		m.state = preamble
 	}
 }
 
@@ -146,8 +136,8 @@ func (m *multipart) content(b []byte) {
 			m.header(c)
 		}
 	case partContent:
-		if m.method && len(m.value) <= maxValue+1 {
-			m.value = append(m.value, b[:min(len(b), maxValue+2-len(m.value))]...)
+		if m.method && len(m.value) <= maxValue+2 {
+			m.value = append(m.value, b[:min(len(b), maxValue+3-len(m.value))]...)
 		}
 	}
 }
@@ -175,7 +165,10 @@ func (m *multipart) header(c byte) {
 // endPart ends the part in progress at a delimiter.
 func (m *multipart) endPart() {
 	if m.state == partContent && m.method {
-		v := m.value
+		v := m.value // less the line end before the delimiter
+		if n := len(v); n > 0 && v[n-1] == '\n' {
+			v = v[:n-1]
+		}
 		if n := len(v); n > 0 && v[n-1] == '\r' {
 			v = v[:n-1]
 		}
@@ -193,24 +186,34 @@ func (m *multipart) End() Overrides {
 	return m.out
 }
 
-// methodField reports whether a part's headers name a _method field: its
-// Content-Disposition's name parameter, read leniently (a quoted string
-// with backslash escapes, or a token), is one of the spellings a framework
-// reads as _method (paths.IsMethodParam, with no percent-decoding: a
-// multipart name is not encoded).
+// methodField reports whether a part's headers name a _method field, as
+// any framework reads them: its headers unfolded (a line that begins with
+// a space or a tab continues the one before), every name parameter of its
+// Content-Disposition (Rack's pattern takes the last, PHP the last, a
+// third the first), and its Content-ID (Rack 2 names a part by it when it
+// has no name), each a spelling of _method (nameMatch; a multipart name
+// is not percent-decoded).
 func methodField(headers string) bool {
-	for _, line := range strings.Split(headers, "\n") {
+	for _, line := range strings.Split(unfold(headers), "\n") {
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "content-disposition") {
+		if !ok {
 			continue
 		}
-		if name, ok := param(v, "name"); ok {
-			var nm nameMatch
-			nm.reset()
-			for i := 0; i < len(name); i++ {
-				nm.add(name[i])
+		switch k = strings.TrimSpace(k); {
+		case strings.EqualFold(k, "content-disposition"):
+			for v != "" {
+				name, rest, ok := paramRest(v, "name")
+				if !ok {
+					break
+				}
+				if isMethodName(name) {
+					return true
+				}
+				v = rest
 			}
-			if nm.matches() {
+		case strings.EqualFold(k, "content-id"):
+			id := strings.TrimSpace(strings.TrimSuffix(v, "\r"))
+			if isMethodName(strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">")) || isMethodName(id) {
 				return true
 			}
 		}
@@ -218,38 +221,72 @@ func methodField(headers string) bool {
 	return false
 }
 
+// unfold joins a header's continuation lines (beginning with a space or a
+// tab) to the line before.
+func unfold(h string) string {
+	b := []byte(h)
+	out := b[:0]
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c == '\r' && i+2 < len(b) && b[i+1] == '\n' && (b[i+2] == ' ' || b[i+2] == '\t') {
+			i++
+			continue
+		}
+		if c == '\n' && i+1 < len(b) && (b[i+1] == ' ' || b[i+1] == '\t') {
+			continue
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
+
+// isMethodName reports whether a name, as sent, is a spelling of _method.
+func isMethodName(name string) bool {
+	var nm nameMatch
+	nm.reset()
+	for i := 0; i < len(name); i++ {
+		nm.add(name[i])
+	}
+	return nm.matches()
+}
+
 // param is the value of a parameter of a header value ("form-data;
-// name=\"x\""), found by its key without case.
+// name=\"x\""), found by its key without case: the first of that key.
 func param(v, key string) (string, bool) {
+	val, _, ok := paramRest(v, key)
+	return val, ok
+}
+
+// paramRest is param, with what follows the value (for the next one).
+func paramRest(v, key string) (val, rest string, found bool) {
 	for v != "" {
 		v = strings.TrimLeft(v, " \t;")
-		k, rest, ok := strings.Cut(v, "=")
+		k, after, ok := strings.Cut(v, "=")
 		if !ok {
-			return "", false
+			return "", "", false
 		}
 		k = strings.TrimSpace(k)
-		if i := strings.LastIndexByte(k, ';'); i >= 0 {
+		if i := strings.LastIndexAny(k, "; \t"); i >= 0 {
 			k = strings.TrimSpace(k[i+1:])
 		}
-		rest = strings.TrimLeft(rest, " \t")
-		var val string
-		if strings.HasPrefix(rest, `"`) {
+		after = strings.TrimLeft(after, " \t")
+		if strings.HasPrefix(after, `"`) {
 			var b strings.Builder
 			i := 1
-			for ; i < len(rest) && rest[i] != '"'; i++ {
-				if rest[i] == '\\' && i+1 < len(rest) {
+			for ; i < len(after) && after[i] != '"'; i++ {
+				if after[i] == '\\' && i+1 < len(after) {
 					i++
 				}
-				b.WriteByte(rest[i])
+				b.WriteByte(after[i])
 			}
-			val, v = b.String(), rest[min(i+1, len(rest)):]
+			val, v = b.String(), after[min(i+1, len(after)):]
 		} else {
-			val, v, _ = strings.Cut(rest, ";")
+			val, v, _ = strings.Cut(after, ";")
 			val = strings.TrimSpace(strings.TrimSuffix(val, "\r"))
 		}
 		if strings.EqualFold(k, key) {
-			return val, true
+			return val, v, true
 		}
 	}
-	return "", false
+	return "", "", false
 }

@@ -32,7 +32,7 @@ func (h *httpContext) readsForm(rq *request) {
 	if rq.method != "POST" {
 		return
 	}
-	if h.form = form.New(rq.contentType); h.form == nil {
+	if h.form = form.New(rq.contentType[:min(rq.contentTypes, len(rq.contentType))]...); h.form == nil {
 		return
 	}
 	h.formLeft = -1

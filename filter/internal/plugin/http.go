@@ -268,10 +268,10 @@ type request struct {
 	// lengths joined with "," when repeated); cost holds the values of the
 	// configured cost headers, by their index (repeats joined with ",").
 	contentLength string
-	// contentType is the Content-Type header (the first of a form's type
-	// when there are several; contentTypes counts them): a form body may
-	// carry a method override (formbody.go).
-	contentType  string
+	// contentType holds the Content-Type headers (the first four;
+	// contentTypes counts them): a form body may carry a method override
+	// (formbody.go).
+	contentType  [4]string
 	contentTypes int
 	cost         [pluginconf.MaxCostHeaders]string
 	costSeen     [pluginconf.MaxCostHeaders]bool
@@ -328,11 +328,10 @@ func (h *httpContext) readRequest() (request, error) {
 		case equalFold(k, "content-length"):
 			rq.contentLength = join(rq.contentLength, rq.contentLength != "", v)
 		case equalFold(k, "content-type"):
-			// Of several, a form's: a framework reading another one is
-			// counted more (its body read for an override it ignores),
-			// never less.
-			if rq.contentTypes == 0 || !form.Reads(rq.contentType) {
-				rq.contentType = v
+			// Every one is read (formbody.go): frameworks take the first,
+			// the last, or all joined.
+			if rq.contentTypes < len(rq.contentType) {
+				rq.contentType[rq.contentTypes] = v
 			}
 			rq.contentTypes++
 		case equalFold(k, "x-request-id"):
