@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/form"
+	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/pluginconf"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
@@ -91,10 +92,27 @@ func (h *httpContext) bodyOverride(o form.Overrides) types.Action {
 }
 
 // checkOverride asks the service about the rules method m adds to the
-// request's; the body's end waits for the answer (onOverrideResponse).
+// request's; the body's end waits for the answer (onOverrideResponse). The
+// lease cache answers first, from the bucket a header naming m counts in:
+// a lease of it (which counts this request under m's rules, and its own
+// method's again) lets the body go, a denial cached there refuses it, as
+// a refused override answer caches one (without that, each refused form
+// cost a check: 5,456 for 5,000 in an outsider's attack, against 16 to 30
+// by header).
 func (h *httpContext) checkOverride(m string) types.Action {
 	p := h.p
 	now := h.now()
+	h.overrideBucket = h.bucketOf(h.method, m, h.path)
+	if p.cfg.Lease.Request > 0 {
+		switch e, out, _ := p.cache.Take(h.overrideBucket, now.UnixMilli()); out {
+		case leasecache.Hit:
+			p.m.localHits.Increment(1)
+			return types.ActionContinue
+		case leasecache.Denied:
+			h.deny(h.cachedDenial(&e, now))
+			return types.ActionPause
+		}
+	}
 	if !p.breaker.Allow(now) {
 		return h.overrideFailed("circuit breaker open")
 	}
@@ -129,7 +147,13 @@ func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 		}
 		if !d.Allowed {
 			h.bodyHeld = false
-			h.deny(h.verdictOf(&d))
+			v := h.verdictOf(&d)
+			if p.cfg.Lease.Request > 0 {
+				e := v.entry(h.overrideBucket)
+				e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
+				_ = p.cache.Put(e, now.UnixMilli())
+			}
+			h.deny(v)
 			return
 		}
 		if v := h.verdictOf(&d); v.limits.Limit > 0 && (!h.hasVerdict || v.limits.Remaining < h.verdict.limits.Remaining) {

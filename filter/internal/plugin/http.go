@@ -80,6 +80,8 @@ type httpContext struct {
 	form     form.Scanner
 	formLeft int64 // Content-Length bytes the scanner has yet to see (-1: unknown)
 	bodyHeld bool
+	// overrideBucket is the bucket of the body's override (checkOverride).
+	overrideBucket leasecache.Owner
 	// charge is set when the response reports the request's cost.
 	charge *charging
 
@@ -140,27 +142,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	if !h.resolveIdentity(rq.auth, rq.xff, rq.realIP) {
 		return types.ActionPause // answered 401
 	}
-	// The raw API key goes into the keyed hash: only its 128-bit digest
-	// reaches shared data, and the hash is secret per process. The parts are
-	// those of Bucket(JWT subject, client address, api key, tier, tenant,
-	// method, path), each one there is, hashed where they lie: the client
-	// address's identity in a stack buffer.
-	b := p.cache.NewBucket()
-	var buf [64]byte
-	if h.id != "" {
-		b.Add(h.id)
-	}
-	if h.ip.IsValid() {
-		// A JWT caller's lease is its address's too: an ip rule counted it
-		// from there.
-		b.AddBytes(h.appendIPIdentity(buf[:0]))
-	}
-	if override == "" {
-		b.Add(h.apiKey, h.tier, h.tenant, rq.method, path)
-	} else {
-		b.Add(h.apiKey, h.tier, h.tenant, rq.method, override, path)
-	}
-	h.bucket = b.Owner()
+	h.bucket = h.bucketOf(rq.method, override, path)
 
 	// Kept before the lease is read: a request admitted on a lease of a
 	// response-cost rule charges its response as this caller.
@@ -183,6 +165,31 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		return types.ActionPause // decided with the answer this bucket waits for
 	}
 	return h.callOut(back, now)
+}
+
+// bucketOf is the lease-cache bucket of this caller's request of method
+// (counted under override too, when that is not ""). The raw API key goes
+// into the keyed hash: only its 128-bit digest reaches shared data, and the
+// hash is secret per process. The parts are those of Bucket(JWT subject,
+// client address, api key, tier, tenant, method, path), each one there is,
+// hashed where they lie: the client address's identity in a stack buffer.
+func (h *httpContext) bucketOf(method, override, path string) leasecache.Owner {
+	b := h.p.cache.NewBucket()
+	var buf [64]byte
+	if h.id != "" && !strings.HasPrefix(h.id, string(identity.KindIP)+":") {
+		b.Add(h.id) // a verified subject (ident makes an address caller's later)
+	}
+	if h.ip.IsValid() {
+		// A JWT caller's lease is its address's too: an ip rule counted it
+		// from there.
+		b.AddBytes(h.appendIPIdentity(buf[:0]))
+	}
+	if override == "" {
+		b.Add(h.apiKey, h.tier, h.tenant, method, path)
+	} else {
+		b.Add(h.apiKey, h.tier, h.tenant, method, override, path)
+	}
+	return b.Owner()
 }
 
 // handBack is what a check reports of the bucket's last lease: its expired
@@ -379,19 +386,24 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 	case leasecache.Refilling:
 		return handBack{}, 0, false, refillSeen{pending: e.RefillID, bare: e.RefillBare == 1}
 	case leasecache.Denied:
-		v := cachedVerdict(&e)
-		// The wait left of the service's Retry-After: the denial was
-		// cached at DeniedUntilMs less what it is held for.
-		waitMs := max(e.RetryAfter, 1) * 1000
-		deniedAt := e.DeniedUntilMs - min(waitMs, denialHoldMs)
-		v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
-		v.limits.Remaining = 0
-		h.deny(v)
+		h.deny(h.cachedDenial(&e, now))
 		return handBack{}, types.ActionPause, true, refillSeen{}
 	}
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
 	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack)}, 0, false, refillSeen{}
+}
+
+// cachedDenial is the verdict of a denial the lease cache holds, with the
+// wait left of the service's Retry-After: the denial was cached at
+// DeniedUntilMs less what it is held for.
+func (h *httpContext) cachedDenial(e *leasecache.Entry, now time.Time) verdict {
+	v := cachedVerdict(e)
+	waitMs := max(e.RetryAfter, 1) * 1000
+	deniedAt := e.DeniedUntilMs - min(waitMs, denialHoldMs)
+	v.limits.RetryAfter = max(1, (waitMs-(now.UnixMilli()-deniedAt)+999)/1000)
+	v.limits.Remaining = 0
+	return v
 }
 
 // maxHandBack is the most a check may return or report of each count (the
