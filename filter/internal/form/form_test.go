@@ -263,3 +263,30 @@ func FuzzJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkScanCrafted is a body built against the skipping: a file part
+// of dashes and line ends, and a form of separators.
+func BenchmarkScanCrafted(b *testing.B) {
+	dashes := strings.Repeat("-\n-\r\n--X", (1<<20)/8)
+	upload := "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + dashes + "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ--\r\n"
+	amps := strings.Repeat("&", 1<<20) + "_method=PATCH"
+	for _, c := range []struct{ name, contentType, body string }{
+		{"multipart-dashes-1MiB", "multipart/form-data; boundary=XyZ", upload},
+		{"urlencoded-ampersands-1MiB", "application/x-www-form-urlencoded", amps},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				s := New(c.contentType)
+				for body := c.body; body != ""; {
+					n := min(len(body), 16<<10)
+					s.Feed([]byte(body[:n]))
+					body = body[n:]
+				}
+				if o := s.End(); o.Count != 1 || o.First != "PATCH" {
+					b.Fatalf("%+v", o)
+				}
+			}
+		})
+	}
+}

@@ -62,10 +62,18 @@ func newMultipart(boundary string) *multipart {
 func (m *multipart) Feed(chunk []byte) {
 	for len(chunk) > 0 && m.state != epilogue {
 		if m.match == 0 && (m.state == preamble || m.state == partContent && !m.method) {
-			// Bytes no one keeps, up to where a delimiter may begin: a
-			// file's content costs a search for '-', not a state each.
-			i := bytes.IndexByte(chunk, '-')
+			// Bytes no one keeps, up to the next delimiter: a search for
+			// it, not a state a byte (a body of dashes or line ends cost
+			// the proxy 30 to 40 ms a MiB that way). At the chunk's end,
+			// the longest part of a delimiter it ends with is carried.
+			i := bytes.Index(chunk, m.delim)
 			if i < 0 {
+				for k := min(len(m.delim)-1, len(chunk)); k > 0; k-- {
+					if bytes.HasSuffix(chunk, m.delim[:k]) {
+						m.match = k
+						break
+					}
+				}
 				return
 			}
 			chunk = chunk[i:]

@@ -68,6 +68,9 @@ func (u *urlencoded) byte(c byte) {
 	}
 	switch c {
 	case '&', ';':
+		if !u.inValue && u.name == (nameMatch{lead: true}) {
+			return // an empty parameter: nothing to end
+		}
 		u.param()
 	case '=':
 		if !u.inValue {
