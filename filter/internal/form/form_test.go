@@ -190,11 +190,19 @@ func BenchmarkScan(b *testing.B) {
 	upload := "--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + string(file) + "\r\n--XyZ--\r\n"
 	form := strings.Repeat("field=value+with%20escapes&", (64<<10)/27) + "_method=DELETE"
 	doc := `{"items":[` + strings.Repeat(`{"id":12345,"name":"a \"quoted\" name","tags":["x","y"]},`, (64<<10)/56) + `{}],"_method":"PATCH"}`
-	for _, c := range []struct{ name, contentType, body string }{
+	benchScan(b, []scanCase{
 		{"multipart-1MiB", "multipart/form-data; boundary=XyZ", upload},
 		{"urlencoded-64KiB", "application/x-www-form-urlencoded", form},
 		{"json-64KiB", "application/json", doc},
-	} {
+	})
+}
+
+type scanCase struct{ name, contentType, body string }
+
+// benchScan feeds each case's body in 16 KiB chunks, as Envoy hands them
+// over; each holds one override.
+func benchScan(b *testing.B, cases []scanCase) {
+	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			for b.Loop() {
@@ -270,23 +278,8 @@ func BenchmarkScanCrafted(b *testing.B) {
 	dashes := strings.Repeat("-\n-\r\n--X", (1<<20)/8)
 	upload := "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + dashes + "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ--\r\n"
 	amps := strings.Repeat("&", 1<<20) + "_method=PATCH"
-	for _, c := range []struct{ name, contentType, body string }{
+	benchScan(b, []scanCase{
 		{"multipart-dashes-1MiB", "multipart/form-data; boundary=XyZ", upload},
 		{"urlencoded-ampersands-1MiB", "application/x-www-form-urlencoded", amps},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			b.SetBytes(int64(len(c.body)))
-			for b.Loop() {
-				s := New(c.contentType)
-				for body := c.body; body != ""; {
-					n := min(len(body), 16<<10)
-					s.Feed([]byte(body[:n]))
-					body = body[n:]
-				}
-				if o := s.End(); o.Count != 1 || o.First != "PATCH" {
-					b.Fatalf("%+v", o)
-				}
-			}
-		})
-	}
+	})
 }
