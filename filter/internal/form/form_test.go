@@ -107,6 +107,9 @@ func TestMultipart(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"x\"; name=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data;\r\n\tname=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "  --b  \r\nContent-Disposition: form-data; name=\"[_method]\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		// Rack reads a part's headers on to "\r\n\r\n" past a "\n\n".
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data\n\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\nContent-Disposition: form-data; name=\"_method\"\n\nput\n--b--", Overrides{First: "put", Count: 1}},
 		{"multipart/mixed; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nput\r\n--b--", Overrides{First: "put", Count: 1}},
 	} {
 		for n := 0; n <= len(c.body) && n < 200; n++ {
