@@ -37,7 +37,7 @@ func (h *httpContext) readsForm(rq *request) {
 		return
 	}
 	h.formLeft = -1
-	if n, err := strconv.ParseInt(rq.contentLength, 10, 64); err == nil && n >= 0 && rq.contentLength[0] != '+' {
+	if n, ok := rq.length(); ok {
 		h.formLeft = n
 	}
 }
@@ -149,9 +149,7 @@ func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 			h.bodyHeld = false
 			v := h.verdictOf(&d)
 			if p.cfg.Lease.Request > 0 {
-				e := v.entry(h.overrideBucket)
-				e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
-				_ = p.cache.Put(e, now.UnixMilli())
+				h.cacheDenial(h.overrideBucket, v, now)
 			}
 			h.deny(v)
 			return

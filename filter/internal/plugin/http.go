@@ -284,6 +284,16 @@ type request struct {
 	costSeen     [pluginconf.MaxCostHeaders]bool
 }
 
+// length is the request's Content-Length when it is one plain number
+// (not repeated, no sign, at most 15 digits).
+func (rq *request) length() (int64, bool) {
+	if rq.contentLength == "" || len(rq.contentLength) > 15 || rq.contentLength[0] == '+' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rq.contentLength, 10, 64)
+	return n, err == nil && n >= 0
+}
+
 // join keeps one header's values: a repeat is joined with ",", which no
 // number holds, so a service reading it as a number refuses it.
 func join(old string, seen bool, v string) string {
@@ -417,8 +427,8 @@ func (h *httpContext) meter(rq *request, endOfStream bool) {
 	switch {
 	case endOfStream:
 		h.bodySize, h.bodyBytes = 0, &h.bodySize
-	case rq.contentLength != "" && len(rq.contentLength) <= 15:
-		if n, err := strconv.ParseInt(rq.contentLength, 10, 64); err == nil && n >= 0 && rq.contentLength[0] != '+' {
+	default:
+		if n, ok := rq.length(); ok {
 			h.bodySize, h.bodyBytes = n, &h.bodySize
 		}
 	}
@@ -835,10 +845,7 @@ const denialHoldMs = 1000
 func (h *httpContext) denied(v verdict, now time.Time) {
 	p := h.p
 	if p.cfg.Lease.Request > 0 {
-		// Caching the denial keeps a live lease in the slot.
-		e := v.entry(h.bucket)
-		e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
-		_ = p.cache.Put(e, now.UnixMilli())
+		h.cacheDenial(h.bucket, v, now)
 		if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
 			h.allowLeased(&le)
 			h.resume()
@@ -850,6 +857,14 @@ func (h *httpContext) denied(v verdict, now time.Time) {
 		_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
 	}
 	h.deny(v)
+}
+
+// cacheDenial caches a denial of owner's bucket for its Retry-After,
+// denialHoldMs at most (a live lease stays in the slot).
+func (h *httpContext) cacheDenial(owner leasecache.Owner, v verdict, now time.Time) {
+	e := v.entry(owner)
+	e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
+	_ = h.p.cache.Put(e, now.UnixMilli())
 }
 
 // keepLease caches the tokens of a granted lease for this request's bucket,
