@@ -161,3 +161,76 @@ func TestSoakHeapSwings(t *testing.T) {
 	}
 	t.Logf("%v: %d garbage collections, %d MiB of guest memory, poll_oneoff calls %d", envoyWASI, vm.GCCycles(), vm.MemorySize()>>20, vm.HostCalls("poll_oneoff"))
 }
+
+// TestGCUnderHeldRequests holds thousands of requests on callouts (a slow
+// control service), answers them in one burst, then serves lease hits. Left
+// to Go's own pacing, the collection that started in the burst waited for
+// a background mark worker the reactor never ran again: no cycle ended and
+// the guest grew by every request's garbage (100 MB after 100,000 lease
+// hits); letting that worker run woke the scavenger, whose timer started
+// the poller that Envoy 1.33-1.38 refuse. The binding now collects at the
+// end of event-loop callbacks (proxywasm/gc_wasip1.go).
+func TestGCUnderHeldRequests(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":1000}}`, 1)
+	vm := e.vms[0]
+	grant := wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: []byte(decision(true, 1<<30, 1000, 0))}
+	answerAll := func() {
+		t.Helper()
+		for _, c := range vm.PendingCallouts() {
+			if err := vm.Respond(ctx, c.Token, grant); err != nil {
+				t.Fatalf("answer: %v (VM: %v)", err, vm.Broken())
+			}
+		}
+	}
+	const held = 7000
+	streams := make([]*wasmhost.Stream, 0, held)
+	for i := 0; i < held; i++ {
+		s, err := vm.NewStream(ctx, benchReq, benchProps)
+		if err != nil {
+			t.Fatalf("held request %d: %v", i, err)
+		}
+		if _, err := s.OnRequestHeaders(ctx, true); err != nil {
+			t.Fatalf("held request %d: %v", i, err)
+		}
+		streams = append(streams, s)
+	}
+	if n := len(vm.PendingCallouts()); n < held/2 {
+		t.Fatalf("only %d of %d requests wait on a callout: the test no longer holds them", n, held)
+	}
+	answerAll()
+	for _, s := range streams {
+		if _, err := s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Done(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gcBefore := vm.GCCycles()
+	const requests = 100_000
+	for i := 0; i < requests; i++ {
+		s, err := vm.NewStream(ctx, benchReq, benchProps)
+		if err != nil {
+			t.Fatalf("request %d: %v (VM: %v)", i, err, vm.Broken())
+		}
+		act, err := s.OnRequestHeaders(ctx, true)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if act != wasmhost.Continue {
+			answerAll()
+		}
+		if err := s.Done(ctx); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	gcs := vm.GCCycles() - gcBefore
+	if gcs < 10 {
+		t.Errorf("%d garbage collections in %d requests after the burst: the collector stopped", gcs, requests)
+	}
+	if mem := vm.MemorySize(); mem > 48<<20 {
+		t.Errorf("guest memory grew to %d MiB", mem>>20)
+	}
+	t.Logf("%v: %d garbage collections after the burst, %d MiB of guest memory", envoyWASI, gcs, vm.MemorySize()>>20)
+}

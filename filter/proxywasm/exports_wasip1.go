@@ -30,7 +30,10 @@ func proxyOnConfigure(rootID, pluginConfigSize uint32) uint32 {
 }
 
 //go:wasmexport proxy_on_context_create
-func proxyOnContextCreate(contextID, parentID uint32) { onContextCreate(contextID, parentID) }
+func proxyOnContextCreate(contextID, parentID uint32) {
+	onContextCreate(contextID, parentID)
+	collectIfDue()
+}
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
@@ -45,16 +48,23 @@ func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
 	onHttpCallResponse(rootID, token, numHeaders, bodySize, numTrailers)
+	collectIfDue()
 }
 
 //go:wasmexport proxy_on_tick
-func proxyOnTick(rootID uint32) { onTick(rootID) }
+func proxyOnTick(rootID uint32) {
+	onTick(rootID)
+	collectIfDue()
+}
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) uint32 { return b2u(onDone(contextID)) }
 
 //go:wasmexport proxy_on_delete
-func proxyOnDelete(contextID uint32) { onDelete(contextID) }
+func proxyOnDelete(contextID uint32) {
+	onDelete(contextID)
+	collectIfDue()
+}
 
 func b2u(b bool) uint32 {
 	if b {
