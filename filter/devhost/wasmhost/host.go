@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
@@ -183,7 +184,8 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		Core: hostmodel.NewCore(hostmodel.CoreOptions{PluginConfig: h.opts.PluginConfig, Clusters: h.opts.Clusters, Shared: &h.shared, Metrics: &h.metrics, Log: h.opts.Log})}
 	vm.bgCtx = context.WithValue(context.Background(), vmKey{}, vm)
 	vm.phase = phaseInit // _initialize runs inside InstantiateModule
-	mod, err := h.rt.InstantiateModule(context.WithValue(ctx, vmKey{}, vm), h.compiled, cfg)
+	ictx := experimental.WithMemoryAllocator(context.WithValue(ctx, vmKey{}, vm), reservedMemory)
+	mod, err := h.rt.InstantiateModule(ictx, h.compiled, cfg)
 	vm.phase = phaseRun
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
