@@ -9,13 +9,14 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -341,7 +342,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var header http.Header
 	var path string
 	if local == nil {
-		header, path = upstreamHeaders(s.RequestHeaders), s.RequestHeaders.Value(":path")
+		header, path = httpHeaders(s.RequestHeaders), s.RequestHeaders.Value(":path")
 	}
 	wk.mu.Unlock()
 	if local != nil {
@@ -473,11 +474,7 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 		return nil
 	}
 	req.Host = c.Headers.Value(":authority")
-	for _, kv := range c.Headers {
-		if !strings.HasPrefix(kv[0], ":") {
-			req.Header.Add(kv[0], kv[1])
-		}
-	}
+	addHeaders(req.Header, c.Headers)
 	resp, err := g.client.Do(req)
 	if err != nil {
 		var op *net.OpError
@@ -496,12 +493,7 @@ func (g *Gateway) callout(ctx context.Context, c *wasmhost.Callout) *wasmhost.Ca
 	if err != nil {
 		return nil
 	}
-	h := wasmhost.Headers{{":status", strconv.Itoa(resp.StatusCode)}}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			h = append(h, [2]string{strings.ToLower(k), v})
-		}
-	}
+	h := appendHeaders(wasmhost.Headers{{":status", strconv.Itoa(resp.StatusCode)}}, resp.Header)
 	return &wasmhost.CalloutResponse{Headers: h, Body: body}
 }
 
@@ -514,12 +506,8 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	if !ok {
 		return nil
 	}
-	h := wasmhost.Headers{{":status", strconv.Itoa(resp.StatusCode)}}
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			h = append(h, [2]string{strings.ToLower(k), v})
-		}
-	}
+	h := make(wasmhost.Headers, 0, 1+len(resp.Header))
+	h = appendHeaders(append(h, [2]string{":status", strconv.Itoa(resp.StatusCode)}), resp.Header)
 	ctx := resp.Request.Context()
 	noBody := resp.Body == nil || resp.Body == http.NoBody || resp.ContentLength == 0
 	ref.w.mu.Lock()
@@ -542,12 +530,7 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 	ref.w.mu.Lock()
 	out := ref.s.ResponseHeaders
 	ref.w.mu.Unlock()
-	resp.Header = make(http.Header, len(out))
-	for _, kv := range out {
-		if !strings.HasPrefix(kv[0], ":") {
-			resp.Header.Add(kv[0], kv[1])
-		}
-	}
+	resp.Header = httpHeaders(out)
 	return nil
 }
 
@@ -732,34 +715,29 @@ func (g *Gateway) broken(w http.ResponseWriter, wk *worker, err error) {
 	writeError(w, http.StatusInternalServerError, "INTERNAL_ERROR", "the filter failed")
 }
 
-// newRequestID is a random UUID-shaped id, as Envoy writes them.
+// newRequestID is a random UUID-shaped id, as Envoy writes them. Like
+// Envoy's (its random generator, not a cryptographic one) it names a
+// request and guards nothing, so it costs no system call: math/rand/v2's
+// generator is seeded by the runtime per thread.
 func newRequestID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
 	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	hex.Encode(out[9:13], b[4:6])
+	hex.Encode(out[14:18], b[6:8])
+	hex.Encode(out[19:23], b[8:10])
+	hex.Encode(out[24:36], b[10:16])
+	out[8], out[13], out[18], out[23] = '-', '-', '-', '-'
+	return string(out[:])
 }
 
 func requestHeaders(r *http.Request) wasmhost.Headers {
 	h := make(wasmhost.Headers, 0, 4+len(r.Header)+2)
 	h = append(h, [2]string{":method", r.Method}, [2]string{":path", r.URL.RequestURI()}, [2]string{":authority", r.Host}, [2]string{":scheme", scheme(r)})
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			h = append(h, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return h
-}
-
-func upstreamHeaders(h wasmhost.Headers) http.Header {
-	out := make(http.Header, len(h))
-	for _, kv := range h {
-		if !strings.HasPrefix(kv[0], ":") {
-			out.Add(kv[0], kv[1])
-		}
-	}
-	return out
+	return appendHeaders(h, r.Header)
 }
 
 func scheme(r *http.Request) string {
@@ -770,11 +748,7 @@ func scheme(r *http.Request) string {
 }
 
 func writeLocal(w http.ResponseWriter, l *wasmhost.LocalResponse) {
-	for _, kv := range l.Headers {
-		if !strings.HasPrefix(kv[0], ":") {
-			w.Header().Add(kv[0], kv[1])
-		}
-	}
+	addHeaders(w.Header(), l.Headers)
 	w.WriteHeader(l.Status)
 	_, _ = w.Write(l.Body)
 }

@@ -130,7 +130,7 @@ func (h *Host) defineHeaderMaps(def definer) {
 					return abi.StatusBadArgument
 				}
 			}
-			return f(vm, abi.MapType(s[0]), string(key), string(value))
+			return f(vm, abi.MapType(s[0]), vm.headerName(key), string(value))
 		})
 	}
 	mapEdit("proxy_add_header_map_value", 5, func(vm *VM, t abi.MapType, k, v string) abi.Status { return vm.AddHeaderMapValue(t, k, v) })
@@ -310,3 +310,24 @@ func read(m api.Module, ptr, size uint64) ([]byte, bool) {
 	}
 	return m.Memory().Read(p, n)
 }
+
+// headerName is a header name the guest passed, as a string: the names a
+// filter edits are few and the same on every request (its rate-limit and
+// identity fields), so each is kept once (up to maxHeaderNames) rather
+// than copied on every call.
+func (vm *VM) headerName(b []byte) string {
+	if s, ok := vm.headerNames[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(vm.headerNames) < maxHeaderNames {
+		if vm.headerNames == nil {
+			vm.headerNames = make(map[string]string)
+		}
+		vm.headerNames[s] = s
+	}
+	return s
+}
+
+// maxHeaderNames bounds headerName's strings per VM.
+const maxHeaderNames = 64

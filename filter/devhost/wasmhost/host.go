@@ -141,16 +141,18 @@ type VM struct {
 	broken error
 	calls  []int // calls of each host function, by its slot (Host.slot)
 
-	// bgCtx is context.Background with this VM in it, made once: most
-	// calls come with Background, and the host functions find their VM in
-	// the context. stack and allocStack are the parameter and result slots
-	// of a call (allocStack for proxy_on_memory_allocate, which runs inside
-	// another call), and enc is reused to serialise header maps: a call
-	// into the guest allocates nothing on the host's side of its own.
-	bgCtx      context.Context
-	stack      [8]uint64
-	allocStack [1]uint64
-	enc        []byte
+	// bgCtx is context.Background with this VM in it, made once: every
+	// call runs with it, and the host functions find their VM there.
+	// stack and allocStack are the parameter and result slots of a call
+	// (allocStack for proxy_on_memory_allocate, which runs inside another
+	// call), and enc is reused to serialise header maps: a call into the
+	// guest allocates nothing on the host's side of its own. headerNames
+	// holds the header names the guest edits (headerName).
+	bgCtx       context.Context
+	stack       [8]uint64
+	allocStack  [1]uint64
+	enc         []byte
+	headerNames map[string]string
 
 	phase      phase    // what the VM is doing, for Envoy's allow-lists
 	violations []string // calls Envoy would have refused in that phase
@@ -203,11 +205,11 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		mod.Close(ctx)
 		return nil, errors.New("module lacks proxy_on_memory_allocate, proxy_on_context_create or proxy_on_request_headers")
 	}
-	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(vm.RootID()), 0); err != nil {
+	if _, err := vm.call(vm.fn.contextCreate, uint64(vm.RootID()), 0); err != nil {
 		return nil, err
 	}
 	if vm.fn.vmStart != nil {
-		r, err := vm.call(ctx, vm.fn.vmStart, uint64(vm.RootID()), 0)
+		r, err := vm.call(vm.fn.vmStart, uint64(vm.RootID()), 0)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +218,7 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 		}
 	}
 	if vm.fn.configure != nil {
-		r, err := vm.call(ctx, vm.fn.configure, uint64(vm.RootID()), uint64(len(h.opts.PluginConfig)))
+		r, err := vm.call(vm.fn.configure, uint64(vm.RootID()), uint64(len(h.opts.PluginConfig)))
 		if err != nil {
 			return nil, err
 		}
@@ -278,19 +280,18 @@ func (vm *VM) criticalLogs() string {
 	return msg
 }
 
-// call runs one guest export with the VM in the context, for host functions.
-func (vm *VM) call(ctx context.Context, f api.Function, params ...uint64) (uint64, error) {
+// call runs one guest export. Host functions find the VM in vm.bgCtx, made
+// once: no call is cancelled through a context (the runtime does not close
+// modules on a context's end), so a caller's context would only cost an
+// allocation on every call.
+func (vm *VM) call(f api.Function, params ...uint64) (uint64, error) {
 	if vm.broken != nil {
 		return 0, vm.broken
 	}
 	if f == nil {
 		return 0, nil
 	}
-	if ctx == context.Background() {
-		ctx = vm.bgCtx
-	} else {
-		ctx = context.WithValue(ctx, vmKey{}, vm)
-	}
+	ctx := vm.bgCtx
 	// Every export takes at most 5 parameters and answers at most one
 	// result, so the slots fit; the result is read from slot 0 only when
 	// the export has one.
@@ -314,7 +315,7 @@ func (vm *VM) GuestAllocs(ctx context.Context) (n uint64, ok bool) {
 	if f == nil {
 		return 0, false
 	}
-	n, err := vm.call(ctx, f)
+	n, err := vm.call(f)
 	return n, err == nil
 }
 
@@ -325,7 +326,7 @@ func (vm *VM) GCCycles() uint64 {
 	if f == nil {
 		return 0
 	}
-	n, _ := vm.call(context.Background(), f)
+	n, _ := vm.call(f)
 	return n
 }
 
@@ -334,6 +335,6 @@ func (vm *VM) Tick(ctx context.Context) error {
 	if vm.TickPeriod() == 0 {
 		return nil
 	}
-	_, err := vm.call(ctx, vm.fn.tick, uint64(vm.RootID()))
+	_, err := vm.call(vm.fn.tick, uint64(vm.RootID()))
 	return err
 }

@@ -41,14 +41,14 @@ type Stream struct {
 // :path, :authority and :scheme, as Envoy's do.
 func (vm *VM) NewStream(ctx context.Context, req Headers, props map[string]string) (*Stream, error) {
 	s := &Stream{StreamState: vm.OpenStream(req, props), vm: vm}
-	if _, err := vm.call(ctx, vm.fn.contextCreate, uint64(s.ID), uint64(vm.RootID())); err != nil {
+	if _, err := vm.call(vm.fn.contextCreate, uint64(s.ID), uint64(vm.RootID())); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // guest is the VM's compiled module as the Core's Guest.
-func (s *Stream) guest(ctx context.Context) Guest { return wasmGuest{ctx, s.vm} }
+func (s *Stream) guest(context.Context) Guest { return wasmGuest{s.vm} }
 
 // OnRequestHeaders runs proxy_on_request_headers. If the guest answered
 // locally, the answer's headers then pass the filter's response path, as in
@@ -87,7 +87,7 @@ func (s *Stream) Done(ctx context.Context) error {
 // root context, after which the guest reads it. A stream it paused and then
 // answered locally passes its response path too.
 func (vm *VM) Respond(ctx context.Context, token uint32, resp CalloutResponse) error {
-	return vm.Deliver(wasmGuest{ctx, vm}, token, resp)
+	return vm.Deliver(wasmGuest{vm}, token, resp)
 }
 
 // Fail delivers a failed callout the way Envoy reports a reset stream or a
