@@ -13,10 +13,12 @@ package proxywasm
 
 //go:wasmexport proxy_on_request_body
 func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
+	defer collectAfterBody(bodySize)
 	return onRequestBody(contextID, bodySize, endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_response_body
 func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
+	defer collectAfterBody(bodySize)
 	return onResponseBody(contextID, bodySize, endOfStream != 0)
 }

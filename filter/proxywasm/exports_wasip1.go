@@ -22,10 +22,14 @@ func proxyABIVersion() {}
 func proxyOnMemoryAllocate(size uint32) *byte { return allocate(size) }
 
 //go:wasmexport proxy_on_vm_start
-func proxyOnVMStart(rootID, vmConfigSize uint32) uint32 { return b2u(onVMStart(rootID, vmConfigSize)) }
+func proxyOnVMStart(rootID, vmConfigSize uint32) uint32 {
+	defer collectIfDue()
+	return b2u(onVMStart(rootID, vmConfigSize))
+}
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootID, pluginConfigSize uint32) uint32 {
+	defer collectIfDue()
 	return b2u(onConfigure(rootID, pluginConfigSize))
 }
 
@@ -37,11 +41,13 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
+	defer collectIfDue()
 	return onRequestHeaders(contextID, numHeaders, endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
+	defer collectIfDue()
 	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
 }
 
@@ -58,7 +64,10 @@ func proxyOnTick(rootID uint32) {
 }
 
 //go:wasmexport proxy_on_done
-func proxyOnDone(contextID uint32) uint32 { return b2u(onDone(contextID)) }
+func proxyOnDone(contextID uint32) uint32 {
+	defer collectIfDue()
+	return b2u(onDone(contextID))
+}
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {

@@ -21,9 +21,12 @@ import (
 //     on a timer; a timer starts Go's poller, whose poll_oneoff Envoy 1.33
 //     to 1.38 refuse, and Go throws at the next collection.
 //
-// So automatic collection is off (the runtime's own GOGC=off), and a
-// callback from the event loop collects when the heap has doubled since
-// the last collection (4 MiB at least), the pacing GOGC=100 gives. With no
+// So automatic collection is off (the runtime's own GOGC=off), and every
+// callback from the event loop (all but proxy_on_memory_allocate) ends
+// with a check: the heap is read every gcCheckEvery callbacks, a body
+// chunk counting for its size too (one request's body can make garbage
+// with no other callback in between), and collected when it has doubled
+// since the last collection (4 MiB at least), the pacing GOGC=100 gives. With no
 // automatic cycle there are no assists; runtime.GC runs the mark workers
 // to the end inside the call; and the scavenger, paced against an unchanged
 // goal, finds nothing to return, so it parks without a timer.
@@ -42,8 +45,12 @@ const minHeap = 4 << 20
 
 // gcCheckEvery is how many callbacks pass between two reads of the heap's
 // size: runtime.ReadMemStats stops the world (nothing, in a VM of one
-// thread) and costs about 5 µs under wazero.
-const gcCheckEvery = 64
+// thread) and costs about 5 µs under wazero. A body chunk counts one more
+// for every gcBodyBytes in it.
+const (
+	gcCheckEvery = 64
+	gcBodyBytes  = 4 << 10
+)
 
 var (
 	gcStats   runtime.MemStats
@@ -53,8 +60,13 @@ var (
 
 // collectIfDue collects when the heap has passed its goal. Called only at
 // the end of callbacks the host makes from its event loop.
-func collectIfDue() {
-	gcPending++
+func collectIfDue() { collectAfter(0) }
+
+// collectAfterBody is collectIfDue after a body chunk of size bytes.
+func collectAfterBody(size uint32) { collectAfter(size / gcBodyBytes) }
+
+func collectAfter(extra uint32) {
+	gcPending += 1 + extra
 	if gcPending < gcCheckEvery {
 		return
 	}
