@@ -51,6 +51,10 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		{"a comma ends the media type (Rack, PHP)", "POST", "application/x-www-form-urlencoded,x", nil, []string{"_method=DELETE"}, "DELETE", "429", 429, false},
 		{"xboundary= is a boundary to Rack and PHP", "POST", "multipart/form-data; xboundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429, false},
 		{"Rack 2's brackets", "POST", urlencoded, nil, []string{"[_method]=DELETE"}, "DELETE", "429", 429, false},
+		// An outsider's four headers of four boundaries each had sixteen
+		// scanners read every byte; more than four readings are refused.
+		{"more boundaries than any framework reads: refused unread", "POST", "multipart/form-data; boundary=XyZ; aboundary=-XyZ; cboundary=--XyZ",
+			wasmhost.Headers{{"content-type", "multipart/form-data; boundary=---XyZ; dboundary=----XyZ"}}, []string{multipart}, "", "", 400, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
@@ -175,4 +179,35 @@ func TestFormBodyOverrideRefusalIsCached(t *testing.T) {
 	if s.Local == nil || s.Local.Status != 429 {
 		t.Fatalf("second: %+v, want 429 from the cache", s.Local)
 	}
+}
+
+// TestFormBodyOfPartHeadersStaysSmall streams a multipart body made of
+// part headers only (an outsider's attack grew one VM to 4 GiB and trapped
+// it with 24 MB of them): the scanner keeps no garbage, and the binding
+// collects during a body, so the guest stays small however long the body.
+func TestFormBodyOfPartHeadersStaysSmall(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0}}`, 1)
+	vm := e.vms[0]
+	s, _ := e.start(req{method: "POST", path: "/upload", headers: wasmhost.Headers{{"content-type", "multipart/form-data; boundary=b"}}, body: true})
+	e.answer(0, "200", decision(true, 50, 0, 0))
+	if !s.Resumed {
+		t.Fatal("the headers were not admitted")
+	}
+	part := "-----b\n" + strings.Repeat("a\n", 4000) + "\n"
+	chunk := []byte(strings.Repeat(part, (32<<10)/len(part)))
+	ctx := context.Background()
+	const body = 24 << 20
+	for sent := 0; sent < body; sent += len(chunk) {
+		act, _, err := s.OnRequestBody(ctx, chunk, sent+len(chunk) >= body)
+		if err != nil {
+			t.Fatalf("after %d MiB: %v (VM: %v)", sent>>20, err, vm.Broken())
+		}
+		if act != wasmhost.Continue {
+			t.Fatalf("after %d MiB: the body was held", sent>>20)
+		}
+	}
+	if mem := vm.MemorySize(); mem > 32<<20 {
+		t.Errorf("guest memory grew to %d MiB over a %d MiB body", mem>>20, body>>20)
+	}
+	t.Logf("guest memory %d MiB after a %d MiB body of part headers; %d collections", vm.MemorySize()>>20, body>>20, vm.GCCycles())
 }

@@ -8,7 +8,10 @@
 // the body's size.
 package form
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // maxValue bounds what is kept of an override's value: longer than any
 // method, so a longer value reads as no method (maxValue+1 bytes kept).
@@ -55,18 +58,36 @@ func New(contentTypes ...string) Scanner {
 	if len(contentTypes) == 0 {
 		return &urlencoded{}
 	}
+	// One scanner per reading: the same type or boundary in two headers
+	// is read once, and a body with more boundaries than any framework
+	// reads (maxBoundaries) is not read at all, but refused: every
+	// scanner reads every byte.
 	var all multi
+	var form, json bool
+	var seen []string
 	for _, ct := range contentTypes {
 		media := mediaType(ct)
 		switch {
 		case media == "" || media == "application/x-www-form-urlencoded":
-			all = append(all, &urlencoded{})
+			if !form {
+				form = true
+				all = append(all, &urlencoded{})
+			}
 		case strings.HasPrefix(media, "multipart/"):
 			for _, b := range boundaries(ct) {
+				if slices.Contains(seen, b) {
+					continue
+				}
+				if seen = append(seen, b); len(seen) > maxBoundaries {
+					return unreadable{}
+				}
 				all = append(all, newMultipart(b))
 			}
 		case isJSON(media):
-			all = append(all, &jsonBody{})
+			if !json {
+				json = true
+				all = append(all, &jsonBody{})
+			}
 		}
 	}
 	switch len(all) {
@@ -76,6 +97,17 @@ func New(contentTypes ...string) Scanner {
 		return all[0]
 	}
 	return all
+}
+
+// unreadable is the scanner of a body read too many ways: it reads
+// nothing and reports an override that names no method (the filter
+// refuses the request, as it does a part whose headers are too long).
+type unreadable struct{}
+
+func (unreadable) Feed([]byte) {}
+
+func (unreadable) End() Overrides {
+	return Overrides{First: "(too many boundaries)"[:maxValue+1], Count: 1}
 }
 
 // mediaType is a content type's media type, lower-cased: up to the first
@@ -89,7 +121,8 @@ func mediaType(ct string) string {
 }
 
 // maxBoundary bounds a boundary (RFC 2046 says 70; no parser enforces it)
-// and maxBoundaries the readings of one content type.
+// and maxBoundaries the readings of a request's content types (the
+// boundary parameter, Rack's and PHP's searches: three tell apart).
 const (
 	maxBoundary   = 1024
 	maxBoundaries = 4
@@ -107,8 +140,8 @@ func boundaries(ct string) []string {
 				return
 			}
 		}
-		if len(b) >= 1 && len(b) <= maxBoundary && len(out) < maxBoundaries {
-			out = append(out, b)
+		if len(b) >= 1 && len(b) <= maxBoundary && len(out) <= maxBoundaries {
+			out = append(out, b) // one past the most read: New refuses such a body
 		}
 	}
 	if _, params, ok := strings.Cut(ct, ";"); ok {

@@ -120,6 +120,47 @@ func TestMultipart(t *testing.T) {
 	}
 }
 
+// A body is read once per distinct reading of its Content-Type headers,
+// and one with more boundaries than any framework reads is refused
+// unread: an outsider's four headers of four boundaries each made sixteen
+// scanners, each reading every byte.
+func TestNewReadings(t *testing.T) {
+	if _, ok := New("multipart/form-data; boundary=b", "multipart/form-data; boundary=b", "multipart/mixed; boundary=b").(*multipart); !ok {
+		t.Error("one boundary in three headers is not read once")
+	}
+	if _, ok := New("application/x-www-form-urlencoded", "application/x-www-form-urlencoded").(*urlencoded); !ok {
+		t.Error("one form type in two headers is not read once")
+	}
+	if m, ok := New("multipart/form-data; boundary=a; xboundary=b", "multipart/form-data; boundary=c; yboundary=d").(multi); !ok || len(m) != 4 {
+		t.Errorf("four boundaries: %T %v, want four scanners", m, m)
+	}
+	for _, cts := range [][]string{
+		{"multipart/form-data; boundary=b; aboundary=-b; cboundary=--b; dboundary=---b; eboundary=----b"},
+		{"multipart/form-data; boundary=a; xboundary=b", "multipart/form-data; boundary=c; yboundary=d", "multipart/form-data; boundary=e"},
+	} {
+		s := New(cts...)
+		s.Feed([]byte("--a\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--a--"))
+		if o := s.End(); o.Count != 1 || rules.ValidMethod(strings.ToUpper(o.First)) {
+			t.Errorf("%q: %+v, want an override that names no method (refused)", cts, o)
+		}
+	}
+}
+
+// Reading part headers makes no garbage: the filter's collector runs
+// between callbacks, and one request's body is many parts.
+func TestMultipartPartHeadersAllocateNothing(t *testing.T) {
+	part := "--b\r\nContent-Disposition: form-data; name=\"field\"\r\nContent-Type: text/plain\r\n" + strings.Repeat("a\n", 2000) + "\r\n\r\nvalue\r\n"
+	chunk := []byte(strings.Repeat(part, 8))
+	s := New("multipart/form-data; boundary=b")
+	s.Feed(chunk) // buffers grow to their size once
+	if n := testing.AllocsPerRun(20, func() { s.Feed(chunk) }); n != 0 {
+		t.Errorf("%v allocations per %d bytes of parts", n, len(chunk))
+	}
+	if o := s.End(); o.Count != 0 {
+		t.Errorf("%+v", o)
+	}
+}
+
 func TestNew(t *testing.T) {
 	for ct, want := range map[string]bool{"application/x-www-form-urlencoded": true, "Application/X-WWW-Form-Urlencoded ;charset=x": true,
 		"multipart/form-data; boundary=a": true, "multipart/form-data": false, "multipart/form-data; boundary=" + strings.Repeat("a", 71): true,
@@ -281,8 +322,12 @@ func BenchmarkScanCrafted(b *testing.B) {
 	dashes := strings.Repeat("-\n-\r\n--X", (1<<20)/8)
 	upload := "--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n" + dashes + "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ--\r\n"
 	amps := strings.Repeat("&", 1<<20) + "_method=PATCH"
+	// Parts that are all headers (an outsider's attack): each 8 KiB of
+	// one-byte lines, read for its name.
+	headers := strings.Repeat("--XyZ\n"+strings.Repeat("a\n", 4000)+"\n", (1<<20)/8008) + "--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n--XyZ--\r\n"
 	benchScan(b, []scanCase{
 		{"multipart-dashes-1MiB", "multipart/form-data; boundary=XyZ", upload},
+		{"multipart-part-headers-1MiB", "multipart/form-data; boundary=XyZ", headers},
 		{"urlencoded-ampersands-1MiB", "application/x-www-form-urlencoded", amps},
 	})
 }

@@ -17,9 +17,9 @@ const maxPartHeaders = 8 << 10
 // across chunks; the bytes of a delimiter begun and not finished are passed
 // on as content.
 type multipart struct {
-	delim []byte // "--" + boundary
-	fail  []int  // KMP failure function of delim
-	match int    // delim[:match] seen last
+	delim []byte   // "--" + boundary
+	fail  []uint16 // KMP failure function of delim (maxBoundary+2 bytes at most)
+	match int      // delim[:match] seen last
 
 	state   int
 	line    int  // bytes of the delimiter's line seen (after the boundary)
@@ -39,7 +39,10 @@ type multipart struct {
 	// rackValue follow its reading of the part.
 	rack, rackBody, rackMethod bool
 	rackHead, rackValue        []byte
-	out                        Overrides
+	// unfolded is methodField's buffer, reused from part to part: reading
+	// a part's headers allocates nothing.
+	unfolded []byte
+	out      Overrides
 }
 
 const (
@@ -52,36 +55,49 @@ const (
 
 func newMultipart(boundary string) *multipart {
 	m := &multipart{delim: []byte("--" + boundary)}
-	m.fail = make([]int, len(m.delim)+1)
+	m.fail = make([]uint16, len(m.delim)+1)
 	for i, k := 1, 0; i < len(m.delim); i++ {
 		for k > 0 && m.delim[i] != m.delim[k] {
-			k = m.fail[k]
+			k = int(m.fail[k])
 		}
 		if m.delim[i] == m.delim[k] {
 			k++
 		}
-		m.fail[i+1] = k
+		m.fail[i+1] = uint16(k)
 	}
 	return m
 }
 
 func (m *multipart) Feed(chunk []byte) {
 	for len(chunk) > 0 && m.state != epilogue {
-		if m.match == 0 && (m.state == preamble || m.state == partContent && !m.method && !m.rack) {
-			// Bytes no one keeps, up to the next delimiter: a search for
-			// it, not a state a byte (a body of dashes or line ends cost
-			// the proxy 30 to 40 ms a MiB that way). At the chunk's end,
-			// the longest part of a delimiter it ends with is carried.
+		if m.state == delimLine && m.line >= 2 {
+			// Transport padding: only the line's end matters now.
+			j := bytes.IndexByte(chunk, '\n')
+			if j < 0 {
+				return
+			}
+			chunk = chunk[j:]
+		}
+		if m.match == 0 && m.state != delimLine {
+			// The bytes up to the next delimiter are no delimiter's: found
+			// by a search and taken as one run, not a state a byte (part
+			// headers or content a byte at a time cost the proxy seconds a
+			// crafted megabyte). At the chunk's end, the longest part of a
+			// delimiter it ends with is carried.
 			i := bytes.Index(chunk, m.delim)
 			if i < 0 {
+				carry := 0
 				for k := min(len(m.delim)-1, len(chunk)); k > 0; k-- {
 					if bytes.HasSuffix(chunk, m.delim[:k]) {
-						m.match = k
+						carry = k
 						break
 					}
 				}
+				m.content(chunk[:len(chunk)-carry])
+				m.match = carry
 				return
 			}
+			m.content(chunk[:i])
 			chunk = chunk[i:]
 		}
 		m.byte(chunk[0])
@@ -100,7 +116,7 @@ func (m *multipart) byte(c byte) {
 	for m.match > 0 && c != m.delim[m.match] {
 		// The delimiter begun is none: what of it no longer matches is
 		// content.
-		k := m.fail[m.match]
+		k := int(m.fail[m.match])
 		m.content(m.delim[:m.match-k])
 		m.match = k
 	}
@@ -144,17 +160,20 @@ func (m *multipart) delimLine(c byte) {
 
 // content takes bytes that are no delimiter's.
 func (m *multipart) content(b []byte) {
-	switch m.state {
-	case partHeaders:
-		for _, c := range b {
-			m.header(c)
-		}
-	case partContent:
-		if m.method && len(m.value) <= maxValue+2 {
-			m.value = append(m.value, b[:min(len(b), maxValue+3-len(m.value))]...)
-		}
-		if m.rack {
-			m.rackContent(b)
+	for len(b) > 0 {
+		switch m.state {
+		case partHeaders:
+			b = b[m.headerBytes(b):]
+		case partContent:
+			if m.method && len(m.value) <= maxValue+2 {
+				m.value = append(m.value, b[:min(len(b), maxValue+3-len(m.value))]...)
+			}
+			if m.rack {
+				m.rackContent(b)
+			}
+			return
+		default:
+			return
 		}
 	}
 }
@@ -179,32 +198,81 @@ func (m *multipart) rackContent(b []byte) {
 		default:
 			m.rackHead = append(m.rackHead, c)
 			if bytes.HasSuffix(m.rackHead, []byte("\r\n\r\n")) {
-				m.rackBody, m.rackMethod = true, methodField(string(m.rackHead))
+				m.rackBody, m.rackMethod = true, methodField(m.rackHead, &m.unfolded)
 			}
 		}
 	}
 }
 
-func (m *multipart) header(c byte) {
-	m.seen++
-	blank := c == '\n' && (m.seen == 1 || m.last[1] == '\n' || m.last[1] == '\r' && (m.last[0] == '\n' || m.seen == 2))
-	m.last[0], m.last[1] = m.last[1], c
-	switch {
-	case m.overflow:
-	case len(m.headers) == maxPartHeaders:
-		// Unreadable: taken for an override that names no method.
-		m.overflow, m.headers = true, m.headers[:0]
-	default:
-		m.headers = append(m.headers, c)
+// headerBytes reads part headers up to the empty line that ends them; it
+// returns how many bytes of b it read (all of them, unless the headers
+// end inside b).
+func (m *multipart) headerBytes(b []byte) int {
+	// The first bytes one at a time: whether a line end ends the headers
+	// depends on the two bytes before it, the last chunk's or none yet.
+	i := 0
+	for ; i < len(b) && (i < 2 || m.seen < 2); i++ {
+		if m.header(b[i]) {
+			return i + 1
+		}
 	}
+	if i == len(b) {
+		return i
+	}
+	// From here the empty line is a "\n\n" or a "\n\r\n" inside b: found
+	// by a search, the bytes before it kept as one run.
+	end := len(b)
+	if j := bytes.Index(b[i-2:], []byte("\n\n")); j >= 0 {
+		end = i - 2 + j + 1
+	}
+	if j := bytes.Index(b[i-2:], []byte("\n\r\n")); j >= 0 && i-2+j+2 < end {
+		end = i - 2 + j + 2
+	}
+	if end == len(b) {
+		m.keep(b[i:])
+		return len(b)
+	}
+	m.keep(b[i:end])
+	m.header(b[end])
+	return end + 1
+}
+
+// header reads one byte of the headers; true when it was the line end of
+// the empty line that ends them.
+func (m *multipart) header(c byte) bool {
+	blank := c == '\n' && (m.seen == 0 || m.last[1] == '\n' || m.last[1] == '\r' && (m.last[0] == '\n' || m.seen == 1))
+	m.keep([]byte{c})
 	if blank {
 		m.state = partContent
-		if m.method = m.overflow || methodField(string(m.headers)); m.overflow {
+		if m.method = m.overflow || methodField(m.headers, &m.unfolded); m.overflow {
 			m.value = append(m.value[:0], "(headers too long)"...)
 		}
 		m.rack = !m.overflow && !bytes.HasSuffix(m.headers, []byte("\r\n\r\n"))
 		m.rackBody, m.rackMethod = false, false
 		m.rackHead, m.rackValue = append(m.rackHead[:0], m.headers...), m.rackValue[:0]
+	}
+	return blank
+}
+
+// keep counts header bytes, remembers the last two and keeps them up to
+// maxPartHeaders (past that, the part's headers are unreadable).
+func (m *multipart) keep(b []byte) {
+	switch n := len(b); {
+	case n == 0:
+		return
+	case n == 1:
+		m.last[0], m.last[1] = m.last[1], b[0]
+	default:
+		m.last[0], m.last[1] = b[n-2], b[n-1]
+	}
+	m.seen += len(b)
+	switch {
+	case m.overflow:
+	case len(m.headers)+len(b) > maxPartHeaders:
+		// Unreadable: taken for an override that names no method.
+		m.overflow, m.headers = true, m.headers[:0]
+	default:
+		m.headers = append(m.headers, b...)
 	}
 }
 
@@ -246,62 +314,113 @@ func (m *multipart) End() Overrides {
 // Content-Disposition (Rack's pattern takes the last, PHP the last, a
 // third the first), and its Content-ID (Rack 2 names a part by it when it
 // has no name), each a spelling of _method (nameMatch; a multipart name
-// is not percent-decoded).
-func methodField(headers string) bool {
-	for _, line := range strings.Split(unfold(headers), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
+// is not percent-decoded). buf holds the unfolded headers, reused: a
+// body of many parts makes no garbage here.
+func methodField(headers []byte, buf *[]byte) bool {
+	*buf = unfold((*buf)[:0], headers)
+	for rest := *buf; ; {
+		// The next line with a colon (a line without one names nothing),
+		// cut at its first colon.
+		c := bytes.IndexByte(rest, ':')
+		if c < 0 {
+			return false
 		}
-		switch k = strings.TrimSpace(k); {
-		case strings.EqualFold(k, "content-disposition"):
-			for v != "" {
-				name, rest, ok := paramRest(v, "name")
+		k := rest[bytes.LastIndexByte(rest[:c], '\n')+1 : c]
+		v := rest[c+1:]
+		if e := bytes.IndexByte(v, '\n'); e >= 0 {
+			v, rest = v[:e], v[e+1:]
+		} else {
+			rest = nil
+		}
+		switch k = bytes.TrimSpace(k); {
+		case bytes.EqualFold(k, []byte("content-disposition")):
+			for len(v) > 0 {
+				method, rest, ok := nameParam(v)
 				if !ok {
 					break
 				}
-				if isMethodName(name) {
+				if method {
 					return true
 				}
 				v = rest
 			}
-		case strings.EqualFold(k, "content-id"):
-			id := strings.TrimSpace(strings.TrimSuffix(v, "\r"))
-			if isMethodName(strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">")) || isMethodName(id) {
+		case bytes.EqualFold(k, []byte("content-id")):
+			id := bytes.TrimSpace(bytes.TrimSuffix(v, []byte{'\r'}))
+			if isMethodName(bytes.TrimSuffix(bytes.TrimPrefix(id, []byte{'<'}), []byte{'>'})) || isMethodName(id) {
 				return true
 			}
 		}
 	}
-	return false
 }
 
-// unfold joins a header's continuation lines (beginning with a space or a
-// tab) to the line before.
-func unfold(h string) string {
-	b := []byte(h)
-	out := b[:0]
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c == '\r' && i+2 < len(b) && b[i+1] == '\n' && (b[i+2] == ' ' || b[i+2] == '\t') {
+// unfold appends h to dst with its continuation lines (beginning with a
+// space or a tab) joined to the line before.
+func unfold(dst, h []byte) []byte {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c == '\r' && i+2 < len(h) && h[i+1] == '\n' && (h[i+2] == ' ' || h[i+2] == '\t') {
 			i++
 			continue
 		}
-		if c == '\n' && i+1 < len(b) && (b[i+1] == ' ' || b[i+1] == '\t') {
+		if c == '\n' && i+1 < len(h) && (h[i+1] == ' ' || h[i+1] == '\t') {
 			continue
 		}
-		out = append(out, c)
+		dst = append(dst, c)
 	}
-	return string(out)
+	return dst
 }
 
 // isMethodName reports whether a name, as sent, is a spelling of _method.
-func isMethodName(name string) bool {
+func isMethodName[T string | []byte](name T) bool {
 	var nm nameMatch
 	nm.reset()
 	for i := 0; i < len(name); i++ {
 		nm.add(name[i])
 	}
 	return nm.matches()
+}
+
+// nameParam finds the next name parameter of a Content-Disposition value
+// as paramRest finds it, without keeping its value: method says whether
+// the value (unquoted and unescaped) is a spelling of _method, rest is
+// what follows it.
+func nameParam(v []byte) (method bool, rest []byte, found bool) {
+	for len(v) > 0 {
+		v = bytes.TrimLeft(v, " \t;")
+		k, after, ok := bytes.Cut(v, []byte{'='})
+		if !ok {
+			return false, nil, false
+		}
+		k = bytes.TrimSpace(k)
+		if i := bytes.LastIndexAny(k, "; \t"); i >= 0 {
+			k = bytes.TrimSpace(k[i+1:])
+		}
+		name := bytes.EqualFold(k, []byte("name"))
+		after = bytes.TrimLeft(after, " \t")
+		var nm nameMatch
+		nm.reset()
+		if len(after) > 0 && after[0] == '"' {
+			i := 1
+			for ; i < len(after) && after[i] != '"'; i++ {
+				if after[i] == '\\' && i+1 < len(after) {
+					i++
+				}
+				nm.add(after[i])
+			}
+			v = after[min(i+1, len(after)):]
+		} else {
+			var val []byte
+			val, v, _ = bytes.Cut(after, []byte{';'})
+			val = bytes.TrimSpace(bytes.TrimSuffix(val, []byte{'\r'}))
+			for _, c := range val {
+				nm.add(c)
+			}
+		}
+		if name {
+			return nm.matches(), v, true
+		}
+	}
+	return false, nil, false
 }
 
 // param is the value of a parameter of a header value ("form-data;
