@@ -105,8 +105,12 @@ func proxyGetHeaderMapPairs(mt abi.MapType, _ *uint32, retSize *uint32) abi.Stat
 		return abi.StatusUnimplemented
 	}
 	m, st := native.GetHeaderMapPairs(mt)
-	return give(headermap.Encode(m), st, retSize)
+	nativeEnc = headermap.AppendEncode(nativeEnc[:0], m) // give copies it to the guest
+	return give(nativeEnc, st, retSize)
 }
+
+// nativeEnc is reused to serialise header maps, as a host's own buffer.
+var nativeEnc []byte
 
 func proxySetHeaderMapPairs(mt abi.MapType, pairs *byte, ps uint32) abi.Status {
 	if native == nil {
@@ -191,7 +195,7 @@ func proxySetSharedData(key *byte, ks uint32, value *byte, vs uint32, cas uint32
 	if native == nil {
 		return abi.StatusUnimplemented
 	}
-	return native.SetSharedData(str(key, ks), append([]byte(nil), raw(value, vs)...), cas)
+	return native.SetSharedData(str(key, ks), raw(value, vs), cas) // the host keeps a copy
 }
 
 func proxySetTickPeriodMilliseconds(period uint32) abi.Status {

@@ -24,7 +24,9 @@ type sharedEntry struct {
 	cas   uint32
 }
 
-// Get returns a copy of a value and its CAS; ok is false when it is missing.
+// Get returns a value and its CAS; ok is false when it is missing. The
+// value is shared and never written again (Set stores a new copy): callers
+// copy it, as a host copies it into the guest, and write nothing into it.
 func (d *SharedData) Get(key string) (value []byte, cas uint32, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -32,7 +34,7 @@ func (d *SharedData) Get(key string) (value []byte, cas uint32, ok bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	return append([]byte(nil), e.value...), e.cas, true
+	return e.value, e.cas, true
 }
 
 // Set writes a value and returns an ABI status. As in cpp-host, a non-zero

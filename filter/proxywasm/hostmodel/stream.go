@@ -14,10 +14,17 @@ const (
 // Envoy keeps them (lower case, pseudo-headers first).
 type Headers [][2]string
 
+// sameName compares header names without case; the lengths first, which
+// tell most names apart without reading them (maps are searched on every
+// call the guest makes).
+func sameName(a, b string) bool {
+	return len(a) == len(b) && (a == b || strings.EqualFold(a, b))
+}
+
 // Get returns the first value of key.
 func (h Headers) Get(key string) (string, bool) {
 	for _, kv := range h {
-		if strings.EqualFold(kv[0], key) {
+		if sameName(kv[0], key) {
 			return kv[1], true
 		}
 	}
@@ -31,7 +38,7 @@ func (h Headers) Value(key string) string { v, _ := h.Get(key); return v }
 func (h Headers) Values(key string) []string {
 	var out []string
 	for _, kv := range h {
-		if strings.EqualFold(kv[0], key) {
+		if sameName(kv[0], key) {
 			out = append(out, kv[1])
 		}
 	}
@@ -42,7 +49,7 @@ func (h Headers) Values(key string) []string {
 func (h *Headers) Remove(key string) {
 	out := (*h)[:0]
 	for _, kv := range *h {
-		if !strings.EqualFold(kv[0], key) {
+		if !sameName(kv[0], key) {
 			out = append(out, kv)
 		}
 	}
@@ -57,7 +64,7 @@ func (h *Headers) Add(key, value string) { *h = append(*h, [2]string{strings.ToL
 // values of key alone: a filter that needs one value must remove the others.
 func (h *Headers) Replace(key, value string) {
 	for i, kv := range *h {
-		if strings.EqualFold(kv[0], key) {
+		if sameName(kv[0], key) {
 			(*h)[i][1] = value
 			return
 		}
