@@ -705,10 +705,13 @@ func (wk *worker) takePending() []*wasmhost.Callout {
 func (g *Gateway) broken(w http.ResponseWriter, wk *worker, err error) {
 	g.log.Error("filter failed; replacing its VM", "err", err)
 	wk.mu.Lock()
-	if wk.vm.Broken() != nil {
+	if old := wk.vm; old.Broken() != nil {
 		if vm, nerr := g.host.NewVM(context.Background()); nerr == nil {
 			vm.OnCallout = func(c *wasmhost.Callout) { wk.pending = append(wk.pending, c) }
 			wk.vm = vm
+			// Its streams still in flight get its error from here on;
+			// its memory (up to 4 GiB) goes, as Envoy drops a failed VM.
+			_ = old.Close(context.Background())
 		}
 	}
 	wk.mu.Unlock()

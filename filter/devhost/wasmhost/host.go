@@ -229,8 +229,16 @@ func (h *Host) NewVM(ctx context.Context) (*VM, error) {
 	return vm, nil
 }
 
-// Close releases the VM.
-func (vm *VM) Close(ctx context.Context) error { return vm.mod.Close(ctx) }
+// Close releases the VM and its memory. No call reaches the guest after
+// it (each answers errClosed): its memory is unmapped.
+func (vm *VM) Close(ctx context.Context) error {
+	if vm.broken == nil {
+		vm.broken = errClosed
+	}
+	return vm.mod.Close(ctx)
+}
+
+var errClosed = errors.New("the VM is closed")
 
 // MemorySize is the guest's linear memory in bytes.
 func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }

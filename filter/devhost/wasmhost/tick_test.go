@@ -32,3 +32,32 @@ func TestTicks(t *testing.T) {
 		t.Fatalf("%d ticks seen by the plugin, want 3", got)
 	}
 }
+
+// A closed VM's memory is unmapped: every later call answers an error and
+// none reaches the guest (the gateway closes a VM it replaces while its
+// streams are still in flight).
+func TestClosedVMRefusesCalls(t *testing.T) {
+	wasm := buildTestPlugin(t, "tickplugin")
+	ctx := context.Background()
+	h, err := New(ctx, wasm, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	vm, err := h.NewVM(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Tick(ctx); err == nil {
+		t.Fatal("a tick reached a closed VM")
+	}
+	if _, err := vm.NewStream(ctx, Headers{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}, nil); err == nil {
+		t.Fatal("a stream opened on a closed VM")
+	}
+	if vm.Broken() == nil {
+		t.Fatal("a closed VM reports no error")
+	}
+}
