@@ -13,12 +13,14 @@ package proxywasm
 
 //go:wasmexport proxy_on_request_body
 func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
-	defer collectAfterBody(bodySize)
-	return onRequestBody(contextID, bodySize, endOfStream != 0)
+	r := onRequestBody(contextID, bodySize, endOfStream != 0)
+	collectAfterBody(bodySize)
+	return r
 }
 
 //go:wasmexport proxy_on_response_body
 func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
-	defer collectAfterBody(bodySize)
-	return onResponseBody(contextID, bodySize, endOfStream != 0)
+	r := onResponseBody(contextID, bodySize, endOfStream != 0)
+	collectAfterBody(bodySize)
+	return r
 }

@@ -23,14 +23,16 @@ func proxyOnMemoryAllocate(size uint32) *byte { return allocate(size) }
 
 //go:wasmexport proxy_on_vm_start
 func proxyOnVMStart(rootID, vmConfigSize uint32) uint32 {
-	defer collectIfDue()
-	return b2u(onVMStart(rootID, vmConfigSize))
+	r := b2u(onVMStart(rootID, vmConfigSize))
+	collectIfDue()
+	return r
 }
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootID, pluginConfigSize uint32) uint32 {
-	defer collectIfDue()
-	return b2u(onConfigure(rootID, pluginConfigSize))
+	r := b2u(onConfigure(rootID, pluginConfigSize))
+	collectIfDue()
+	return r
 }
 
 //go:wasmexport proxy_on_context_create
@@ -41,14 +43,16 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
-	defer collectIfDue()
-	return onRequestHeaders(contextID, numHeaders, endOfStream != 0)
+	r := onRequestHeaders(contextID, numHeaders, endOfStream != 0)
+	collectIfDue()
+	return r
 }
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
-	defer collectIfDue()
-	return onResponseHeaders(contextID, numHeaders, endOfStream != 0)
+	r := onResponseHeaders(contextID, numHeaders, endOfStream != 0)
+	collectIfDue()
+	return r
 }
 
 //go:wasmexport proxy_on_http_call_response
@@ -65,8 +69,9 @@ func proxyOnTick(rootID uint32) {
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) uint32 {
-	defer collectIfDue()
-	return b2u(onDone(contextID))
+	r := b2u(onDone(contextID))
+	collectIfDue()
+	return r
 }
 
 //go:wasmexport proxy_on_delete

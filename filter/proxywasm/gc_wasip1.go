@@ -59,7 +59,9 @@ var (
 )
 
 // collectIfDue collects when the heap has passed its goal. Called only at
-// the end of callbacks the host makes from its event loop.
+// the end of callbacks the host makes from its event loop, after their
+// work returned (not deferred: a callback that panics traps the VM, and
+// no collection should start while it unwinds).
 func collectIfDue() { collectAfter(0) }
 
 // collectAfterBody is collectIfDue after a body chunk of size bytes.
