@@ -31,6 +31,11 @@ import (
 // to the end inside the call; and the scavenger, paced against an unchanged
 // goal, finds nothing to return, so it parks without a timer.
 
+// setGCPercent and freeOSMemory are runtime/debug's SetGCPercent and
+// FreeOSMemory, reached where the runtime provides them (it links both
+// into runtime/debug by name): importing runtime/debug would link os,
+// whose init opens descriptors and so starts the poller.
+//
 //go:linkname setGCPercent runtime/debug.setGCPercent
 func setGCPercent(int32) int32
 
