@@ -520,9 +520,18 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 	if p.verifier != nil && len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
 		now := h.now()
 		addr, addrOK := h.clientAddress(xff, realIP)
-		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now, func() bool { return !addrOK || p.badTokens.allow(addr, now.UnixMilli()) })
-		if err != nil && addrOK && err != jwt.ErrNotVerified {
-			p.badTokens.failed(addr, now.UnixMilli())
+		var tokAddr netip.Addr
+		var tokHash uint64
+		asked := false
+		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now, func() bool {
+			// Asked only for a token the verifier does not hold. An
+			// address-less request (none in Envoy) counts as the zero one.
+			asked, tokAddr = true, tokenAddr(addr)
+			tokHash = p.tokenAddrHash(tokAddr)
+			return p.badTokens.allow(tokHash, tokAddr, now.UnixMilli())
+		})
+		if asked && err != nil && err != jwt.ErrNotVerified {
+			p.badTokens.failed(tokHash, tokAddr, now.UnixMilli())
 		}
 		if err == nil {
 			if id, err := identity.User(c.Subject); err == nil {
