@@ -135,6 +135,10 @@ func TestChargeFromTheResponse(t *testing.T) {
 		{"a stream", body, wasmhost.Headers{{"content-type", "text/event-stream; charset=utf-8"}},
 			sse(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[],"usage":{"total_tokens":21}}`, `[DONE]`), 21, "", false},
 		{"a stream without usage", body, wasmhost.Headers{{"content-type", "text/event-stream"}}, sse(`{"choices":[]}`, `[DONE]`), 0, wire.UnreportedMissing, false},
+		// An outsider's stop sequence, echoed in the last event, pushed it
+		// past the bound: the sum lost its output tokens.
+		{"a sum's last part in an event past the bound", "response_json:message.usage.input_tokens+usage.output_tokens", wasmhost.Headers{{"content-type", "text/event-stream"}},
+			sse(`{"type":"message_start","message":{"usage":{"input_tokens":10}}}`, `{"type":"message_delta","delta":{"stop_sequence":"`+strings.Repeat("x", 70000)+`"},"usage":{"output_tokens":390}}`), 0, wire.UnreportedMalformed, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, chargeConfig, 1)

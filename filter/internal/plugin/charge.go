@@ -212,7 +212,11 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.A
 		if !endOfStream {
 			return types.ActionContinue
 		}
-		h.bodyUsage(ch.events.End())
+		if vals := ch.events.End(); ch.events.Reliable() {
+			h.bodyUsage(vals)
+		} else {
+			h.unreportedBody(wire.UnreportedMalformed)
+		}
 		return h.sendCharge() // the last chunk waits for the charge
 	}
 	return types.ActionContinue

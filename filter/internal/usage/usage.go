@@ -47,11 +47,15 @@ type Events struct {
 	// Skipped counts events dropped for their size; Malformed events whose
 	// data was not JSON ("[DONE]" is not counted).
 	Skipped, Malformed int
+	// events counts the events read, badAt is the last of them dropped or
+	// malformed (0: none), foundAt the one each path's value came from.
+	events, badAt int
+	foundAt       []int
 }
 
 // NewEvents reads the values at paths.
 func NewEvents(paths [][]string) *Events {
-	return &Events{paths: paths, last: make([]wire.Usage, len(paths)), scratch: make([]wire.Usage, len(paths))}
+	return &Events{paths: paths, last: make([]wire.Usage, len(paths)), scratch: make([]wire.Usage, len(paths)), foundAt: make([]int, len(paths))}
 }
 
 // Feed reads the next chunk of the stream.
@@ -122,23 +126,41 @@ func (e *Events) dispatch() {
 	e.data, e.skipEvent = e.data[:0], false
 	switch {
 	case skipped:
-		e.Skipped++
+		e.events++
+		e.Skipped, e.badAt = e.Skipped+1, e.events
 		return
 	case len(data) == 0 || string(data) == "[DONE]":
 		return
 	}
+	e.events++
 	for i := range e.scratch {
 		e.scratch[i] = wire.Usage{}
 	}
 	if err := wire.ReadUsage(data, e.paths, e.scratch); err != nil {
-		e.Malformed++
+		e.Malformed, e.badAt = e.Malformed+1, e.events
 		return
 	}
 	for i, u := range e.scratch {
 		if u.Found {
-			e.last[i] = u
+			e.last[i], e.foundAt[i] = u, e.events
 		}
 	}
+}
+
+// Reliable reports whether what End returns can be trusted: no event was
+// dropped (past MaxEvent) or unreadable after the last value of any path,
+// since that event may have carried a later value, or the missing part of
+// a sum. An answer's last event may echo what the client sent (Anthropic's
+// final message_delta carries the stop sequence that matched): a client
+// that could push it past the bound would otherwise be charged its input
+// tokens only.
+func (e *Events) Reliable() bool {
+	for _, at := range e.foundAt {
+		if e.badAt > at {
+			return false
+		}
+	}
+	return true
 }
 
 // End finishes the stream (an event not closed by a blank line is

@@ -70,6 +70,37 @@ func TestEventsBroken(t *testing.T) {
 	}
 }
 
+// A stream whose event was dropped or unreadable after a path's last value
+// is not to be trusted: that event may have carried a later value, or a
+// sum's other part (an outsider pushed Anthropic's final message_delta,
+// which echoes the client's stop sequence, past the bound: charged its
+// input tokens only).
+func TestEventsReliable(t *testing.T) {
+	start := "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10}}}\n\n"
+	delta := func(pad int) string {
+		return "data: {\"type\":\"message_delta\",\"delta\":{\"stop_sequence\":\"" + strings.Repeat("x", pad) + "\"},\"usage\":{\"output_tokens\":390}}\n\n"
+	}
+	sum := [][]string{{"message", "usage", "input_tokens"}, {"usage", "output_tokens"}}
+	for _, tc := range []struct {
+		name, stream string
+		reliable     bool
+	}{
+		{"whole", start + delta(8) + "data: [DONE]\n\n", true},
+		{"the last part past the bound", start + delta(MaxEvent), false},
+		{"the last part not JSON", start + "data: {\"usage\":{\"output_tokens\":39\n\n", false},
+		{"a dropped event before both parts", "data: " + strings.Repeat("y", 2*MaxEvent) + "\n\n" + start + delta(8), true},
+		{"a dropped event between the parts", start + "data: " + strings.Repeat("y", 2*MaxEvent) + "\n\n" + delta(8), false},
+		{"nothing found, nothing dropped", "data: {\"x\":1}\n\n", true},
+	} {
+		e := NewEvents(sum)
+		e.Feed([]byte(tc.stream))
+		e.End()
+		if e.Reliable() != tc.reliable {
+			t.Errorf("%s: reliable %v, want %v", tc.name, e.Reliable(), tc.reliable)
+		}
+	}
+}
+
 func TestTotal(t *testing.T) {
 	if n, ok, _ := Total([]wire.Usage{{Found: true, Valid: true, N: wire.MaxUsage}, {Found: true, Valid: true, N: 5}}); !ok || n != wire.MaxUsage {
 		t.Fatalf("sum past the bound: %d", n)
