@@ -134,5 +134,8 @@ func FuzzEvents(f *testing.F) {
 				t.Fatalf("%q in chunks of %d: %+v, whole %+v", stream, step, got, want)
 			}
 		}
+		if parts.Reliable() != whole.Reliable() {
+			t.Fatalf("%q in chunks of %d: reliable %v, whole %v", stream, step, parts.Reliable(), whole.Reliable())
+		}
 	})
 }
