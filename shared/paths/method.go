@@ -30,10 +30,12 @@ func IsMethodParam(name string) bool {
 }
 
 // EachMethodParam calls fn with the value, form-decoded, of every _method
-// parameter (IsMethodParam) of rawPath's query, in order. Parameters are
+// parameter (IsMethodParam) of rawPath's query, in order, until fn returns
+// false (once two disagree, or a query holds more than any client sends:
+// the query is the client's, up to Envoy's header limit). Parameters are
 // split at '&' and at ';', which some frameworks also take: splitting at
 // more than the upstream does can only count more.
-func EachMethodParam(rawPath string, fn func(value string)) {
+func EachMethodParam(rawPath string, fn func(value string) (more bool)) {
 	i := strings.IndexByte(rawPath, '?')
 	if i < 0 {
 		return
@@ -45,8 +47,8 @@ func EachMethodParam(rawPath string, fn func(value string)) {
 		} else {
 			q = ""
 		}
-		if name, value, _ := strings.Cut(param, "="); IsMethodParam(name) {
-			fn(FormUnescape(value))
+		if name, value, _ := strings.Cut(param, "="); IsMethodParam(name) && !fn(FormUnescape(value)) {
+			return
 		}
 	}
 }

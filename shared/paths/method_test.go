@@ -13,7 +13,7 @@ func FuzzEachMethodParam(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, p string) {
 		var got []string
-		EachMethodParam(p, func(v string) { got = append(got, v) })
+		EachMethodParam(p, func(v string) bool { got = append(got, v); return true })
 		var want []string
 		if _, q, ok := strings.Cut(p, "?"); ok {
 			for _, param := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' }) {

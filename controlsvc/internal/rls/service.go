@@ -41,8 +41,12 @@ import (
 const (
 	MaxDescriptors = 64
 	MaxEntries     = 16
-	MaxKeyLen      = 256
-	MaxValueLen    = 1024
+	// maxQueryOverrides is how many distinct _method values of the path's
+	// query a descriptor gains beside its own entries (two that disagree
+	// refuse the check).
+	maxQueryOverrides = 2
+	MaxKeyLen         = 256
+	MaxValueLen       = 1024
 	// MaxHitsAddend bounds hits_addend (request and descriptor): a billion
 	// hits in one call is no request a proxy makes.
 	MaxHitsAddend = 1 << 30
@@ -272,8 +276,17 @@ func validate(req *rlspb.RateLimitRequest) ([]int64, [][]Entry, error) {
 				// it, and only its length past that bound is dropped.
 				// A _method parameter of the query is an override, as
 				// the override headers are (the upstream may honour it).
-				paths.EachMethodParam(v, func(m string) {
-					es = append(es, Entry{Key: KeyMethodOverride, Value: boundedValue(m)})
+				// Two that disagree are all a check needs to refuse them:
+				// no more are kept (a query is the client's, up to
+				// Envoy's header limit, and thousands of repeats made
+				// thousands of entries).
+				var seen []string
+				paths.EachMethodParam(v, func(m string) bool {
+					if u := upperASCII(m); !slices.Contains(seen, u) {
+						seen = append(seen, u)
+						es = append(es, Entry{Key: KeyMethodOverride, Value: boundedValue(m)})
+					}
+					return len(seen) < maxQueryOverrides
 				})
 				v, _, _ = strings.Cut(v, "?")
 				es[j] = Entry{Key: e.Key, Value: v[:min(len(v), paths.MaxLen+1)]}

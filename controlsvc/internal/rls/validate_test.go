@@ -48,7 +48,7 @@ func FuzzRequest(f *testing.F) {
 			t.Fatalf("%d descriptors passed", len(entries))
 		}
 		for i, es := range entries {
-			if hits[i] < 0 || hits[i] > MaxHitsAddend || len(es) > MaxEntries {
+			if hits[i] < 0 || hits[i] > MaxHitsAddend || len(es) > MaxEntries+maxQueryOverrides {
 				t.Fatalf("descriptor %d passed out of bounds: hits %d, %d entries", i, hits[i], len(es))
 			}
 			cfg.Find(req.Domain, es)
@@ -57,4 +57,36 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A path's query adds at most two override entries, whatever it repeats:
+// one value is an override, two that disagree refuse the check (an
+// outsider's query of thousands made thousands of entries).
+func TestPathMethodOverridesBounded(t *testing.T) {
+	for _, tc := range []struct {
+		query, want string
+		entries     int
+	}{
+		{"_method=delete", "DELETE", 4},
+		{strings.Repeat("_method=GET&", 4000), "GET", 4},
+		{strings.Repeat("_method=GET&_method=put&", 2000), "GET,PUT", 5},
+		{"_method=a&_method=b&_method=c&_method=d", "A,B", 5},
+	} {
+		req := &rlspb.RateLimitRequest{Domain: TollgateDomain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+			{Key: KeyRemoteAddress, Value: "192.0.2.1"}, {Key: KeyMethod, Value: "POST"}, {Key: KeyPath, Value: "/items?" + tc.query}}}}}
+		hits, entries, err := validate(req)
+		if err != nil {
+			t.Fatalf("%.40s: %v", tc.query, err)
+		}
+		if len(entries[0]) != tc.entries {
+			t.Errorf("%.40s: %d entries, want %d", tc.query, len(entries[0]), tc.entries)
+		}
+		c, err := checkOf(0, entries[0], hits[0])
+		if err != nil {
+			t.Fatalf("%.40s: %v", tc.query, err)
+		}
+		if c.MethodOverride != tc.want {
+			t.Errorf("%.40s: override %q, want %q", tc.query, c.MethodOverride, tc.want)
+		}
+	}
 }

@@ -15,15 +15,26 @@ import (
 // One in a form body (Rails, Laravel, Symfony) is beyond a filter that
 // decides on the headers: docs/security.md says what that admits.
 
+// maxQueryOverrides is the most _method parameters a query may repeat;
+// more are refused as overrides that disagree.
+const maxQueryOverrides = 16
+
 // queryOverrides notes every _method parameter of the request's query
 // (paths.EachMethodParam).
 func (rq *request) queryOverrides() {
-	paths.EachMethodParam(rq.rawPath, func(v string) {
+	paths.EachMethodParam(rq.rawPath, func(v string) bool {
 		if (rq.overrides > 0 || rq.queryOverride > 0) && !strings.EqualFold(v, rq.override) {
 			rq.overrideConflict = true
 		}
 		rq.queryOverride++
 		rq.override = v
+		// Refused either way past a conflict; and no client repeats the
+		// parameter sixteen times (a query of thousands cost the filter
+		// a millisecond and more to read).
+		if rq.queryOverride >= maxQueryOverrides {
+			rq.overrideConflict = true
+		}
+		return !rq.overrideConflict
 	})
 }
 

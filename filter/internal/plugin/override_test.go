@@ -34,6 +34,11 @@ func TestQueryOverrides(t *testing.T) {
 		{"/items?_method", 1, "", false}, // no value: refused later as no method
 		{"/items?x_method=DELETE&_methods=DELETE&method=DELETE", 0, "", false},
 		{"/items?a=_method=DELETE", 0, "", false},
+		// The read stops at a conflict, and at sixteen repeats (an
+		// outsider's query of thousands cost a millisecond and more).
+		{"/items?_method=PUT&_method=DELETE&_method=PUT&_method=GET", 2, "DELETE", true},
+		{"/items?" + strings.Repeat("_method=GET&", 15), 15, "GET", false},
+		{"/items?" + strings.Repeat("_method=GET&", 4000), maxQueryOverrides, "GET", true},
 	} {
 		rq := request{rawPath: c.path}
 		rq.queryOverrides()
