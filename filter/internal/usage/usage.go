@@ -90,11 +90,19 @@ func (e *Events) addToLine(b []byte) {
 	e.line = append(e.line, b...)
 }
 
+// keepBuffer is the most a stream's buffers keep between events: one large
+// event grows them up to MaxEvent, and a stream held open by its client
+// would keep that (an outsider held 400 such streams: 100 MB).
+const keepBuffer = 4 << 10
+
 // endLine handles a whole line: a field, a comment, or the blank line
 // that dispatches the event.
 func (e *Events) endLine() {
 	line, skipped := e.line, e.skipLine
 	e.line, e.skipLine = e.line[:0], false
+	if cap(line) > keepBuffer {
+		e.line = nil // line is read below; the next line gets a new one
+	}
 	if skipped {
 		e.skipEvent = true
 		return
@@ -124,6 +132,9 @@ func (e *Events) endLine() {
 func (e *Events) dispatch() {
 	data, skipped := e.data, e.skipEvent
 	e.data, e.skipEvent = e.data[:0], false
+	if cap(data) > keepBuffer {
+		e.data = nil
+	}
 	switch {
 	case skipped:
 		e.events++

@@ -101,6 +101,20 @@ func TestEventsReliable(t *testing.T) {
 	}
 }
 
+// One large event does not leave a stream's buffers large: a stream a
+// client holds open keeps what it last needed, at most keepBuffer.
+func TestEventsBuffersShrink(t *testing.T) {
+	e := NewEvents(paths[:1])
+	e.Feed([]byte("data: {\"pad\":\"" + strings.Repeat("x", MaxEvent-64) + "\"}\n\n"))
+	e.Feed([]byte("data: {\"usage\":{\"total_tokens\":3}}\n\n"))
+	if cap(e.line) > keepBuffer || cap(e.data) > keepBuffer {
+		t.Fatalf("buffers kept at %d and %d after the large event", cap(e.line), cap(e.data))
+	}
+	if n, ok, _ := Total(e.End()); !ok || n != 3 {
+		t.Fatalf("%d %v", n, ok)
+	}
+}
+
 func TestTotal(t *testing.T) {
 	if n, ok, _ := Total([]wire.Usage{{Found: true, Valid: true, N: wire.MaxUsage}, {Found: true, Valid: true, N: 5}}); !ok || n != wire.MaxUsage {
 		t.Fatalf("sum past the bound: %d", n)
