@@ -25,9 +25,16 @@ const (
 	minuteTTL = 2 * time.Hour
 )
 
-// maxPending bounds what waits in memory for a flush: beyond it, events
-// (not counts) are dropped and counted as dropped.
-const maxPending = 10_000
+// flushAt is how many (identity, minute) slots or audit events wake the
+// flusher before its interval: a flood of new identities (an outsider's,
+// 30,000 a second) is written as it comes rather than pushing honest
+// callers' counts out. maxPending bounds what waits for a write when
+// Redis cannot keep up: beyond it, counts and events are dropped and
+// counted as dropped.
+const (
+	flushAt    = 10_000
+	maxPending = 4 * flushAt
+)
 
 type counts struct{ requests, violations int64 }
 
@@ -46,6 +53,8 @@ type Recorder struct {
 	pending map[slot]*counts
 	events  []audit.Event
 	dropped int64
+	// full wakes Run when flushAt is reached.
+	full chan struct{}
 }
 
 // backend keeps the counters: Redis, or this process's memory.
@@ -68,7 +77,7 @@ func InMemory(now func() time.Time) Store {
 
 // NewRecorder returns a recorder writing to st and trail.
 func NewRecorder(st Store, trail *audit.Store, log *slog.Logger) *Recorder {
-	return &Recorder{counters: st.b, trail: trail, log: log, pending: map[slot]*counts{}}
+	return &Recorder{counters: st.b, trail: trail, log: log, pending: map[slot]*counts{}, full: make(chan struct{}, 1)}
 }
 
 // Record counts requests admitted for identity at `at` (tokens, under a
@@ -98,6 +107,12 @@ func (r *Recorder) Record(identity string, at time.Time, requests int64, v *audi
 			r.dropped++
 		}
 	}
+	if len(r.pending) >= flushAt || len(r.events) >= flushAt {
+		select {
+		case r.full <- struct{}{}:
+		default: // a flush is already asked for
+		}
+	}
 }
 
 // Run flushes every interval until ctx ends, then once more.
@@ -112,6 +127,8 @@ func (r *Recorder) Run(ctx context.Context, every time.Duration) {
 			cancel()
 			return
 		case <-t.C:
+			r.flushLogged(ctx)
+		case <-r.full:
 			r.flushLogged(ctx)
 		}
 	}
