@@ -280,6 +280,52 @@ func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
 	}
 }
 
+// Without a decision token, the decision API answers no web page: a
+// request with an Origin (a page on any origin can send a simple POST and
+// spend any caller's quota) or a Host that is no loopback name (a page
+// rebound to loopback by DNS) is refused, counting nothing (an outsider's
+// page spent user:alice's quota with fetch in no-cors mode).
+func TestUntrustedRefusesBrowsers(t *testing.T) {
+	windowtest.RoomInMinute(t)
+	s := startService(t, "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	body := `{"user_id":"alice","endpoint":"/api/v1/items","method":"GET"}`
+	for _, tc := range []struct {
+		name, origin, host string
+		status             int
+	}{
+		{"a local tool", "", "", 200},
+		{"localhost", "", "localhost", 200},
+		{"a page on another origin", "https://evil.example", "", 403},
+		{"a null origin", "null", "", 403},
+		{"a rebound name", "", "evil.example:8081", 403},
+		{"a LAN address", "", "192.168.1.10", 403},
+	} {
+		before := s.countersExcept("\x00")
+		req, err := http.NewRequest(http.MethodPost, s.base+"/v1/rate-limit/check", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "text/plain")
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+		if after := s.countersExcept("\x00"); tc.status == 403 && after != before {
+			t.Errorf("%s: a refused request moved counters", tc.name)
+		}
+	}
+}
+
 // Two tokens are accepted while rotating; any other is not.
 func TestDecisionTokenRotation(t *testing.T) {
 	next := "next-decision-token-abcdefghijklmnopqrstuvwxyz"

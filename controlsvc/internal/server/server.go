@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -236,14 +238,14 @@ func (s *Server) check(c echo.Context) error {
 // credential, a body the fast decoder does not take, one over
 // max_body_bytes) it declines, and check answers it.
 func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp.Response) bool {
-	trust := decision.Untrusted
-	if digests := s.set.Load().decisionDigests; len(digests) > 0 {
-		a := r.Authorization
-		if r.Authorizations != 1 || len(a) <= 7 || !wire.EqualFoldASCII(a[:7], "bearer ") || !digests.Trusted(a[7:]) {
-			return false
-		}
-		trust = decision.Trusted
+	// Without a token, check answers (and refuses a browser's request:
+	// refuseBrowser); with one, a request without it.
+	digests := s.set.Load().decisionDigests
+	a := r.Authorization
+	if len(digests) == 0 || r.Authorizations != 1 || len(a) <= 7 || !wire.EqualFoldASCII(a[:7], "bearer ") || !digests.Trusted(a[7:]) {
+		return false
 	}
+	trust := decision.Trusted
 	var req wire.CheckRequest
 	if int64(len(r.Body)) > s.set.Load().maxBodyBytes || wire.DecodeCheckRequest(r.Body, &req) != nil {
 		return false
@@ -489,6 +491,9 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		digests := s.set.Load().decisionDigests
 		if len(digests) == 0 {
+			if err := refuseBrowser(c.Request()); err != nil {
+				return err
+			}
 			c.Set(trustKey, decision.Untrusted)
 			return next(c)
 		}
@@ -505,6 +510,25 @@ func (s *Server) decisionCaller(next echo.HandlerFunc) echo.HandlerFunc {
 		credentialed(c)
 		return next(c)
 	}
+}
+
+// refuseBrowser refuses, on a decision API without a token, what a web
+// page can send: a request with an Origin (a browser's, which a page on
+// any origin can make with a simple POST, spending any caller's quota) or
+// whose Host is no loopback name (a page rebound to loopback by DNS, which
+// could read the answers too). A filter or a local tool sends neither.
+func refuseBrowser(r *http.Request) error {
+	if r.Header.Get("Origin") != "" {
+		return apierr.New(apierr.KindForbidden, wire.CodeForbidden, "the decision API without a decision token answers no browser (the request has an Origin)")
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if a, err := netip.ParseAddr(host); (err != nil || !a.IsLoopback()) && !strings.EqualFold(host, "localhost") {
+		return apierr.New(apierr.KindForbidden, wire.CodeForbidden, "the decision API without a decision token answers loopback names only (Host "+strconv.Quote(r.Host)+")")
+	}
+	return nil
 }
 
 func trustOf(c echo.Context) decision.Trust {
