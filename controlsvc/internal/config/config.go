@@ -283,6 +283,13 @@ func (c *Config) validateTokens() error {
 		if t == wire.ExampleDecisionToken {
 			return bad(fmt.Sprintf("decision_token[%d]", i), "is the example placeholder; generate one (head -c 32 /dev/urandom | base64)")
 		}
+		for _, a := range admins {
+			if a.Token == t {
+				// The decision token is in every filter's configuration:
+				// each copy would be an operator's credential.
+				return bad(fmt.Sprintf("decision_token[%d]", i), "is also an admin token (%s's); the filters' configurations would hold an operator's credential", a.Name)
+			}
+		}
 	}
 	if len(toks) == 0 && !loopback(c.Listen) {
 		return bad("decision_token", "is required when listen (%s) is not a loopback address: "+

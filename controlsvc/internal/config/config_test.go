@@ -191,6 +191,8 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"upper-case endpoint with path_case insensitive", "path_case = \"insensitive\"\n[[tiers]]\nname = \"free\"\nlimit = 5\nwindow_seconds = 60\n[tiers.endpoints]\n\"/Api\" = 5", nil, `tiers[0].endpoints["/Api"]: "/Api" has upper-case`},
 		{"upper-case key path with path_case insensitive", "path_case = \"insensitive\"\napi_key_required_paths = [\"/api/**\", \"/Admin/**\"]", nil, "api_key_required_paths[1]:"},
 		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},
+		{"decision token that is an admin token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("d", 32), "TOLLGATE_ADMIN_TOKEN": "ops:" + strings.Repeat("d", 32)}, "decision_token[0]: is also an admin token (ops's)"},
+		{"the next decision token that is an admin token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("e", 32) + "," + strings.Repeat("d", 32), "TOLLGATE_ADMIN_TOKEN": strings.Repeat("d", 32)}, "decision_token[1]: is also an admin token"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
