@@ -98,6 +98,21 @@ func TestDecisionRouteRequestID(t *testing.T) {
 	if got := r.json(t)["error"].(map[string]any)["request_id"]; got != r.header.Get("X-Request-Id") {
 		t.Fatalf("body request_id %v, header %q", got, r.header.Get("X-Request-Id"))
 	}
+	// An id past 128 bytes, or not printable, is replaced on either path
+	// (the lean one for the filter's checks, the checked one for the rest:
+	// an outsider's 5 KB id came back in every answer and log line).
+	for _, id := range []string{strings.Repeat("r", 129), "caf\xc3\xa9"} {
+		for _, path := range []string{"/v1/rate-limit/check", "/v1/rate-limit/status/user:rid/x"} {
+			method, b := http.MethodPost, any(body)
+			if strings.Contains(path, "status") {
+				method, b = http.MethodGet, nil
+			}
+			r := s.do(method, path, b, "X-Request-Id", id)
+			if got := r.header.Get("X-Request-Id"); got == id || len(got) != 32 {
+				t.Errorf("%s with a %d-byte id: X-Request-Id %.40q", path, len(id), got)
+			}
+		}
+	}
 }
 
 // BenchmarkCheckOverTheWire is one check over a kept-alive connection, the

@@ -39,6 +39,7 @@ import (
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/metrics"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/audit"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/store/summary"
+	"github.com/tollgate-rl/tollgate/shared/ascii"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -76,6 +77,7 @@ func New(d Deps) *Server {
 	e := s.e
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Pre(dropOddRequestID)
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: newRequestID}))
 	e.Use(middleware.Recover())
 	e.Use(closeUncredentialed)
@@ -251,7 +253,7 @@ func (s *Server) leanCheck(ctx context.Context, r *leanhttp.Request, w *leanhttp
 		return false
 	}
 	id := string(r.RequestID)
-	if id == "" {
+	if !clientRequestID(id) {
 		id = newRequestID()
 	}
 	w.Header(echo.HeaderXRequestID, id)
@@ -689,6 +691,26 @@ func fromHTTPError(he *echo.HTTPError) *apierr.Error {
 
 func requestID(c echo.Context) string {
 	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+// maxRequestID bounds a client's X-Request-Id (Envoy's are 36 bytes).
+const maxRequestID = 128
+
+// clientRequestID reports whether a client's X-Request-Id is kept: one of
+// printable ASCII, at most maxRequestID bytes. Another is replaced (an
+// outsider's 5 KB id came back in every answer and log line).
+func clientRequestID(id string) bool { return ascii.Printable.Match(id, 1, maxRequestID) }
+
+// dropOddRequestID removes an X-Request-Id that is not kept, before the
+// request ID middleware would echo it.
+func dropOddRequestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		if vs := h.Values(echo.HeaderXRequestID); len(vs) > 0 && (len(vs) > 1 || !clientRequestID(vs[0])) {
+			h.Del(echo.HeaderXRequestID)
+		}
+		return next(c)
+	}
 }
 
 // newRequestID names a request in its answer and in the logs: a random
