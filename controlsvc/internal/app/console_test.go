@@ -181,6 +181,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the overview counts %s requests, %s throttled; want 3 and 1", total, throttled)
 	}
 	sh.take(ctx, "overview")
+	// A page name is looked up as the console's own, never an object's
+	// member (#constructor broke the page with a script error).
+	for _, name := range []string{"constructor", "__proto__", "toString"} {
+		run("#"+name, chromedp.Navigate(s.base+"/console/#"+name), chromedp.WaitVisible(chromedp.CSS(`[data-metric="total"]`)))
+	}
 
 	// Revoke it; the audit trail shows the change.
 	run("revoke", chromedp.Navigate(s.base+"/console/#keys"), chromedp.WaitVisible(chromedp.CSS("[data-revoke]")),

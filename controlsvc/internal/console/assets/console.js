@@ -38,6 +38,11 @@ function table(headers, rows) {
 function when(unix) { return unix ? new Date(unix * 1000).toLocaleString() : ''; }
 function fmt(n) { return typeof n === 'number' ? (Number.isInteger(n) ? n.toLocaleString() : n.toFixed(2)) : String(n ?? ''); }
 
+// own reads a key the data names (a tier, a page) from an object: its own
+// property or undefined, never an Object.prototype member (a tier named
+// "constructor" showed Object's source; #constructor broke the page).
+function own(obj, key) { return obj != null && Object.hasOwn(obj, key) ? obj[key] : undefined; }
+
 // --- the admin API
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
@@ -133,8 +138,8 @@ function show() {
   page.hidden = false;
   clearInterval(refreshTimer);
   const name = (location.hash || '#overview').slice(1);
-  const render = pages[name] || overview;
-  document.querySelectorAll('nav a').forEach(a => a.classList.toggle('active', a.dataset.page === (pages[name] ? name : 'overview')));
+  const render = own(pages, name) || overview;
+  document.querySelectorAll('nav a').forEach(a => a.classList.toggle('active', a.dataset.page === (own(pages, name) ? name : 'overview')));
   page.replaceChildren();
   render(page).catch(e => page.append(el('p', { class: 'error', role: 'alert' }, e.message)));
 }
@@ -143,13 +148,13 @@ function show() {
 
 function lineChart(series, lines, label) {
   const w = 1000, h = 180, pad = 24;
-  const max = Math.max(1, ...series.flatMap(p => lines.map(l => p[l.key] || 0)));
+  const max = Math.max(1, ...series.flatMap(p => lines.map(l => own(p, l.key) || 0)));
   const x = i => pad + (series.length > 1 ? i * (w - 2 * pad) / (series.length - 1) : 0);
   const y = v => h - pad - v * (h - 2 * pad) / max;
   const chart = svg('svg', { class: 'chart', viewBox: '0 0 ' + w + ' ' + h, role: 'img', 'aria-label': label });
   chart.append(svg('text', { x: 2, y: 12 }, fmt(max)), svg('text', { x: 2, y: h - pad }, '0'));
   for (const l of lines) {
-    chart.append(svg('polyline', { class: l.cls, points: series.map((p, i) => x(i) + ',' + y(p[l.key] || 0)).join(' ') }));
+    chart.append(svg('polyline', { class: l.cls, points: series.map((p, i) => x(i) + ',' + y(own(p, l.key) || 0)).join(' ') }));
   }
   if (series.length) {
     chart.append(svg('text', { x: pad, y: h - 6 }, new Date(series[0].at * 1000).toLocaleTimeString()),
@@ -161,7 +166,7 @@ function lineChart(series, lines, label) {
 // tiersOf lists the summary's tiers, busiest first (at most six are
 // charted).
 function tiersOf(s) {
-  return Object.keys(s.requests_by_tier).sort((a, b) => s.requests_by_tier[b] - s.requests_by_tier[a]).slice(0, 6);
+  return Object.keys(s.requests_by_tier).sort((a, b) => own(s.requests_by_tier, b) - own(s.requests_by_tier, a)).slice(0, 6);
 }
 
 function tierLegend(tiers) {
@@ -193,12 +198,12 @@ async function overview(page) {
       lineChart(s.series, [{ key: 'total', cls: 'total' }, { key: 'throttled', cls: 'throttled' }], 'requests and refusals over time'),
       el('h3', {}, 'Requests by tier'),
       tierLegend(tiersOf(s)),
-      lineChart(s.series.map(p => Object.assign({ at: p.at }, p.by_tier)), tiersOf(s).map((t, i) => ({ key: t, cls: 'tier' + (i % 6) })), 'requests by tier over time'),
+      lineChart(s.series.map(p => Object.assign(Object.create(null), p.by_tier, { at: p.at })), tiersOf(s).map((t, i) => ({ key: t, cls: 'tier' + (i % 6) })), 'requests by tier over time'),
       el('h3', {}, 'Check latency'),
       el('div', { class: 'legend' }, el('span', { class: 'latency' }, '— average (ms)')),
       lineChart(s.series, [{ key: 'avg_check_latency_ms', cls: 'latency' }], 'average check latency over time'),
       el('h3', {}, 'By tier'),
-      table(['Tier', 'Requests', 'Throttled'], Object.keys(s.requests_by_tier).sort().map(t => [t, fmt(s.requests_by_tier[t]), fmt(s.by_tier[t] || 0)])),
+      table(['Tier', 'Requests', 'Throttled'], Object.keys(s.requests_by_tier).sort().map(t => [t, fmt(own(s.requests_by_tier, t)), fmt(own(s.by_tier, t) || 0)])),
       el('h3', {}, 'Throttled by endpoint'),
       table(['Endpoint', 'Throttled'], Object.entries(s.by_endpoint).sort((a, b) => b[1] - a[1]).map(([e, n]) => [e, fmt(n)])),
       el('h3', {}, 'Most refused callers'),
