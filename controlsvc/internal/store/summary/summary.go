@@ -8,6 +8,7 @@
 package summary
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,9 @@ type Minute struct {
 	Latency      []int64
 	LatencySumUs int64
 	Refused      map[string]int64
+	// refused orders Refused's names by count while the recorder counts
+	// (countRefused); nil elsewhere.
+	refused *candidates
 }
 
 func newMinute() *Minute {
@@ -130,9 +134,7 @@ func (r *Recorder) Observe(o Observation) {
 	m.Total++
 	if o.Throttled {
 		m.Throttled++
-		if _, ok := m.Refused[o.Identity]; ok || len(m.Refused) < maxRefused {
-			m.Refused[o.Identity]++
-		}
+		countRefused(m, o.Identity)
 	}
 	bump(m.Tiers, o.Tier, maxTiers, o.Throttled)
 	bump(m.Endpoints, o.Endpoint, maxEndpoints, o.Throttled)
@@ -268,6 +270,9 @@ func (r redisMinutes) add(ctx context.Context, pending map[int64]*Minute) error 
 			}
 			p.HIncrBy(ctx, h, "lsum", m.LatencySumUs)
 			p.Expire(ctx, h, ttl)
+			if len(m.Refused) > maxRefused {
+				trimRefused(m.Refused) // only the most refused are written
+			}
 			if len(m.Refused) > 0 {
 				z := keys.SummaryRefused(minute)
 				for id, n := range m.Refused {
@@ -391,6 +396,64 @@ func (s *memoryMinutes) read(_ context.Context, from, to int64) (map[int64]*Minu
 		}
 	}
 	return out, nil
+}
+
+// refusedCandidates is how many names a minute counts refusals for until
+// its flush, which keeps the maxRefused most refused. Past it, a new name
+// takes the place of the least refused and its count, plus one
+// (Space-Saving): a caller refused more than a refusedCandidates-th of the
+// minute's refusals is always counted and named, however many others are
+// refused, and a count is at most over by what its place held. Counted in
+// the order they came, a flood of refused decoys (an outsider's 12,000 a
+// second) had its first hundred named and the abuser behind them not.
+const refusedCandidates = 1024
+
+// countRefused counts a refusal of id in m's Refused.
+func countRefused(m *Minute, id string) {
+	if m.refused == nil {
+		m.refused = &candidates{counts: m.Refused, pos: map[string]int{}}
+	}
+	c := m.refused
+	if i, ok := c.pos[id]; ok {
+		c.counts[id]++
+		heap.Fix(c, i)
+		return
+	}
+	if len(c.names) < refusedCandidates {
+		c.counts[id] = 1
+		heap.Push(c, id)
+		return
+	}
+	least := c.names[0]
+	n := c.counts[least]
+	delete(c.counts, least)
+	delete(c.pos, least)
+	c.names[0], c.pos[id], c.counts[id] = id, 0, n+1
+	heap.Fix(c, 0)
+}
+
+// candidates is a min-heap of names by their count in counts.
+type candidates struct {
+	counts map[string]int64
+	names  []string
+	pos    map[string]int
+}
+
+func (c *candidates) Len() int           { return len(c.names) }
+func (c *candidates) Less(i, j int) bool { return c.counts[c.names[i]] < c.counts[c.names[j]] }
+func (c *candidates) Swap(i, j int) {
+	c.names[i], c.names[j] = c.names[j], c.names[i]
+	c.pos[c.names[i]], c.pos[c.names[j]] = i, j
+}
+func (c *candidates) Push(x any) {
+	c.pos[x.(string)] = len(c.names)
+	c.names = append(c.names, x.(string))
+}
+func (c *candidates) Pop() any {
+	last := c.names[len(c.names)-1]
+	c.names = c.names[:len(c.names)-1]
+	delete(c.pos, last)
+	return last
 }
 
 // trimRefused keeps the maxRefused most refused.

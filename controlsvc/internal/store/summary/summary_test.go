@@ -51,6 +51,31 @@ func TestBounded(t *testing.T) {
 	}
 }
 
+// A caller refused more than the flood around it is named among the most
+// refused, wherever its refusals fall in the minute (an outsider's 12,000
+// refused decoys a second had the first hundred named and the abuser not).
+func TestMostRefusedSurvivesAFlood(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	st := InMemory(func() time.Time { return now })
+	r := NewRecorder(st, slog.New(slog.DiscardHandler))
+	for i := range 24_000 {
+		r.Observe(Observation{At: now, Throttled: true, Tier: "free", Endpoint: "/x", Identity: "ip:198.18." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)})
+		if i%600 == 599 {
+			r.Observe(Observation{At: now, Throttled: true, Tier: "free", Endpoint: "/x", Identity: "ip:203.0.113.22"})
+		}
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewReader(st).Read(context.Background(), "5m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.TopRefused) == 0 || v.TopRefused[0].Identity != "ip:203.0.113.22" || v.TopRefused[0].Refused < 40 {
+		t.Fatalf("top refused %+v, want ip:203.0.113.22 with its 40 first", v.TopRefused)
+	}
+}
+
 // The p95 interpolates inside the bucket it falls in.
 func TestQuantile(t *testing.T) {
 	b := make([]int64, len(LatencyBounds)+1)
