@@ -95,7 +95,7 @@ func run() error {
 		config: fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"lease":{"request":%d}}`, *token, *lease)}
 	fmt.Printf("Gateway benchmark: %d requests from %d callers, %d clients, lease %d, loopback upstream, %d rounds\n",
 		*requests, b.callers, *concurrency, *lease, *rounds)
-	var ratios, calls []float64
+	var ratios, cpuRatios, calls []float64
 	for round := range *rounds {
 		with, perK, err := b.load(round, false)
 		if err != nil {
@@ -105,12 +105,18 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		ratios = append(ratios, with/without)
+		ratios = append(ratios, with.perSec/without.perSec)
+		// Requests per CPU second with over without: the process is the
+		// same in both loads but for the filter.
+		cpuRatios = append(cpuRatios, float64(without.cpu)/float64(with.cpu))
 		calls = append(calls, perK)
-		fmt.Printf("round %d: ratio with/without %.2f; control-service calls per 1,000 admitted %.1f\n", round+1, with/without, perK)
+		fmt.Printf("round %d: ratio with/without %.2f (per CPU second %.2f); control-service calls per 1,000 admitted %.1f\n",
+			round+1, ratios[round], cpuRatios[round], perK)
 	}
 	lo, mid, hi := spread(ratios)
 	fmt.Printf("ratio with/without: %.2f (median of %d rounds; %.2f-%.2f)\n", mid, len(ratios), lo, hi)
+	lo, mid, hi = spread(cpuRatios)
+	fmt.Printf("requests per CPU second with/without: %.2f (median; %.2f-%.2f)\n", mid, lo, hi)
 	if *lease > 0 {
 		lo, mid, hi = spread(calls)
 		fmt.Printf("control-service calls per 1,000 admitted: %.1f (median; %.1f-%.1f)\n", mid, lo, hi)
@@ -118,21 +124,28 @@ func run() error {
 	return nil
 }
 
-// load runs one gateway's load; it returns its requests a second and, with
-// the filter, the calls it made per 1,000 admitted requests. Each round's
+// loadResult is one load's requests a second and the process's CPU time
+// per request.
+type loadResult struct {
+	perSec float64
+	cpu    time.Duration
+}
+
+// load runs one gateway's load; it returns its result and, with the
+// filter, the calls it made per 1,000 admitted requests. Each round's
 // callers are new addresses (and each run's, but one time in 250): no
 // lease or counter carries over.
-func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err error) {
+func (b *bench) load(round int, noFilter bool) (out loadResult, callsPerK float64, err error) {
 	ctx := context.Background()
 	g, err := gateway.New(ctx, gateway.Config{Wasm: b.wasm, PluginConfig: []byte(b.config), Upstream: b.up,
 		Clusters: map[string]*url.URL{"controlsvc": b.ctl}, VMs: 2, NoFilter: noFilter, XFFTrustedHops: 1})
 	if err != nil {
-		return 0, 0, err
+		return loadResult{}, 0, err
 	}
 	defer g.Close(ctx)
 	gw, stop, err := serve(g)
 	if err != nil {
-		return 0, 0, err
+		return loadResult{}, 0, err
 	}
 	cpuBefore := processCPU()
 	res, err := loadtest.Run(ctx, loadtest.Config{
@@ -150,7 +163,7 @@ func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err e
 	cpu := processCPU() - cpuBefore
 	stop()
 	if err != nil {
-		return 0, 0, err
+		return loadResult{}, 0, err
 	}
 	label := "with the filter   "
 	if noFilter {
@@ -169,7 +182,7 @@ func (b *bench) load(round int, noFilter bool) (perSec, callsPerK float64, err e
 				h.Counter("tollgate_degraded_total"), h.Counter("tollgate_callout_failures_total"), h.Counter("tollgate_refill_waits_total"))
 		}
 	}
-	return res.PerSec, callsPerK, nil
+	return loadResult{perSec: res.PerSec, cpu: cpu / time.Duration(b.requests)}, callsPerK, nil
 }
 
 // spread is the least, the median and the most of v.
