@@ -3,6 +3,7 @@ package form
 import (
 	"bytes"
 	"strings"
+	"unsafe"
 )
 
 // maxPartHeaders bounds a part's header block. A part whose headers are
@@ -314,39 +315,43 @@ func (m *multipart) End() Overrides {
 // Content-Disposition (Rack's pattern takes the last, PHP the last, a
 // third the first), and its Content-ID (Rack 2 names a part by it when it
 // has no name), each a spelling of _method (nameMatch; a multipart name
-// is not percent-decoded). buf holds the unfolded headers, reused: a
-// body of many parts makes no garbage here.
+// is not percent-decoded). buf holds the unfolded headers, reused and read
+// in place: a body of many parts makes no garbage here.
 func methodField(headers []byte, buf *[]byte) bool {
 	*buf = unfold((*buf)[:0], headers)
-	for rest := *buf; ; {
+	if len(*buf) == 0 {
+		return false
+	}
+	// A view of buf, which nothing writes while it is read.
+	for rest := unsafe.String(&(*buf)[0], len(*buf)); ; {
 		// The next line with a colon (a line without one names nothing),
 		// cut at its first colon.
-		c := bytes.IndexByte(rest, ':')
+		c := strings.IndexByte(rest, ':')
 		if c < 0 {
 			return false
 		}
-		k := rest[bytes.LastIndexByte(rest[:c], '\n')+1 : c]
+		k := rest[strings.LastIndexByte(rest[:c], '\n')+1 : c]
 		v := rest[c+1:]
-		if e := bytes.IndexByte(v, '\n'); e >= 0 {
+		if e := strings.IndexByte(v, '\n'); e >= 0 {
 			v, rest = v[:e], v[e+1:]
 		} else {
-			rest = nil
+			rest = ""
 		}
-		switch k = bytes.TrimSpace(k); {
-		case bytes.EqualFold(k, []byte("content-disposition")):
-			for len(v) > 0 {
-				method, rest, ok := nameParam(v)
+		switch k = strings.TrimSpace(k); {
+		case strings.EqualFold(k, "content-disposition"):
+			for {
+				key, raw, quoted, after, ok := nextParam(v)
 				if !ok {
 					break
 				}
-				if method {
+				if strings.EqualFold(key, "name") && isMethodName(unquoted{raw, quoted}) {
 					return true
 				}
-				v = rest
+				v = after
 			}
-		case bytes.EqualFold(k, []byte("content-id")):
-			id := bytes.TrimSpace(bytes.TrimSuffix(v, []byte{'\r'}))
-			if isMethodName(bytes.TrimSuffix(bytes.TrimPrefix(id, []byte{'<'}), []byte{'>'})) || isMethodName(id) {
+		case strings.EqualFold(k, "content-id"):
+			id := strings.TrimSpace(strings.TrimSuffix(v, "\r"))
+			if isMethodName(unquoted{strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">"), false}) || isMethodName(unquoted{id, false}) {
 				return true
 			}
 		}
@@ -370,96 +375,79 @@ func unfold(dst, h []byte) []byte {
 	return dst
 }
 
-// isMethodName reports whether a name, as sent, is a spelling of _method.
-func isMethodName[T string | []byte](name T) bool {
-	var nm nameMatch
-	nm.reset()
-	for i := 0; i < len(name); i++ {
-		nm.add(name[i])
-	}
-	return nm.matches()
+// unquoted is a parameter's value as sent: raw, and whether it was quoted
+// (then a backslash escapes the byte after it).
+type unquoted struct {
+	raw    string
+	quoted bool
 }
 
-// nameParam finds the next name parameter of a Content-Disposition value
-// as paramRest finds it, without keeping its value: method says whether
-// the value (unquoted and unescaped) is a spelling of _method, rest is
-// what follows it.
-func nameParam(v []byte) (method bool, rest []byte, found bool) {
-	for len(v) > 0 {
-		v = bytes.TrimLeft(v, " \t;")
-		k, after, ok := bytes.Cut(v, []byte{'='})
-		if !ok {
-			return false, nil, false
+// each calls fn with the value's bytes, unescaped.
+func (u unquoted) each(fn func(byte)) {
+	for i := 0; i < len(u.raw); i++ {
+		if u.quoted && u.raw[i] == '\\' && i+1 < len(u.raw) {
+			i++
 		}
-		k = bytes.TrimSpace(k)
-		if i := bytes.LastIndexAny(k, "; \t"); i >= 0 {
-			k = bytes.TrimSpace(k[i+1:])
-		}
-		name := bytes.EqualFold(k, []byte("name"))
-		after = bytes.TrimLeft(after, " \t")
-		var nm nameMatch
-		nm.reset()
-		if len(after) > 0 && after[0] == '"' {
-			i := 1
-			for ; i < len(after) && after[i] != '"'; i++ {
-				if after[i] == '\\' && i+1 < len(after) {
-					i++
-				}
-				nm.add(after[i])
-			}
-			v = after[min(i+1, len(after)):]
-		} else {
-			var val []byte
-			val, v, _ = bytes.Cut(after, []byte{';'})
-			val = bytes.TrimSpace(bytes.TrimSuffix(val, []byte{'\r'}))
-			for _, c := range val {
-				nm.add(c)
-			}
-		}
-		if name {
-			return nm.matches(), v, true
-		}
+		fn(u.raw[i])
 	}
-	return false, nil, false
+}
+
+func (u unquoted) String() string {
+	if !u.quoted || !strings.Contains(u.raw, "\\") {
+		return u.raw
+	}
+	b := make([]byte, 0, len(u.raw))
+	u.each(func(c byte) { b = append(b, c) })
+	return string(b)
+}
+
+// isMethodName reports whether a name, as sent, is a spelling of _method.
+func isMethodName(name unquoted) bool {
+	var nm nameMatch
+	nm.reset()
+	name.each(nm.add)
+	return nm.matches()
 }
 
 // param is the value of a parameter of a header value ("form-data;
 // name=\"x\""), found by its key without case: the first of that key.
 func param(v, key string) (string, bool) {
-	val, _, ok := paramRest(v, key)
-	return val, ok
-}
-
-// paramRest is param, with what follows the value (for the next one).
-func paramRest(v, key string) (val, rest string, found bool) {
-	for v != "" {
-		v = strings.TrimLeft(v, " \t;")
-		k, after, ok := strings.Cut(v, "=")
+	for {
+		k, raw, quoted, rest, ok := nextParam(v)
 		if !ok {
-			return "", "", false
-		}
-		k = strings.TrimSpace(k)
-		if i := strings.LastIndexAny(k, "; \t"); i >= 0 {
-			k = strings.TrimSpace(k[i+1:])
-		}
-		after = strings.TrimLeft(after, " \t")
-		if strings.HasPrefix(after, `"`) {
-			var b strings.Builder
-			i := 1
-			for ; i < len(after) && after[i] != '"'; i++ {
-				if after[i] == '\\' && i+1 < len(after) {
-					i++
-				}
-				b.WriteByte(after[i])
-			}
-			val, v = b.String(), after[min(i+1, len(after)):]
-		} else {
-			val, v, _ = strings.Cut(after, ";")
-			val = strings.TrimSpace(strings.TrimSuffix(val, "\r"))
+			return "", false
 		}
 		if strings.EqualFold(k, key) {
-			return val, v, true
+			return unquoted{raw, quoted}.String(), true
 		}
+		v = rest
 	}
-	return "", "", false
+}
+
+// nextParam reads the next parameter of a header value: its key, its value
+// as sent (the inside of a quoted one, escapes left), whether it was
+// quoted, and what follows it. A key is what precedes '=' after the last
+// ';', space or tab before it; an unquoted value runs to the next ';'.
+func nextParam(v string) (key, raw string, quoted bool, rest string, ok bool) {
+	v = strings.TrimLeft(v, " \t;")
+	k, after, found := strings.Cut(v, "=")
+	if !found {
+		return "", "", false, "", false
+	}
+	k = strings.TrimSpace(k)
+	if i := strings.LastIndexAny(k, "; \t"); i >= 0 {
+		k = strings.TrimSpace(k[i+1:])
+	}
+	after = strings.TrimLeft(after, " \t")
+	if strings.HasPrefix(after, `"`) {
+		i := 1
+		for ; i < len(after) && after[i] != '"'; i++ {
+			if after[i] == '\\' && i+1 < len(after) {
+				i++
+			}
+		}
+		return k, after[1:min(i, len(after))], true, after[min(i+1, len(after)):], true
+	}
+	val, rest, _ := strings.Cut(after, ";")
+	return k, strings.TrimSpace(strings.TrimSuffix(val, "\r")), false, rest, true
 }
