@@ -33,8 +33,13 @@ func ValidateGlob(p string) error {
 	// Requests are matched in their normalised form (shared/paths): a
 	// pattern spelled otherwise ("/items/", "/a//b", "/%69tems") would never
 	// match. Wildcards stand in for plain characters while checking.
-	literal := strings.NewReplacer("*", "x", "?", "x").Replace(p)
-	if n, err := paths.Normalize(literal); err != nil || n != literal {
+	literal := []byte(p)
+	for i, c := range literal {
+		if c == '*' || c == '?' {
+			literal[i] = 'x' // a byte loop: strings.Replacer is 20 kB of the filter's module
+		}
+	}
+	if n, err := paths.Normalize(string(literal)); err != nil || n != string(literal) {
 		return fielderr.New("", "path pattern must be spelled as requests are normalised: no trailing slash, '//', '.' or '..' segments, ';' parameters or needless escapes")
 	}
 	return nil
