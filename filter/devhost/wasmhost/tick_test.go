@@ -9,17 +9,8 @@ import (
 // Timers: a plugin that asks for a tick period gets proxy_on_tick each time
 // the host ticks it.
 func TestTicks(t *testing.T) {
-	wasm := buildTestPlugin(t, "tickplugin")
 	ctx := context.Background()
-	h, err := New(ctx, wasm, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(ctx)
-	vm, err := h.NewVM(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, vm := tickVM(t)
 	if vm.TickPeriod() != 250*time.Millisecond {
 		t.Fatalf("tick period %v, want 250ms", vm.TickPeriod())
 	}
@@ -37,17 +28,8 @@ func TestTicks(t *testing.T) {
 // none reaches the guest (the gateway closes a VM it replaces while its
 // streams are still in flight).
 func TestClosedVMRefusesCalls(t *testing.T) {
-	wasm := buildTestPlugin(t, "tickplugin")
 	ctx := context.Background()
-	h, err := New(ctx, wasm, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(ctx)
-	vm, err := h.NewVM(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, vm := tickVM(t)
 	if err := vm.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -60,4 +42,20 @@ func TestClosedVMRefusesCalls(t *testing.T) {
 	if vm.Broken() == nil {
 		t.Fatal("a closed VM reports no error")
 	}
+}
+
+// tickVM is a host of the tick plugin (testdata/tickplugin) and a VM of it.
+func tickVM(t *testing.T) (*Host, *VM) {
+	t.Helper()
+	ctx := context.Background()
+	h, err := New(ctx, buildTestPlugin(t, "tickplugin"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	vm, err := h.NewVM(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, vm
 }
