@@ -47,7 +47,7 @@ type bench struct {
 	up, ctl           *url.URL
 	config            string
 	requests, callers int64
-	concurrency       int
+	concurrency, vms  int
 	maxTime           time.Duration
 	// base picks this run's caller addresses: a run within the counters'
 	// window of another would otherwise find its callers' counters in
@@ -64,6 +64,7 @@ func run() error {
 	rounds := flag.Int("rounds", 3, "rounds, each with and without the filter side by side")
 	maxTime := flag.Duration("max-time", 30*time.Second, "stop each load after this long")
 	lease := flag.Int64("lease", 50, "tokens per lease (0: every request calls out)")
+	vms := flag.Int("vms", 2, "VMs of the gateway with the filter (Envoy runs one per worker thread)")
 	token := flag.String("decision-token", os.Getenv("TOLLGATE_DECISION_TOKEN"), "the control service's decision token")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (gateway, upstream and load generator) to this file")
 	flag.Parse()
@@ -91,7 +92,7 @@ func run() error {
 		return err
 	}
 	defer stopUp()
-	b := bench{wasm: wasm, up: up, ctl: ctl, requests: *requests, callers: max(*callers, 1), concurrency: *concurrency, maxTime: *maxTime, base: rand.IntN(250),
+	b := bench{wasm: wasm, up: up, ctl: ctl, requests: *requests, callers: max(*callers, 1), concurrency: *concurrency, vms: max(*vms, 1), maxTime: *maxTime, base: rand.IntN(250),
 		config: fmt.Sprintf(`{"control_cluster":"controlsvc","decision_token":%q,"timeout_ms":1000,"lease":{"request":%d}}`, *token, *lease)}
 	fmt.Printf("Gateway benchmark: %d requests from %d callers, %d clients, lease %d, loopback upstream, %d rounds\n",
 		*requests, b.callers, *concurrency, *lease, *rounds)
@@ -138,7 +139,7 @@ type loadResult struct {
 func (b *bench) load(round int, noFilter bool) (out loadResult, callsPerK float64, err error) {
 	ctx := context.Background()
 	g, err := gateway.New(ctx, gateway.Config{Wasm: b.wasm, PluginConfig: []byte(b.config), Upstream: b.up,
-		Clusters: map[string]*url.URL{"controlsvc": b.ctl}, VMs: 2, NoFilter: noFilter, XFFTrustedHops: 1})
+		Clusters: map[string]*url.URL{"controlsvc": b.ctl}, VMs: b.vms, NoFilter: noFilter, XFFTrustedHops: 1})
 	if err != nil {
 		return loadResult{}, 0, err
 	}
