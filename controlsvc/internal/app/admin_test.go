@@ -262,6 +262,9 @@ func TestUncredentialedConnectionsClose(t *testing.T) {
 		{"a refused admin request", "GET /admin/v1/rules HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n", false},
 		{"an admin request", "GET /admin/v1/rules HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + adminToken + "\r\n\r\n", true},
 		{"a decision status", "GET /v1/rate-limit/status/ip:192.0.2.1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + decisionToken + "\r\n\r\n", true},
+		// net/http answers OPTIONS * itself unless told not to: an
+		// outsider held a listener with it, 34 bytes every 2 minutes.
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", false},
 	} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -296,5 +299,31 @@ func TestUncredentialedConnectionsClose(t *testing.T) {
 			}
 		}
 		c.Close()
+	}
+}
+
+// A request head past maxHeaderBytes is refused (431) and its connection
+// closed: net/http's default let each connection hold 1 MiB of unfinished
+// head for ReadHeaderTimeout (an outsider's 1,000 connections from one
+// address held a gigabyte and kept the collector busy).
+func TestLongRequestHeadsRefused(t *testing.T) {
+	s := startService(t, "", nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	head := "GET /health HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("a", 1000)+"\r\n", 100) + "\r\n"
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a %d-byte head: %d", len(head), resp.StatusCode)
 	}
 }

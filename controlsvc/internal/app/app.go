@@ -112,7 +112,13 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 	ops := admin.New(admin.Deps{Keys: st.keys, Rules: a.ruleset, Trail: st.trail, Usage: usage.NewReader(st.usage), Summary: summary.NewReader(st.summary), Policy: a.svc.Policy, Metrics: a.metrics, Log: log, Now: time.Now,
 		Validate: a.validateRuntime, Changed: func(ctx context.Context) { a.refresh(ctx, -1) }})
 	a.srv = server.New(server.Deps{Service: a.svc, Admin: ops, Metrics: a.metrics, Config: cfg, Log: log, Now: time.Now})
-	a.http = &http.Server{Handler: a.srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Every request reaches the handler, whose answers close a connection
+	// without a credential (net/http would answer OPTIONS * itself and keep
+	// it open: an outsider held a listener that way), and a request head
+	// is at most maxHeaderBytes (net/http's default, 1 MiB, let one
+	// address hold a gigabyte of unfinished heads).
+	a.http = &http.Server{Handler: a.srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		DisableGeneralOptionsHandler: true, MaxHeaderBytes: maxHeaderBytes}
 	a.lean = a.srv.LeanServer(a.http)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -131,6 +137,11 @@ func New(cfg *config.Config, path string, lookup func(string) (string, bool), lo
 		"failure_mode", cfg.FailureMode, "tiers", len(cfg.Tiers), "rules", len(cfg.Rules), "admin_api", cfg.AdminToken != "")
 	return a, nil
 }
+
+// maxHeaderBytes bounds a request head on the HTTP listener: Envoy's own
+// default (60 KiB) and a little; the decision and admin APIs' heads are
+// under a kilobyte.
+const maxHeaderBytes = 64 << 10
 
 // usageFlush is how often usage counts and violations are written: each
 // flush writes four commands per identity seen, so under many callers a
