@@ -20,13 +20,17 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// The gRPC listener's bounds: a call holds at most the descriptors rls
-// accepts (64 of 16 entries of 1,280 bytes is 1.3 MB); larger messages are
-// refused before they are parsed.
+// The gRPC listener's bounds. What a connection can make the service
+// buffer is their product: a message a call has begun and not finished is
+// held, with no deadline, so an outsider holding the token held 2 MiB on
+// each of 1,024 streams of each connection (4.3 GB from two). A call of
+// Envoy's is a few KiB (a path at most Envoy's 60 KiB of headers), and
+// Envoy's workers multiplex tens of calls on a connection: now at most
+// 256 KiB x 128 calls, 32 MiB a connection; larger messages are refused
+// before they are read whole.
 const (
-	grpcMaxMessage = 2 << 20
-
-	grpcMaxStreams = 1024
+	grpcMaxMessage = 256 << 10
+	grpcMaxStreams = 128
 	grpcMaxHeaders = 64 << 10
 )
 
