@@ -9,3 +9,11 @@ func SetGRPCProbation(d time.Duration) func() {
 	grpcProbation = d
 	return func() { grpcProbation = old }
 }
+
+// SetGRPCCallDeadline sets how long an authorized call has to send its
+// message and be answered; the returned func restores it.
+func SetGRPCCallDeadline(d time.Duration) func() {
+	old := grpcCallDeadline
+	grpcCallDeadline = d
+	return func() { grpcCallDeadline = old }
+}

@@ -52,6 +52,30 @@ func loadRLS(cfg *config.Config) (*rls.Config, error) {
 // authorized call (a variable: tests shorten it).
 var grpcProbation = 10 * time.Second
 
+// grpcCallDeadline is how long an authorized call has to send its message
+// and be answered (a variable: tests shorten it). grpc-go reads a call's
+// message before its handler runs and gives that read no deadline: an
+// outsider holding the token began calls and never finished them, each
+// holding what it had sent. The tap's context is the one the message is
+// read under, so its deadline ends such a call (and frees what it held).
+var grpcCallDeadline = 5 * time.Second
+
+type callDone struct{}
+
+// withCallDeadline is ctx with grpcCallDeadline, its cancel kept in it for
+// endCall: a timer a call, stopped when the call is answered.
+func withCallDeadline(ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, grpcCallDeadline)
+	return context.WithValue(ctx, callDone{}, cancel)
+}
+
+// endCall stops the call's deadline timer.
+func endCall(ctx context.Context) {
+	if cancel, ok := ctx.Value(callDone{}).(context.CancelFunc); ok {
+		cancel()
+	}
+}
+
 // listenGRPC opens the rate limit service's listener (grpc_listen), with
 // the HTTP listener's TLS (and client certificates) when it has them.
 func (a *App) listenGRPC() error {
@@ -81,10 +105,17 @@ func (a *App) listenGRPC() error {
 		// connection past the listener's probation.
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			ctx, err := a.rls.Tap(ctx, info)
-			if p, ok := peer.FromContext(ctx); ok && err == nil {
+			if err != nil {
+				return ctx, err
+			}
+			if p, ok := peer.FromContext(ctx); ok {
 				ln.Vouch(p.Addr)
 			}
-			return ctx, err
+			return withCallDeadline(ctx), nil
+		}),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			defer endCall(ctx)
+			return handler(ctx, req)
 		}),
 	}
 	// A connection that makes no authorized call within grpcProbation is
