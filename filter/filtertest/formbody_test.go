@@ -51,6 +51,7 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		{"a comma ends the media type (Rack, PHP)", "POST", "application/x-www-form-urlencoded,x", nil, []string{"_method=DELETE"}, "DELETE", "429", 429, false},
 		{"xboundary= is a boundary to Rack and PHP", "POST", "multipart/form-data; xboundary=XyZ", nil, []string{multipart}, "PATCH", "429", 429, false},
 		{"Rack 2's brackets", "POST", urlencoded, nil, []string{"[_method]=DELETE"}, "DELETE", "429", 429, false},
+		{"JSON named in a parameter (Laravel's isJson reads the whole header)", "POST", "text/plain; x=/json", nil, []string{`{"_method":"DELETE"}`}, "DELETE", "429", 429, false},
 		// An outsider's four headers of four boundaries each had sixteen
 		// scanners read every byte; more than four readings are refused.
 		{"more boundaries than any framework reads: refused unread", "POST", "multipart/form-data; boundary=XyZ; aboundary=-XyZ; cboundary=--XyZ",

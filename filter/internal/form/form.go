@@ -83,11 +83,13 @@ func New(contentTypes ...string) Scanner {
 				}
 				all = append(all, newMultipart(b))
 			}
-		case isJSON(media):
-			if !json {
-				json = true
-				all = append(all, &jsonBody{})
-			}
+		}
+		// Laravel reads a JSON body wherever "/json" or "+json" appears in
+		// the header, parameters included ("text/plain; x=/json",
+		// "multipart/form-data; boundary=a+json"): beside any other reading.
+		if !json && isJSON(ct) {
+			json = true
+			all = append(all, &jsonBody{})
 		}
 	}
 	switch len(all) {
@@ -185,10 +187,11 @@ func (m multi) End() Overrides {
 	return o
 }
 
-// isJSON reports whether a media type is JSON as Laravel's isJson reads
-// it: one containing "/json" or "+json".
-func isJSON(media string) bool {
-	m := strings.ToLower(media)
+// isJSON reports whether a Content-Type header is JSON as Laravel's isJson
+// reads it: one containing "/json" or "+json" anywhere (compared without
+// case: counting more, never less).
+func isJSON(ct string) bool {
+	m := strings.ToLower(ct)
 	return strings.Contains(m, "/json") || strings.Contains(m, "+json")
 }
 

@@ -161,11 +161,26 @@ func TestMultipartPartHeadersAllocateNothing(t *testing.T) {
 	}
 }
 
+// A JSON reading is added beside any other the header gives (an outsider's
+// "multipart/form-data; boundary=a+json" carried a JSON _method past the
+// multipart reading alone).
+func TestNewJSONBesideOthers(t *testing.T) {
+	for _, ct := range []string{"text/plain; x=/json", "multipart/form-data; boundary=a+json", "application/x-www-form-urlencoded; p=/json"} {
+		s := New(ct)
+		s.Feed([]byte(`{"_method":"DELETE"}`))
+		if o := s.End(); o.Count == 0 || !strings.EqualFold(o.First, "DELETE") {
+			t.Errorf("%q: %+v, want the JSON body's DELETE", ct, o)
+		}
+	}
+}
+
 func TestNew(t *testing.T) {
 	for ct, want := range map[string]bool{"application/x-www-form-urlencoded": true, "Application/X-WWW-Form-Urlencoded ;charset=x": true,
 		"multipart/form-data; boundary=a": true, "multipart/form-data": false, "multipart/form-data; boundary=" + strings.Repeat("a", 71): true,
 		"application/json": true, "text/plain": false, "": true, // Rack reads a POST without one as a form
-		"multipart/mixed; boundary=b": true, "multipart/related; boundary=\"a;b\"": true, "multipart/alternative; boundary=b": true, "application/x-www-form-urlencoded,x": true} {
+		"multipart/mixed; boundary=b": true, "multipart/related; boundary=\"a;b\"": true, "multipart/alternative; boundary=b": true, "application/x-www-form-urlencoded,x": true,
+		// Laravel's isJson looks for "/json" or "+json" in the whole header.
+		"text/plain; x=/json": true, "text/plain;/json": true, "text/html; charset=a+json": true} {
 		if got := New(ct) != nil; got != want {
 			t.Errorf("New(%q): %v, want %v", ct, got, want)
 		}
