@@ -195,6 +195,8 @@ func (c *Config) field(r *wire.Reader, key, path string) error {
 		return strList(r, path, &c.ExcludedPaths)
 	case "method_override":
 		return str(r, path, &c.MethodOverride)
+	case "escaped_slashes":
+		return str(r, path, &c.EscapedSlashes)
 	case "lease":
 		return object(r, path, c.Lease.field)
 	case "breaker":

@@ -28,6 +28,9 @@ const (
 	// before the upstream.
 	MethodOverrideCount = "count"
 	MethodOverrideStrip = "strip"
+
+	EscapedSlashesReject    = "reject"
+	EscapedSlashesSeparator = "separator"
 )
 
 // Config is the plugin configuration.
@@ -72,7 +75,17 @@ type Config struct {
 	// ASP.NET) may honour: MethodOverrideCount (default) counts the request
 	// under the named method too; MethodOverrideStrip removes the headers so
 	// the upstream never sees them.
-	MethodOverride string   `json:"method_override"`
+	MethodOverride string `json:"method_override"`
+	// EscapedSlashes says what the filter does with a path holding an
+	// escaped slash or a backslash (%2F, %5C, \), which upstreams read two
+	// ways (a separator to nginx in front of PHP, a character inside one
+	// segment to Express or Rails: "/items/7%2F..%2F..%2Fx" is /x to one and
+	// item 7 to the other): EscapedSlashesReject (default) refuses it with
+	// 400; EscapedSlashesSeparator counts it as separators, for a proxy
+	// that unescapes such paths before the upstream (Envoy's
+	// path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT, as the
+	// shipped configs set it).
+	EscapedSlashes string   `json:"escaped_slashes"`
 	Lease          Lease    `json:"lease"`
 	Breaker        Breaker  `json:"breaker"`
 	Fallback       Fallback `json:"fallback"`
@@ -165,6 +178,7 @@ func Parse(data []byte) (*Config, error) {
 		Breaker:        Breaker{Failures: 5, CooldownMs: 5000},
 		Fallback:       Fallback{Share: 1, Limit: 100, WindowSeconds: 60, MaxCallers: 10000},
 		MethodOverride: MethodOverrideCount,
+		EscapedSlashes: EscapedSlashesReject,
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 {
@@ -202,6 +216,9 @@ func (c *Config) validate() *fielderr.Error {
 	}
 	if c.MethodOverride != MethodOverrideCount && c.MethodOverride != MethodOverrideStrip {
 		return fielderr.New("method_override", "%q must be %q or %q", c.MethodOverride, MethodOverrideCount, MethodOverrideStrip)
+	}
+	if c.EscapedSlashes != EscapedSlashesReject && c.EscapedSlashes != EscapedSlashesSeparator {
+		return fielderr.New("escaped_slashes", "%q must be %q or %q", c.EscapedSlashes, EscapedSlashesReject, EscapedSlashesSeparator)
 	}
 	if err := c.Lease.validate(); err != nil {
 		return err.In("lease")

@@ -268,6 +268,28 @@ func invalid(format string, args ...any) error {
 	return e
 }
 
+// HasEscapedSlash reports whether the path part of rawPath (before '?')
+// holds an escaped slash or backslash (%2F, %5C, either case) or a
+// backslash: Normalize reads each as a separator, which an upstream that
+// routes before unescaping (Express, Rails) does not.
+func HasEscapedSlash(rawPath string) bool {
+	if i := strings.IndexByte(rawPath, '?'); i >= 0 {
+		rawPath = rawPath[:i]
+	}
+	for i := 0; i < len(rawPath); i++ {
+		switch rawPath[i] {
+		case '\\':
+			return true
+		case '%':
+			if i+2 < len(rawPath) && (rawPath[i+1] == '2' && (rawPath[i+2] == 'f' || rawPath[i+2] == 'F') ||
+				rawPath[i+1] == '5' && (rawPath[i+2] == 'c' || rawPath[i+2] == 'C')) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // FoldSuffix folds the aliases an upstream may route to one handler from
 // the last segment of a normalised path: trailing dots and spaces (IIS and
 // Windows drop them: "/login." and "/login%20" are "/login") and a format

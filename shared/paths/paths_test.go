@@ -211,3 +211,14 @@ func FuzzFormUnescape(f *testing.F) {
 		}
 	})
 }
+
+func TestHasEscapedSlash(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/a%2Fb": true, "/a%2fb": true, "/a%5Cb": true, "/a%5cb": true, `/a\b`: true, "/%2F": true,
+		"/a?x=%2F": false, `/a?x=\`: false, "/a%252F": false, "/a%2": false, "/a%": false, "/a": false, "/a%20b": false,
+	} {
+		if got := HasEscapedSlash(path); got != want {
+			t.Errorf("%q: %v, want %v", path, got, want)
+		}
+	}
+}

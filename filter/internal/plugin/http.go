@@ -123,6 +123,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	case rq.apiKeys > 1:
 		return h.refuse(400, "more than one "+p.cfg.APIKeyHeader+" header")
 	}
+	if p.cfg.EscapedSlashes == pluginconf.EscapedSlashesReject && paths.HasEscapedSlash(rq.rawPath) {
+		// Upstreams read it two ways (escaped_slashes in pluginconf): no
+		// count could match them both.
+		return h.refuse(400, "the request path has an escaped slash or a backslash (%2F, %5C or \\)")
+	}
 	path, err := paths.Normalize(rq.rawPath)
 	if err != nil {
 		return h.refuse(400, "the request path cannot be normalised")
