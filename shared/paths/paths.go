@@ -268,6 +268,52 @@ func invalid(format string, args ...any) error {
 	return e
 }
 
+// FoldScript drops from a normalised path every segment naming a PHP
+// script ("index.php", any case) that more path follows: behind nginx and
+// php-fpm, Apache or PHP's own server, "/index.php/api/login" runs the
+// front controller with the path info "/api/login", which Symfony and
+// Laravel route as "/api/login" (an outsider's login brute force went 7.7
+// times past a login rule that way). A last segment stays: "/report.php"
+// may be a script of its own. Always on: elsewhere such a path names no
+// resource, and counting it as the route costs nobody anything.
+func FoldScript(p string) string {
+	if !hasScriptSegment(p) {
+		return p
+	}
+	var b strings.Builder
+	for rest := p; rest != ""; {
+		seg, next := rest, ""
+		if i := strings.IndexByte(rest[1:], '/'); i >= 0 {
+			seg, next = rest[:i+1], rest[i+1:]
+		}
+		if next == "" || !scriptName(seg[1:]) {
+			b.WriteString(seg)
+		}
+		rest = next
+	}
+	if b.Len() == 0 {
+		return "/"
+	}
+	return b.String()
+}
+
+// hasScriptSegment reports whether a segment that more path follows names
+// a PHP script: ".php/", any case, after a byte that is no slash.
+func hasScriptSegment(p string) bool {
+	for i := 1; i+5 <= len(p); i++ {
+		if p[i] == '.' && p[i+4] == '/' && p[i-1] != '/' && strings.EqualFold(p[i+1:i+4], "php") {
+			return true
+		}
+	}
+	return false
+}
+
+// scriptName reports whether a segment names a PHP script: ".php" after
+// at least one byte, in any case.
+func scriptName(seg string) bool {
+	return len(seg) > 4 && strings.EqualFold(seg[len(seg)-4:], ".php")
+}
+
 // HasEscapedSlash reports whether the path part of rawPath (before '?')
 // holds an escaped slash or backslash (%2F, %5C, either case) or a
 // backslash: Normalize reads each as a separator, which an upstream that

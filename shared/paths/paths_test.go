@@ -222,3 +222,44 @@ func TestHasEscapedSlash(t *testing.T) {
 		}
 	}
 }
+
+func TestFoldScript(t *testing.T) {
+	for in, want := range map[string]string{
+		"/index.php/api/v1/auth/login": "/api/v1/auth/login",
+		"/INDEX.PHP/api":               "/api",
+		"/app/index.php/api":           "/app/api",
+		"/a.php/b.php/c":               "/c",
+		"/index.php/":                  "/",
+		"/index.php":                   "/index.php",
+		"/report.php":                  "/report.php",
+		"/api/.php/x":                  "/api/.php/x",
+		"/api/v1/items":                "/api/v1/items",
+		"/":                            "/",
+		"/php/x":                       "/php/x",
+		"/a.phpx/b":                    "/a.phpx/b",
+	} {
+		if got := FoldScript(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FoldScript keeps a path normalised and is idempotent.
+func FuzzFoldScript(f *testing.F) {
+	for _, s := range []string{"/index.php/api", "/a.php/b.php/c", "/x", "/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		p, err := Normalize(raw)
+		if err != nil {
+			return
+		}
+		once := FoldScript(p)
+		if again := FoldScript(once); again != once {
+			t.Fatalf("%q: %q then %q", p, once, again)
+		}
+		if n, err := Normalize(once); err != nil || n != once {
+			t.Fatalf("%q folded to %q, which normalises to %q (%v)", p, once, n, err)
+		}
+	})
+}

@@ -191,6 +191,7 @@ func TestInvalidNamesTheField(t *testing.T) {
 		{"upper-case endpoint with path_case insensitive", "path_case = \"insensitive\"\n[[tiers]]\nname = \"free\"\nlimit = 5\nwindow_seconds = 60\n[tiers.endpoints]\n\"/Api\" = 5", nil, `tiers[0].endpoints["/Api"]: "/Api" has upper-case`},
 		{"upper-case key path with path_case insensitive", "path_case = \"insensitive\"\napi_key_required_paths = [\"/api/**\", \"/Admin/**\"]", nil, "api_key_required_paths[1]:"},
 		{"example decision token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": wire.ExampleDecisionToken}, "decision_token[0]: is the example placeholder"},
+		{"rule path through a PHP script", "[[rules]]\nid = \"x\"\npath = \"/index.php/api/*\"\nscope = \"user\"\nalgorithm = \"gcra\"\nlimit = 1\nwindow_seconds = 1", nil, `rules[0].path: "/index.php/api/*" has a PHP script segment before more path; paths are matched without it, so spell it "/api/*"`},
 		{"decision token that is an admin token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("d", 32), "TOLLGATE_ADMIN_TOKEN": "ops:" + strings.Repeat("d", 32)}, "decision_token[0]: is also an admin token (ops's)"},
 		{"the next decision token that is an admin token", "", map[string]string{"TOLLGATE_DECISION_TOKEN": strings.Repeat("e", 32) + "," + strings.Repeat("d", 32), "TOLLGATE_ADMIN_TOKEN": strings.Repeat("d", 32)}, "decision_token[1]: is also an admin token"},
 	}

@@ -245,6 +245,7 @@ func askOrder(r *rules.Rule) int {
 }
 
 // Endpoint normalises a request's path (shared/paths, as the filter does),
+// drops a PHP script segment that path info follows (paths.FoldScript),
 // and folds its case and its aliases when path_case and path_aliases say
 // the upstream does: one resource is one counter however it is spelled. The filter does not fold: its lease
 // buckets stay per spelling, each spending from the one folded counter.
@@ -258,6 +259,8 @@ func (p *Policy) Endpoint(ep string) (string, error) {
 	if err != nil {
 		return n, err
 	}
+	// A PHP front controller's path info is the route (always).
+	n = paths.FoldScript(n)
 	if p.spec.PathCase == PathCaseInsensitive {
 		n = paths.FoldCase(n)
 	}

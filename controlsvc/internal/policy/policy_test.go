@@ -136,6 +136,14 @@ func TestCompiledPolicy(t *testing.T) {
 	if _, err := p.Endpoint(""); err == nil {
 		t.Error("an empty endpoint was taken")
 	}
+	// A PHP front controller's path info is the route, whatever the
+	// settings (an outsider's /index.php/api/v1/auth/login escaped the
+	// login rule behind a PHP upstream).
+	for ep, want := range map[string]string{"/index.php/api/v1/auth/login": "/api/v1/auth/login", "/App/Index.PHP/Items": "/app/items"} {
+		if got, err := p.Endpoint(ep); err != nil || got != want {
+			t.Errorf("endpoint %q: %q %v, want %q", ep, got, err, want)
+		}
+	}
 }
 
 func ipID(a string) identity.ID   { return identity.ID{Kind: identity.KindIP, Value: a} }

@@ -170,6 +170,9 @@ func (s *Spec) validate(n names) error {
 			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
 		}
 	}
+	if err := s.validatePathSpelling(n, true, "a PHP script segment before more path", "", "", paths.FoldScript); err != nil {
+		return err
+	}
 	if err := s.validatePathSpelling(n, s.PathCase == PathCaseInsensitive, "upper-case letters", "path_case", PathCaseInsensitive, paths.FoldCase); err != nil {
 		return err
 	}
@@ -232,6 +235,9 @@ func (s *Spec) validatePathSpelling(n names, on bool, what, setting, value strin
 	bad := func(field, p string) error {
 		if fold(p) == p {
 			return nil
+		}
+		if setting == "" {
+			return fielderr.New(field, "%q has %s; paths are matched without it, so spell it %q", p, what, fold(p))
 		}
 		return fielderr.New(field, "%q has %s; with %s = %q paths are matched folded, so spell it %q", p, what, setting, value, fold(p))
 	}
