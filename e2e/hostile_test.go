@@ -86,12 +86,13 @@ func TestHostileRequestsThroughTheGateway(t *testing.T) {
 		{"trailing dot after the limit", "/api/v1/items.", nil, 429, ""},
 		{"trailing space after the limit", "/api/v1/items%20", nil, 429, ""},
 		{"suffix, dot and case after the limit", "/API/v1/Items.XML.", nil, 429, ""},
-		{"double slash and dot after the limit", "//api/./v1/items", nil, 429, ""},
+		{"double slash after the limit", "//api//v1/items", nil, 429, ""},
+		{"dot segment: refused (an upstream gets it as sent unless the proxy resolves it)", "/api/./v1/items", nil, 400, ""},
 		{"escaped slash: refused (upstreams read it two ways)", "/api%2Fv1%2Fitems", nil, 400, ""},
 		{"escaped slash and dot segments: refused", "/api/v1/items/7%2F..%2F..%2Fx", nil, 400, ""},
 		{"upper case after the limit", "/API/V1/Items", nil, 429, ""},
 		{"upper case escaped after the limit", "/api/v1/%49TEMS", nil, 429, ""},
-		{"excluded path reached by dot segments is counted", "/api/v1/items/..;/../../../healthz", nil, 200, attacker},
+		{"excluded path reached by dot segments is refused", "/api/v1/items/..;/../../../healthz", nil, 400, ""},
 		{"more headers than Envoy accepts", "/api/v1/profile", manyHeaders, 431, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -314,6 +314,53 @@ func scriptName(seg string) bool {
 	return len(seg) > 4 && strings.EqualFold(seg[len(seg)-4:], ".php")
 }
 
+// HasDotSegment reports whether the path part of rawPath (before '?')
+// has a "." or ".." segment as sent: escaped ("%2E") or with ';'
+// parameters ("..;", which Tomcat reads as ".."). Normalize resolves them;
+// an upstream behind a proxy that does not (Envoy without normalize_path)
+// gets them as sent, and a wildcard route there serves what the filter
+// counted elsewhere.
+func HasDotSegment(rawPath string) bool {
+	if i := strings.IndexByte(rawPath, '?'); i >= 0 {
+		rawPath = rawPath[:i]
+	}
+	for rest := rawPath; rest != ""; {
+		seg := rest
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			seg, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		if i := strings.IndexByte(seg, ';'); i >= 0 {
+			seg = seg[:i]
+		}
+		if isDotSegment(seg) {
+			return true
+		}
+	}
+	return false
+}
+
+// isDotSegment reports whether seg is "." or "..", each dot sent as it is
+// or as "%2E" (either case).
+func isDotSegment(seg string) bool {
+	dots := 0
+	for len(seg) > 0 {
+		switch {
+		case seg[0] == '.':
+			seg = seg[1:]
+		case len(seg) >= 3 && seg[:2] == "%2" && (seg[2] == 'e' || seg[2] == 'E'):
+			seg = seg[3:]
+		default:
+			return false
+		}
+		if dots++; dots > 2 {
+			return false
+		}
+	}
+	return dots > 0
+}
+
 // HasEscapedSlash reports whether the path part of rawPath (before '?')
 // holds an escaped slash or backslash (%2F, %5C, either case) or a
 // backslash: Normalize reads each as a separator, which an upstream that

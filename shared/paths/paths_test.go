@@ -263,3 +263,14 @@ func FuzzFoldScript(f *testing.F) {
 		}
 	})
 }
+
+func TestHasDotSegment(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/a/../b": true, "/a/./b": true, "/a/%2e%2E/b": true, "/a/%2e/b": true, "/a/..;x/b": true, "/a/..": true, "/..": true, "/a/.": true,
+		"/a/.../b": false, "/a/..b": false, "/a/.b": false, "/a/b.": false, "/a/b?x=/../": false, "/a/b": false, "/": false, "/a/%2e%2e%2e": false,
+	} {
+		if got := HasDotSegment(path); got != want {
+			t.Errorf("%q: %v, want %v", path, got, want)
+		}
+	}
+}

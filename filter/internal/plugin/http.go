@@ -128,6 +128,12 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		// count could match them both.
 		return h.refuse(400, "the request path has an escaped slash or a backslash (%2F, %5C or \\)")
 	}
+	if paths.HasDotSegment(rq.rawPath) {
+		// Resolved here, an upstream behind a proxy that does not resolve
+		// them (Envoy without normalize_path) gets them as sent: a wildcard
+		// route there served what was counted as another path.
+		return h.refuse(400, "the request path has a '.' or '..' segment")
+	}
 	path, err := paths.Normalize(rq.rawPath)
 	if err != nil {
 		return h.refuse(400, "the request path cannot be normalised")
