@@ -455,7 +455,7 @@ window_seconds = 60
 		return r
 	}
 	pad := strings.Repeat("a", 1100)
-	for n, path := range []string{"/auth;" + pad + "/login", "/auth/login;" + pad, "/" + pad + "/../auth/login"} {
+	for n, path := range []string{"/auth;" + pad + "/login", "/auth/login;" + pad} {
 		addr := fmt.Sprintf("192.0.2.%d", 20+n) // a counter of its own
 		for i := range 3 {
 			r := ask(addr, path)
@@ -466,6 +466,13 @@ window_seconds = 60
 	}
 	if r := ask("192.0.2.30", "/"+strings.Repeat("a", paths.MaxLen)); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
 		t.Fatalf("a path past the decision API's bound: %v, want OVER_LIMIT with x-tollgate-refused", r)
+	}
+	// A path upstreams read two ways is refused, as the filter refuses it:
+	// Envoy forwards it as sent unless its connection manager normalises.
+	for _, path := range []string{"/" + pad + "/../auth/login", "/api/v1/items/7%2F..%2F..%2Fx", "/a/%2e%2e/auth/login"} {
+		if r := ask("192.0.2.31", path); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
+			t.Fatalf("%.30s...: %v, want OVER_LIMIT with x-tollgate-refused", path, r)
+		}
 	}
 }
 

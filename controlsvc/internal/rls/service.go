@@ -609,6 +609,10 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 	answers := make([]answer, len(checks))
 	var wg sync.WaitGroup
 	for i, c := range checks {
+		if err := ambiguousPath(c.Endpoint); err != nil {
+			answers[i].err = err
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -669,6 +673,19 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
 	}
 	return resp, nil
+}
+
+// ambiguousPath refuses a path that upstreams read two ways, as the
+// filter does (its escaped_slashes default, and dot segments): an escaped
+// slash or backslash, or a "." or ".." segment, which Envoy forwards as
+// sent unless its connection manager unescapes and normalises paths (the
+// shipped envoy-rls.yaml does; Istio's default leaves %2F): counted here
+// resolved, such a path reached a wildcard route upstream as another.
+func ambiguousPath(p string) error {
+	if paths.HasEscapedSlash(p) || paths.HasDotSegment(p) {
+		return apierr.Invalid("endpoint", "the path has an escaped slash, a backslash or a '.' or '..' segment, which upstreams read two ways")
+	}
+	return nil
 }
 
 // clientRefusal reports whether a check failed for what the client sent
