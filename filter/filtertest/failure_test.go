@@ -95,6 +95,35 @@ func TestFallbackLimiter(t *testing.T) {
 	}
 }
 
+// A caller the service has just refused gets nothing from the fallback:
+// an outsider flooded the service with callouts that timed out (each to a
+// new path, which no lease or cached denial holds), opened the breaker and
+// was admitted degraded, 400 a minute past a limit of 100.
+func TestRefusedCallerGetsNoFallback(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"fallback":{"limit":3,"window_seconds":60}}`, 1)
+	status := func(s *wasmhost.Stream) int {
+		if s.Local != nil {
+			return s.Local.Status
+		}
+		return 200
+	}
+	e.start(req{path: "/api/v1/a"})
+	e.answer(0, "429", decision(false, 0, 0, 1))
+	for i := range 3 {
+		s, _ := e.start(req{path: "/api/v1/new" + strconv.Itoa(i)})
+		e.answer(0, "504", "upstream request timeout")
+		if got := status(s); got != 429 {
+			t.Fatalf("a refused caller's request %d with the service timing out: %d, want 429", i, got)
+		}
+	}
+	// Another caller still gets the fallback.
+	s, _ := e.start(req{path: "/api/v1/new", source: "198.51.100.8:1"})
+	e.answer(0, "504", "upstream request timeout")
+	if got := status(s); got != 200 {
+		t.Fatalf("another caller with the service timing out: %d, want 200 (degraded)", got)
+	}
+}
+
 // After repeated failures the breaker stops callouts; after the cooldown a
 // probe goes out, and its success closes the breaker.
 func TestCircuitBreaker(t *testing.T) {

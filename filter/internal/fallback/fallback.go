@@ -3,6 +3,8 @@
 // service does not mean no limit at all.
 package fallback
 
+import "math"
+
 // Limiter is not safe for concurrent use (one per VM).
 type Limiter struct {
 	limit      int64
@@ -37,6 +39,26 @@ func (l *Limiter) Allow(caller string, nowMs int64) (bool, int64) {
 // AllowUpTo is Allow with limit in place of the limiter's own, for this
 // request (a caller whose limits the proxy has seen may be allowed more).
 func (l *Limiter) AllowUpTo(caller string, nowMs, limit int64) (bool, int64) {
+	w := l.window(caller, nowMs)
+	if w.n >= limit {
+		return false, w.start + l.windowMs - nowMs
+	}
+	w.n++
+	return true, 0
+}
+
+// Exhaust spends what caller has left in its window at nowMs: a caller the
+// control service has just refused gets nothing from the fallback until
+// the window ends. Otherwise a refused client could flood the service with
+// callouts that time out (each to a path no lease or cached denial holds),
+// open the breaker, and be admitted degraded: an outsider's flood got 400
+// a minute past a limit of 100 with the service healthy.
+func (l *Limiter) Exhaust(caller string, nowMs int64) {
+	l.window(caller, nowMs).n = math.MaxInt64
+}
+
+// window is caller's window at nowMs, made the most recent.
+func (l *Limiter) window(caller string, nowMs int64) *window {
 	start := nowMs - nowMs%l.windowMs
 	w, ok := l.counts[caller]
 	switch {
@@ -58,11 +80,7 @@ func (l *Limiter) AllowUpTo(caller string, nowMs, limit int64) (bool, int64) {
 	if w.start != start {
 		w.start, w.n = start, 0
 	}
-	if w.n >= limit {
-		return false, w.start + l.windowMs - nowMs
-	}
-	w.n++
-	return true, 0
+	return w
 }
 
 // pushFront makes w the most recent caller of the ring.

@@ -160,3 +160,19 @@ func TestAllowUpTo(t *testing.T) {
 		t.Fatal("the next window did not start afresh")
 	}
 }
+
+// Exhaust leaves a caller nothing until its window ends, and no one else
+// less.
+func TestExhaust(t *testing.T) {
+	l := New(3, 10, 10)
+	l.Exhaust("a", 1_000)
+	if ok, wait := l.Allow("a", 2_000); ok || wait != 8_000 {
+		t.Fatalf("an exhausted caller: %v, wait %d", ok, wait)
+	}
+	if ok, _ := l.Allow("b", 2_000); !ok {
+		t.Fatal("another caller was refused")
+	}
+	if ok, _ := l.Allow("a", 10_000); !ok {
+		t.Fatal("the next window is still exhausted")
+	}
+}

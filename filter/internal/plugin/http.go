@@ -859,11 +859,13 @@ func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
 const denialHoldMs = 1000
 
 // denied applies a denial of the control service: it is cached until its
-// Retry-After, for denialHoldMs at most, and the request is answered 429
-// unless a concurrent callout of this caller brought a lease (those tokens
-// are paid for).
+// Retry-After, for denialHoldMs at most, the caller's fallback window is
+// spent (fallback.Exhaust), and the request is answered 429 unless a
+// concurrent callout of this caller brought a lease (those tokens are
+// paid for).
 func (h *httpContext) denied(v verdict, now time.Time) {
 	p := h.p
+	p.fallback.Exhaust(h.ident(), now.UnixMilli()) // refused: nothing degraded either
 	if p.cfg.Lease.Request > 0 {
 		h.cacheDenial(h.bucket, v, now)
 		if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
