@@ -82,6 +82,10 @@ func TestHostileRequests(t *testing.T) {
 		{"escaped slash in the query", baseConfig, req{path: "/api/v1/items?next=%2Fhome"}, 0, "ip:198.51.100.7", "/api/v1/items"},
 		{"escaped slash, read as a separator", `{"control_cluster":"controlsvc","lease":{"request":0},"escaped_slashes":"separator"}`,
 			req{path: "/api%2Fv1%2Fitems"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		// Dot segments between escaped separators are dot segments too (an
+		// outsider's separator-mode walk-around of a /files/* rule).
+		{"dot segments between escaped slashes, read as separators", `{"control_cluster":"controlsvc","lease":{"request":0},"escaped_slashes":"separator"}`,
+			req{path: "/files/report.pdf%2F..%2F..%2Fother"}, 400, "", ""},
 		{"login spelled with an escape", baseConfig, req{path: "/api/v1/auth/%6cogin"}, 0, "ip:198.51.100.7", "/api/v1/auth/login"},
 		{"malformed escape", baseConfig, req{path: "/api/v1/%zzitems"}, 400, "", ""},
 		{"not origin-form", baseConfig, req{path: "api/v1/items"}, 400, "", ""},
@@ -93,6 +97,10 @@ func TestHostileRequests(t *testing.T) {
 			req{path: "/%68ealth"}, 0, "ip:198.51.100.7", "/health"},
 		{"excluded path reached by dot segments is refused", `{"control_cluster":"controlsvc","lease":{"request":0},"excluded_paths":["/health"]}`,
 			req{path: "/api/..;/health"}, 400, "", ""},
+		// A front controller may route by the query (WordPress's
+		// ?rest_route=): an excluded path with one is counted.
+		{"excluded path with a query is counted", `{"control_cluster":"controlsvc","lease":{"request":0},"excluded_paths":["/health"]}`,
+			req{path: "/health?rest_route=/wp/v2/users"}, 0, "ip:198.51.100.7", "/health"},
 		{"10 000 forged headers", baseConfig, req{headers: many}, 0, "ip:198.51.100.7", "/api/v1/items"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

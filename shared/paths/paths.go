@@ -316,29 +316,50 @@ func scriptName(seg string) bool {
 
 // HasDotSegment reports whether the path part of rawPath (before '?')
 // has a "." or ".." segment as sent: escaped ("%2E") or with ';'
-// parameters ("..;", which Tomcat reads as ".."). Normalize resolves them;
-// an upstream behind a proxy that does not (Envoy without normalize_path)
-// gets them as sent, and a wildcard route there serves what the filter
-// counted elsewhere.
+// parameters ("..;", which Tomcat reads as ".."), between any separators
+// Normalize reads ('/', and '\\', %2F and %5C: an outsider's
+// "/files/a%2F..%2F..%2Fx" passed a check that split at '/' only).
+// Normalize resolves them; an upstream behind a proxy that does not
+// (Envoy without normalize_path) gets them as sent, and a wildcard route
+// there serves what the filter counted elsewhere.
 func HasDotSegment(rawPath string) bool {
 	if i := strings.IndexByte(rawPath, '?'); i >= 0 {
 		rawPath = rawPath[:i]
 	}
-	for rest := rawPath; rest != ""; {
-		seg := rest
-		if i := strings.IndexByte(rest, '/'); i >= 0 {
-			seg, rest = rest[:i], rest[i+1:]
-		} else {
-			rest = ""
+	start := 0
+	for i := 0; ; {
+		n := separatorLen(rawPath, i)
+		if i == len(rawPath) || n > 0 {
+			seg := rawPath[start:i]
+			if j := strings.IndexByte(seg, ';'); j >= 0 {
+				seg = seg[:j]
+			}
+			if isDotSegment(seg) {
+				return true
+			}
+			if i == len(rawPath) {
+				return false
+			}
+			i += n
+			start = i
+			continue
 		}
-		if i := strings.IndexByte(seg, ';'); i >= 0 {
-			seg = seg[:i]
-		}
-		if isDotSegment(seg) {
-			return true
-		}
+		i++
 	}
-	return false
+}
+
+// separatorLen is the length of the separator Normalize reads at p[i]
+// ('/', '\\', %2F, %5C in either case), 0 when there is none.
+func separatorLen(p string, i int) int {
+	switch {
+	case i >= len(p):
+		return 0
+	case p[i] == '/' || p[i] == '\\':
+		return 1
+	case p[i] == '%' && i+2 < len(p) && (p[i+1] == '2' && (p[i+2] == 'f' || p[i+2] == 'F') || p[i+1] == '5' && (p[i+2] == 'c' || p[i+2] == 'C')):
+		return 3
+	}
+	return 0
 }
 
 // isDotSegment reports whether seg is "." or "..", each dot sent as it is
@@ -370,14 +391,8 @@ func HasEscapedSlash(rawPath string) bool {
 		rawPath = rawPath[:i]
 	}
 	for i := 0; i < len(rawPath); i++ {
-		switch rawPath[i] {
-		case '\\':
+		if rawPath[i] != '/' && separatorLen(rawPath, i) > 0 {
 			return true
-		case '%':
-			if i+2 < len(rawPath) && (rawPath[i+1] == '2' && (rawPath[i+2] == 'f' || rawPath[i+2] == 'F') ||
-				rawPath[i+1] == '5' && (rawPath[i+2] == 'c' || rawPath[i+2] == 'C')) {
-				return true
-			}
 		}
 	}
 	return false

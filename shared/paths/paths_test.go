@@ -267,6 +267,8 @@ func FuzzFoldScript(f *testing.F) {
 func TestHasDotSegment(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/a/../b": true, "/a/./b": true, "/a/%2e%2E/b": true, "/a/%2e/b": true, "/a/..;x/b": true, "/a/..": true, "/..": true, "/a/.": true,
+		// Between separators Normalize reads, not only '/'.
+		"/files/report.pdf%2F..%2F..%2Fother": true, "/a%5C..%5Cb": true, `/a\..\b`: true, "/a/..%2fb": true, "/a%2f.": true,
 		"/a/.../b": false, "/a/..b": false, "/a/.b": false, "/a/b.": false, "/a/b?x=/../": false, "/a/b": false, "/": false, "/a/%2e%2e%2e": false,
 	} {
 		if got := HasDotSegment(path); got != want {

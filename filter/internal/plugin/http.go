@@ -502,17 +502,14 @@ func stripForged() error {
 }
 
 // excluded reports whether a request skips rate limiting: its normalised
-// path matches excluded_paths, and it was spelled that way. A path that only
-// normalises to an excluded one ("/api/..;/healthz") may mean something else
-// to the upstream, so it is counted.
+// path matches excluded_paths, it was spelled that way, and it has no
+// query. A path that only normalises to an excluded one
+// ("/api/..;/healthz") may mean something else to the upstream, and so may
+// a query: front controllers route by it (WordPress's ?rest_route=,
+// CodeIgniter's "?/route": an outsider's /healthz?rest_route=/wp/v2/users
+// reached the REST route uncounted). Both are counted.
 func (p *pluginContext) excluded(rawPath, path string) bool {
-	if len(p.cfg.ExcludedPaths) == 0 {
-		return false
-	}
-	if i := strings.IndexAny(rawPath, "?#"); i >= 0 {
-		rawPath = rawPath[:i]
-	}
-	if rawPath != path {
+	if len(p.cfg.ExcludedPaths) == 0 || strings.ContainsAny(rawPath, "?#") || rawPath != path {
 		return false
 	}
 	for _, ex := range p.cfg.ExcludedPaths {
