@@ -276,3 +276,47 @@ func TestHasDotSegment(t *testing.T) {
 		}
 	}
 }
+
+// HasDotSegment agrees with a plain reading: every separator Normalize
+// reads made '/', the segments split, their ';' parameters dropped and
+// "%2E" read as '.'.
+func FuzzHasDotSegment(f *testing.F) {
+	for _, s := range []string{"/a/../b", "/a%2F..%2Fb", `/a\.\b`, "/a/..;x/b", "/a/.%2e/b", "/a/...", "/?/../", "/%2e"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		p, _, _ := strings.Cut(raw, "?")
+		var b strings.Builder
+		for i := 0; i < len(p); i++ {
+			if p[i] == '\\' {
+				b.WriteByte('/')
+				continue
+			}
+			if p[i] == '%' && i+2 < len(p) && (strings.EqualFold(p[i:i+3], "%2f") || strings.EqualFold(p[i:i+3], "%5c")) {
+				b.WriteByte('/')
+				i += 2
+				continue
+			}
+			b.WriteByte(p[i])
+		}
+		want := false
+		for _, seg := range strings.Split(b.String(), "/") {
+			seg, _, _ = strings.Cut(seg, ";")
+			var d strings.Builder
+			for i := 0; i < len(seg); i++ {
+				if i+2 < len(seg) && strings.EqualFold(seg[i:i+3], "%2e") {
+					d.WriteByte('.')
+					i += 2
+					continue
+				}
+				d.WriteByte(seg[i])
+			}
+			if d.String() == "." || d.String() == ".." {
+				want = true
+			}
+		}
+		if got := HasDotSegment(raw); got != want {
+			t.Fatalf("%q: %v, want %v", raw, got, want)
+		}
+	})
+}
