@@ -549,15 +549,8 @@ window_seconds = 60
 func TestRLSConnectionsWithoutACallClose(t *testing.T) {
 	defer app.SetGRPCProbation(300 * time.Millisecond)()
 	s, c, _ := rlsService(t, rlsYAML, "", nil)
-	raw, err := net.Dial("tcp", s.app.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
 	// The HTTP/2 preface and an empty SETTINGS frame, then nothing.
-	if _, err := raw.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
-		t.Fatal(err)
-	}
+	raw := rawHTTP2(t, s)
 	ctx := withToken(decisionToken)
 	req := &rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "probation")}}
 	if _, err := c.ShouldRateLimit(ctx, req); err != nil {
@@ -584,11 +577,7 @@ func TestRLSConnectionsWithoutACallClose(t *testing.T) {
 func TestRLSUnfinishedMessageEnds(t *testing.T) {
 	defer app.SetGRPCCallDeadline(300 * time.Millisecond)()
 	s, _, _ := rlsService(t, rlsYAML, "", nil)
-	raw, err := net.Dial("tcp", s.app.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := rawHTTP2(t, s)
 	frame := func(typ, flags byte, stream uint32, payload []byte) []byte {
 		n := len(payload)
 		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, byte(stream >> 24), byte(stream >> 16), byte(stream >> 8), byte(stream)}, payload...)
@@ -600,9 +589,7 @@ func TestRLSUnfinishedMessageEnds(t *testing.T) {
 		block = append(append(append(block, 0, byte(len(kv[0]))), kv[0]...), byte(len(kv[1])))
 		block = append(block, kv[1]...)
 	}
-	out := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	out = append(out, frame(0x4, 0, 0, nil)...)                     // SETTINGS
-	out = append(out, frame(0x1, 0x4, 1, block)...)                 // HEADERS, END_HEADERS
+	out := frame(0x1, 0x4, 1, block)                                // HEADERS, END_HEADERS
 	msg := append([]byte{0, 0, 0, 0x03, 0xe8}, make([]byte, 10)...) // a 1,000-byte message, 10 bytes of it
 	out = append(out, frame(0x0, 0, 1, msg)...)                     // DATA, no END_STREAM
 	if _, err := raw.Write(out); err != nil {
@@ -623,4 +610,19 @@ func TestRLSUnfinishedMessageEnds(t *testing.T) {
 			return
 		}
 	}
+}
+
+// rawHTTP2 is a TCP connection to s's gRPC listener that has sent the
+// HTTP/2 client preface and an empty SETTINGS frame, closed with the test.
+func rawHTTP2(t *testing.T, s *service) net.Conn {
+	t.Helper()
+	raw, err := net.Dial("tcp", s.app.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	if _, err := raw.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
