@@ -67,14 +67,9 @@ window_seconds = 3600
 	}
 }
 
-// A DELETE-only limit cannot be walked around with ?_method=DELETE on a
-// POST (which Laravel, Symfony and Express's method-override route as a
-// DELETE): counted, the override spends the DELETE rule; stripped, the
-// upstream never sees it (found by an outsider's attack: 6 of 6 admitted
-// past a limit of 2).
-func TestMethodOverrideInTheQueryThroughTheGateway(t *testing.T) {
-	r := redistest.Start(t)
-	ctl := startControl(t, r.Addr, `
+// deletesConfig is a generous tier under a DELETE-only rule of 2 an
+// hour: the method-override tests show a disguised DELETE spends it.
+const deletesConfig = `
 [[tiers]]
 name = "free"
 limit = 1000
@@ -88,7 +83,16 @@ scope = "ip"
 algorithm = "fixed_window"
 limit = 2
 window_seconds = 3600
-`)
+`
+
+// A DELETE-only limit cannot be walked around with ?_method=DELETE on a
+// POST (which Laravel, Symfony and Express's method-override route as a
+// DELETE): counted, the override spends the DELETE rule; stripped, the
+// upstream never sees it (found by an outsider's attack: 6 of 6 admitted
+// past a limit of 2).
+func TestMethodOverrideInTheQueryThroughTheGateway(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, deletesConfig)
 	up := newUpstream(t)
 	post := func(gw, path, address string) int {
 		t.Helper()
@@ -146,21 +150,7 @@ window_seconds = 3600
 // plain POST is no DELETE.
 func TestMethodOverrideInTheFormBodyThroughTheGateway(t *testing.T) {
 	r := redistest.Start(t)
-	ctl := startControl(t, r.Addr, `
-[[tiers]]
-name = "free"
-limit = 1000
-window_seconds = 3600
-
-[[rules]]
-id = "deletes"
-path = "/api/v1/items"
-methods = ["DELETE"]
-scope = "ip"
-algorithm = "fixed_window"
-limit = 2
-window_seconds = 3600
-`)
+	ctl := startControl(t, r.Addr, deletesConfig)
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":2000,"lease":{"request":0}}`)
 	const multipart = "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\ndelete\r\n--b--\r\n"
