@@ -181,6 +181,42 @@ func TestFoldSuffix(t *testing.T) {
 
 // FuzzFoldSuffix: folding a normalised path gives a normalised path, and
 // folding again changes nothing.
+func TestCanonical(t *testing.T) {
+	for in, want := range map[string]string{
+		"/api/v1/items": "/api/v1/items", "/": "/", "/x?/../y": "/x", "/a.b/c..d": "/a.b/c..d", "/@me:1,2": "/@me:1,2",
+		// Each of these goes through the three checks.
+		"/a/../b": "", "/a/./b": "", "/a/": "", "//x": "", "/a;b": "", "/a%2Fb": "", "/a%41": "", "/a\\b": "",
+		"/a#/../b": "", "/caf\u00e9": "", "api": "", "": "", "?/x": "",
+	} {
+		if got, ok := Canonical(in); got != want || ok != (want != "") {
+			t.Errorf("Canonical(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}
+
+// A path Canonical accepts is one the filter's three checks pass as it is.
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{"/", "/api/v1/items", "/a/../b", "/a/./b", "/a;b/c", "/%2e%2E/x", "//x//", "/a%2Fb", "/a\\b",
+		"/x?y#z", "/a#/../b", "/x?/../y", "/a/", "/..", "/.", "/a.b/c..d", "api", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		p, ok := Canonical(in)
+		if !ok {
+			if p != "" {
+				t.Fatalf("Canonical(%q) = %q, false", clip(in), clip(p))
+			}
+			return
+		}
+		if n, err := Normalize(in); err != nil || n != p {
+			t.Fatalf("Canonical(%q) = %q, Normalize %q, %v", clip(in), clip(p), clip(n), err)
+		}
+		if HasEscapedSlash(in) || HasDotSegment(in) {
+			t.Fatalf("Canonical(%q) = %q, but HasEscapedSlash %v, HasDotSegment %v", clip(in), clip(p), HasEscapedSlash(in), HasDotSegment(in))
+		}
+	})
+}
+
 func FuzzFoldSuffix(f *testing.F) {
 	for _, s := range []string{"/login.json", "/a/...", "/x%20.", "/", "/0./..0"} {
 		f.Add(s)

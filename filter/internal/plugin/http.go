@@ -123,20 +123,25 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	case rq.apiKeys > 1:
 		return h.refuse(400, "more than one "+p.cfg.APIKeyHeader+" header")
 	}
-	if p.cfg.EscapedSlashes == pluginconf.EscapedSlashesReject && paths.HasEscapedSlash(rq.rawPath) {
-		// Upstreams read it two ways (escaped_slashes in pluginconf): no
-		// count could match them both.
-		return h.refuse(400, "the request path has an escaped slash or a backslash (%2F, %5C or \\)")
-	}
-	if paths.HasDotSegment(rq.rawPath) {
-		// Resolved here, an upstream behind a proxy that does not resolve
-		// them (Envoy without normalize_path) gets them as sent: a wildcard
-		// route there served what was counted as another path.
-		return h.refuse(400, "the request path has a '.' or '..' segment")
-	}
-	path, err := paths.Normalize(rq.rawPath)
-	if err != nil {
-		return h.refuse(400, "the request path cannot be normalised")
+	// Most paths are canonical as sent, and pass the three checks below
+	// as they are: one pass over them instead of four.
+	path, canonical := paths.Canonical(rq.rawPath)
+	if !canonical {
+		if p.cfg.EscapedSlashes == pluginconf.EscapedSlashesReject && paths.HasEscapedSlash(rq.rawPath) {
+			// Upstreams read it two ways (escaped_slashes in pluginconf):
+			// no count could match them both.
+			return h.refuse(400, "the request path has an escaped slash or a backslash (%2F, %5C or \\)")
+		}
+		if paths.HasDotSegment(rq.rawPath) {
+			// Resolved here, an upstream behind a proxy that does not
+			// resolve them (Envoy without normalize_path) gets them as
+			// sent: a wildcard route there served what was counted as
+			// another path.
+			return h.refuse(400, "the request path has a '.' or '..' segment")
+		}
+		if path, err = paths.Normalize(rq.rawPath); err != nil {
+			return h.refuse(400, "the request path cannot be normalised")
+		}
 	}
 	if p.excluded(rq.rawPath, path) {
 		return types.ActionContinue
