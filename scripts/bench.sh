@@ -17,12 +17,19 @@ echo
 echo "== Filter under wazero (compiled tollgate.wasm) and the same logic natively"
 go test -run '^$' -bench 'Compile|Instantiate' -benchtime 3x ./filter/filtertest/ | grep -E '^Benchmark'
 go test -run '^$' -bench 'MemoryAfter100k' -benchtime 1x ./filter/filtertest/ | grep -E '^Benchmark'
-go test -run '^$' -bench 'Request|TickWatching' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark'
-go test -run '^$' -bench 'Native' -benchtime 5000x -benchmem ./filter/internal/plugin/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'Request|TickWatching' -benchtime 5000x -benchmem ./filter/filtertest/ | grep -E '^Benchmark' | tee "$run/wasm.txt"
+go test -run '^$' -bench 'Native' -benchtime 5000x -benchmem ./filter/internal/plugin/ | grep -E '^Benchmark' | tee "$run/native.txt"
+# Each ratio beside the two figures it is made of, from this run.
+nsop() { awk -v b="$2" '$1 ~ "^"b"-[0-9]+$" {print $3; exit}' "$1"; }
+ratio() {
+  awk -v what="$1" -v a="$2" -v b="$3" 'BEGIN { if (a > 0 && b > 0) printf "%s under wazero / natively: %.1f / %.1f µs = %.1f×\n", what, a/1000, b/1000, a/b }'
+}
+ratio "lease hit" "$(nsop "$run/wasm.txt" BenchmarkRequestLeaseHit)" "$(nsop "$run/native.txt" BenchmarkNativeLeaseHit)"
+ratio "callout  " "$(nsop "$run/wasm.txt" BenchmarkRequestCallout)" "$(nsop "$run/native.txt" BenchmarkNativeRequestCallout)"
 echo
 echo "== What the module's size is made of"
 make -s build wasm-names
-echo "shipped module (name section stripped): $(wc -c <build/tollgate.wasm) bytes"
+echo "shipped module (name section stripped): $(wc -c <build/tollgate.wasm) bytes (TestModuleSize's bound: 3500000)"
 go run ./scripts/wasm-size -top 15 build/tollgate-names.wasm
 echo
 echo "== Control service"
