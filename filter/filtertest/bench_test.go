@@ -118,6 +118,38 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	b.ReportMetric(float64(misses), "refills")
 }
 
+// browserReq is a lease hit's request as a browser sends it, through a
+// proxy: twenty header fields, most of them none the filter reads.
+var browserReq = wasmhost.Headers{{":method", "GET"}, {":path", "/api/v1/items"}, {":authority", "api.example.com"}, {":scheme", "https"},
+	{"user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"},
+	{"accept", "application/json, text/plain, */*"}, {"accept-language", "en-GB,en;q=0.9"}, {"accept-encoding", "gzip, deflate, br, zstd"},
+	{"referer", "https://app.example.com/dashboard"}, {"origin", "https://app.example.com"}, {"sec-fetch-dest", "empty"},
+	{"sec-fetch-mode", "cors"}, {"sec-fetch-site", "same-site"}, {"sec-ch-ua", `"Chromium";v="131", "Not_A Brand";v="24"`},
+	{"sec-ch-ua-mobile", "?0"}, {"sec-ch-ua-platform", `"Linux"`}, {"cookie", "session=abc123; theme=dark"},
+	{"x-forwarded-for", "203.0.113.5, 10.0.0.1"}, {"x-forwarded-proto", "https"}, {"x-request-id", "3f2a9c1e-8b7d-4e6f-a5b4-c3d2e1f0a9b8"},
+	{"x-envoy-expected-rq-timeout-ms", "15000"}, {"priority", "u=1, i"}}
+
+// BenchmarkRequestLeaseHitBrowser is the lease hit of a browser's request
+// (browserReq): what reading twenty-odd header fields adds.
+func BenchmarkRequestLeaseHitBrowser(b *testing.B) {
+	ctx := context.Background()
+	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10000}}`)
+	refill := leaseRefill(ctx, vm)
+	s, _ := vm.NewStream(ctx, browserReq, benchProps)
+	s.OnRequestHeaders(ctx, true)
+	refill()
+	s.Done(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, _ := vm.NewStream(ctx, browserReq, benchProps)
+		if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
+			refill()
+		}
+		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
+		s.Done(ctx)
+	}
+}
+
 // BenchmarkRequestDeniedFromCache is a refused client's flood: every
 // request answered 429 from the cached denial, with the RATE_LIMIT_EXCEEDED
 // envelope and the rate-limit headers, no callout.

@@ -41,6 +41,9 @@ type pluginContext struct {
 	fallback  *fallback.Limiter
 	// headerSet is the rate-limit header fields the configuration selects.
 	headerSet wire.HeaderSet
+	// readLengths are the lengths of the request header names the filter
+	// reads (http.go).
+	readLengths uint64
 	// decoder reads the control service's decisions (its buffers and
 	// strings kept from one to the next).
 	decoder wire.Decoder
@@ -91,6 +94,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
+	p.readLengths = readLengths(cfg.APIKeyHeader, cfg.CostHeaders)
 	// X-RateLimit-Strategy goes with the X-RateLimit fields, as the
 	// service sends it.
 	p.headerSet = wire.HeaderSet{XRateLimit: cfg.Headers.XRateLimitOn(), Strategy: cfg.Headers.XRateLimitOn(), IETF: cfg.Headers.IETF}.WithPrefix(cfg.Headers.Prefix)

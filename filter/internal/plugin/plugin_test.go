@@ -4,6 +4,7 @@ package plugin_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,4 +132,64 @@ func BenchmarkNativeLeaseHit(b *testing.B) {
 		s.Done()
 	}
 	b.ReportMetric(float64(misses), "refills")
+}
+
+// Every header the filter reads is still read among a browser's twenty
+// others (readLengths passes over names of lengths it reads none of),
+// whatever the configured API key and cost header names' lengths.
+func TestNativeReadsHeadersAmongOthers(t *testing.T) {
+	noise := hostmodel.Headers{{"user-agent", "Mozilla/5.0"}, {"accept", "*/*"}, {"accept-language", "en"}, {"accept-encoding", "gzip"},
+		{"referer", "https://a.example/"}, {"origin", "https://a.example"}, {"sec-fetch-dest", "empty"}, {"sec-fetch-mode", "cors"},
+		{"sec-ch-ua-platform", `"Linux"`}, {"cookie", "a=b"}, {"x-envoy-expected-rq-timeout-ms", "15000"}, {"priority", "u=1"},
+		{"a-header-name-longer-than-sixty-four-bytes-which-no-bitmask-holds-at-all", "x"}}
+	config := `{"lease":{"request":0},"api_key_header":"x-a-rather-long-api-key-header-name","cost_headers":["x-units-of-work-done"]}`
+	for _, tc := range []struct {
+		name  string
+		extra hostmodel.Headers
+		check func(t *testing.T, h *proxytest.Host, s *proxytest.Stream)
+	}{
+		{"forged x-tollgate-* removed", hostmodel.Headers{{"x-tollgate-tier", "forged"}}, noForged},
+		{"forged x-tollgate-* of a length read nowhere removed", hostmodel.Headers{{"x-tollgate-abcdefgh", "forged"}}, noForged},
+		{"forged x-tollgate-* past 64 bytes removed", hostmodel.Headers{{"X-Tollgate-A-Very-Long-Forged-Header-Name-Past-Sixty-Four-Bytes-Long", "forged"}}, noForged},
+		{"two Authorization headers refused", hostmodel.Headers{{"authorization", "Bearer a"}, {"authorization", "Bearer b"}},
+			wantLocal(400, "more than one Authorization header")},
+		{"two API keys refused", hostmodel.Headers{{"x-a-rather-long-api-key-header-name", "k1"}, {"x_a_rather_long_api_key_header_name", "k2"}},
+			wantLocal(400, "more than one x-a-rather-long-api-key-header-name header")},
+		{"request id quoted", hostmodel.Headers{{"x-request-id", "req-7"}, {"x-api-key", "not this one"}, {"authorization", "Bearer a"}, {"authorization", "Bearer b"}},
+			wantLocal(400, `"request_id":"req-7"`)},
+		{"a method override that names no method refused", hostmodel.Headers{{"x-http-method-override", "NOT A METHOD"}},
+			wantLocal(400, "must name one HTTP method")},
+		{"cost header and API key sent", hostmodel.Headers{{"x-units-of-work-done", "12"}, {"x-a-rather-long-api-key-header-name", "k1"}, {"content-length", "0"}},
+			func(t *testing.T, h *proxytest.Host, _ *proxytest.Stream) {
+				cs := h.PendingCallouts()
+				var body wire.CheckRequest
+				if len(cs) != 1 || json.Unmarshal(cs[0].Body, &body) != nil || body.CostHeaders["x-units-of-work-done"] != "12" || body.APIKey != "k1" {
+					t.Errorf("callout %s", cs[0].Body)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t, config)
+			req := append(append(append(hostmodel.Headers{}, request[:5]...), noise...), tc.extra...)
+			s := h.NewStream(req, props)
+			s.OnRequestHeaders(true)
+			tc.check(t, h, s)
+		})
+	}
+}
+
+func noForged(t *testing.T, _ *proxytest.Host, s *proxytest.Stream) {
+	for _, kv := range s.RequestHeaders {
+		if kv[1] == "forged" {
+			t.Errorf("forged header kept: %v", kv)
+		}
+	}
+}
+
+func wantLocal(status int, text string) func(t *testing.T, h *proxytest.Host, s *proxytest.Stream) {
+	return func(t *testing.T, _ *proxytest.Host, s *proxytest.Stream) {
+		if s.Local == nil || s.Local.Status != status || !strings.Contains(string(s.Local.Body), text) {
+			t.Errorf("answer %+v, want %d with %q", s.Local, status, text)
+		}
+	}
 }
