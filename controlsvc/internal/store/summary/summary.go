@@ -64,24 +64,38 @@ func newMinute() *Minute {
 	return &Minute{Tiers: map[string]*[2]int64{}, Endpoints: map[string]*[2]int64{}, Latency: make([]int64, len(LatencyBounds)+1), Refused: map[string]int64{}}
 }
 
-func bump(m map[string]*[2]int64, name string, bound int, throttled bool) {
+// bump counts one check under name (named, or Other, by minuteNames).
+func bump(m map[string]*[2]int64, name string, throttled bool) {
 	c, ok := m[name]
 	if !ok {
-		if len(m) >= bound {
-			name = Other
-			if c, ok = m[name]; !ok {
-				c = &[2]int64{}
-				m[name] = c
-			}
-		} else {
-			c = &[2]int64{}
-			m[name] = c
-		}
+		c = &[2]int64{}
+		m[name] = c
 	}
 	c[0]++
 	if throttled {
 		c[1]++
 	}
+}
+
+// minuteNames are the tier and endpoint names one minute counts under
+// their own names on this replica. They outlive the flushes: the pending
+// sums are handed to the backend every second or so, and bounding only
+// those let a client cycling paths name 50 new endpoints a flush, 3,000 a
+// minute (an outsider's flood of 50 new paths a second grew Redis by 1 MB
+// a minute and timed out the day's summary).
+type minuteNames struct{ tiers, endpoints map[string]struct{} }
+
+// as is what name is counted as: itself once it is among the minute's
+// names or while they are fewer than bound, else Other.
+func as(names map[string]struct{}, name string, bound int) string {
+	if _, ok := names[name]; ok {
+		return name
+	}
+	if len(names) >= bound {
+		return Other
+	}
+	names[name] = struct{}{}
+	return name
 }
 
 // Observation is one decided check.
@@ -101,6 +115,10 @@ type Recorder struct {
 
 	mu      sync.Mutex
 	pending map[int64]*Minute
+	// names are the names of the minutes still observed (at most the
+	// current one and the one before: a check decided across a minute's
+	// edge).
+	names map[int64]*minuteNames
 }
 
 type backend interface {
@@ -122,7 +140,7 @@ func InMemory(now func() time.Time) Store {
 
 // NewRecorder returns a recorder writing to st.
 func NewRecorder(st Store, log *slog.Logger) *Recorder {
-	return &Recorder{b: st.b, log: log, pending: map[int64]*Minute{}}
+	return &Recorder{b: st.b, log: log, pending: map[int64]*Minute{}, names: map[int64]*minuteNames{}}
 }
 
 // Observe adds one decided check.
@@ -136,8 +154,9 @@ func (r *Recorder) Observe(o Observation) {
 		m.Throttled++
 		countRefused(m, o.Identity)
 	}
-	bump(m.Tiers, o.Tier, maxTiers, o.Throttled)
-	bump(m.Endpoints, o.Endpoint, maxEndpoints, o.Throttled)
+	names := r.minuteNames(o.At)
+	bump(m.Tiers, as(names.tiers, o.Tier, maxTiers), o.Throttled)
+	bump(m.Endpoints, as(names.endpoints, o.Endpoint, maxEndpoints), o.Throttled)
 	ms := float64(o.Latency) / float64(time.Millisecond)
 	i := sort.SearchFloat64s(LatencyBounds, ms)
 	m.Latency[i]++
@@ -168,6 +187,23 @@ func (r *Recorder) minute(at time.Time) *Minute {
 		r.pending[k] = m
 	}
 	return m
+}
+
+// minuteNames is the names of at's minute (r.mu held). A new minute
+// forgets those of minutes before the one before it.
+func (r *Recorder) minuteNames(at time.Time) *minuteNames {
+	k := at.Unix() / 60
+	n, ok := r.names[k]
+	if !ok {
+		for old := range r.names {
+			if old < k-1 {
+				delete(r.names, old)
+			}
+		}
+		n = &minuteNames{tiers: map[string]struct{}{}, endpoints: map[string]struct{}{}}
+		r.names[k] = n
+	}
+	return n
 }
 
 // Flush writes what was gathered. On failure the sums are kept for the

@@ -51,6 +51,41 @@ func TestBounded(t *testing.T) {
 	}
 }
 
+// The bounds are a minute's, not a flush's: a client naming new paths
+// between flushes names at most maxEndpoints of them in the minute, and
+// what it sends past them is counted under Other.
+func TestBoundedAcrossFlushes(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	st := InMemory(func() time.Time { return now })
+	r := NewRecorder(st, slog.New(slog.DiscardHandler))
+	for flush := range 60 {
+		for i := range 50 {
+			r.Observe(Observation{At: now, Throttled: true, Tier: "t" + strconv.Itoa(flush*50+i), Endpoint: "/" + strconv.Itoa(flush*50+i), Latency: time.Millisecond})
+		}
+		r.Observe(Observation{At: now, Throttled: true, Tier: "t0", Endpoint: "/0", Latency: time.Millisecond}) // named from the first flush on
+		if err := r.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := NewReader(st).Read(context.Background(), "5m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.TotalRequests != 60*51 || len(v.ByEndpoint) != maxEndpoints+1 || v.ByEndpoint["/0"] != 61 {
+		t.Fatalf("%d checks, %d endpoints named (want %d and %s), /0 counted %d times (want 61)",
+			v.TotalRequests, len(v.ByEndpoint), maxEndpoints, Other, v.ByEndpoint["/0"])
+	}
+	if len(v.ByTier) > maxTiers+1 {
+		t.Fatalf("%d tiers named", len(v.ByTier))
+	}
+	// The next minute names its own, and the recorder forgets the old.
+	later := now.Add(3 * time.Minute)
+	r.Observe(Observation{At: later, Tier: "new", Endpoint: "/new", Latency: time.Millisecond})
+	if len(r.names) != 1 {
+		t.Fatalf("names of %d minutes kept", len(r.names))
+	}
+}
+
 // A caller refused more than the flood around it is named among the most
 // refused, wherever its refusals fall in the minute (an outsider's 12,000
 // refused decoys a second had the first hundred named and the abuser not).
