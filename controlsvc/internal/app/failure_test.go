@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/rls"
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
@@ -270,5 +274,36 @@ func TestRedisDownCountsLocally(t *testing.T) {
 	}
 	if r.header.Get("X-RateLimit-Limit") != "6" {
 		t.Fatalf("after Redis came back: %s", r.body)
+	}
+}
+
+// With Redis down under fail_open an API key cannot be looked up, and one
+// that cannot be verified buys nothing (an outsider's: any well-formed key
+// was admitted uncounted, and past api_key_required_paths, for as long as
+// Redis was down): the request is counted as its caller's without it, and
+// refused where a key is required, over HTTP and over the rate limit
+// service protocol alike.
+func TestRedisDownAPIKeyBuysNothing(t *testing.T) {
+	toml := "api_key_required_paths = [\"/secure/**\"]\n[[tiers]]\nname = \"free\"\nlimit = 3\nwindow_seconds = 3600\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"
+	s, c, _ := rlsService(t, rlsYAML, toml, map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_FAILURE_MODE": "fail_open"})
+	key := func(i int) string { return fmt.Sprintf("ak_live_%043d", i) } // well-formed, never issued
+	s.redis.Stop()
+	for i := 0; i < 3; i++ {
+		r := s.check(map[string]any{"user_id": "ip:198.51.100.7", "endpoint": "/open", "api_key": key(i)})
+		if r.status != 200 || r.json(t)["degraded"] != true {
+			t.Fatalf("request %d with an unverifiable key: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := s.check(map[string]any{"user_id": "ip:198.51.100.7", "endpoint": "/open", "api_key": key(9)}); r.status != 429 {
+		t.Fatalf("the fourth request, counted as its address's: %d %s", r.status, r.body)
+	}
+	r := s.check(map[string]any{"user_id": "ip:198.51.100.8", "endpoint": "/secure/x", "api_key": key(1)})
+	if r.status != 503 || !strings.Contains(string(r.body), `"failure_mode":"fail_closed"`) {
+		t.Fatalf("a required key that cannot be verified: %d %s", r.status, r.body)
+	}
+	rr, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: rls.TollgateDomain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(rls.KeyRemoteAddress, "198.51.100.9", rls.KeyPath, "/secure/x", rls.KeyAPIKey, key(2))}})
+	if err != nil || rr.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(rr, "x-tollgate-refused") {
+		t.Fatalf("the same over the rate limit service protocol: %v %v", rr, err)
 	}
 }

@@ -116,6 +116,12 @@ func (s *Service) BreakerOpen() bool { return s.breaker.Open() }
 // ErrBreakerOpen is the cause of failures answered without asking Redis.
 var ErrBreakerOpen = errors.New("redis circuit breaker is open")
 
+// ErrKeyUnverifiable is wrapped by the refusal of a request that needs an
+// API key while Redis cannot be asked about the one it carries (fail_open):
+// the rate limit service answers it OVER_LIMIT, not an error Envoy may let
+// through.
+var ErrKeyUnverifiable = errors.New("the api key cannot be verified while redis is unavailable")
+
 // Deps are the service's collaborators.
 type Deps struct {
 	Counters  Counters
@@ -355,16 +361,37 @@ func (s *Service) check(ctx context.Context, req *wire.CheckRequest, trust Trust
 
 // checkValid decides a validated check.
 func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.CheckRequest) (wire.CheckResponse, error) {
+	unverified := false // a key Redis could not be asked about
 	if req.APIKey != "" {
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
 			var ae *apierr.Error
-			if errors.As(err, &ae) {
+			switch {
+			case errors.As(err, &ae):
 				return s.refuseKey(ctx, p, c, ae)
+			case p.FailureMode == config.FailClosed:
+				return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
 			}
-			return s.failure(p, c, nil, fmt.Errorf("look up api key: %w", err))
+			// fail_open with the key unknowable: it buys nothing. The
+			// request is the caller's the filter presented (its address or
+			// subject), counted as every request is while Redis is down,
+			// and refused where a key is required: access control does not
+			// fail open. Answered degraded and uncounted, as it was until
+			// 2026-11-26, any well-formed key walked around every limit
+			// and past require_api_key for as long as Redis was down.
+			if !errors.Is(err, ErrBreakerOpen) {
+				s.log.Warn("redis unavailable for an api key; the request is decided without it", "err", err)
+			}
+			unverified = true
 		}
 	}
-	if req.APIKey == "" && c.id.Kind != identity.KindKey && p.KeyRequired(c.tier, c.endpoint) {
+	if (req.APIKey == "" || unverified) && c.id.Kind != identity.KindKey && p.KeyRequired(c.tier, c.endpoint) {
+		if unverified {
+			// A 503 the filter passes on whatever its own failure_mode
+			// (its fallback would admit the request).
+			e := apierr.Unavailable("the API key cannot be verified now", ErrKeyUnverifiable)
+			e.Details = map[string]any{"failure_mode": config.FailClosed}
+			return wire.CheckResponse{}, e
+		}
 		return s.refuseKey(ctx, p, c, apierr.New(apierr.KindUnauthorized, wire.CodeMissingAPIKey,
 			"This endpoint requires an API key (X-API-Key header)"))
 	}

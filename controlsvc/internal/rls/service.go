@@ -689,11 +689,17 @@ func ambiguousPath(p string) error {
 }
 
 // clientRefusal reports whether a check failed for what the client sent
-// (the request's path, method or API key), and its error code.
+// (the request's path, method or API key, or a key Redis cannot be asked
+// about where one is required), and its error code.
 func clientRefusal(err error) (string, bool) {
 	var ae *apierr.Error
 	if !errors.As(err, &ae) {
 		return "", false
+	}
+	if errors.Is(err, decision.ErrKeyUnverifiable) {
+		// Access control does not fail open, whatever Envoy's
+		// failure_mode_deny makes of an error.
+		return ae.Code, true
 	}
 	switch ae.Kind {
 	case apierr.KindInvalid, apierr.KindUnauthorized, apierr.KindForbidden, apierr.KindNotFound, apierr.KindTooLarge:
