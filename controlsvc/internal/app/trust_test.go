@@ -686,6 +686,12 @@ func TestRefusedKeysCountForTheirAddress(t *testing.T) {
 	if cw == nil || cw["requests_made"] != float64(0) || day["violations"] != float64(2) {
 		t.Fatalf("usage of the guessing address: %v", u)
 	}
+	// A verified subject's refused keys count as its own requests.
+	for i, want := range []int{401, 401, 401, 429} {
+		if r := s.check(map[string]any{"user_id": "user:carol", "api_key": guess, "endpoint": "/api/v1/items"}); r.status != want {
+			t.Fatalf("a subject's refused key %d: %d %s; want %d", i, r.status, r.body, want)
+		}
+	}
 	// A caller with no address the filter knows is refused without counting.
 	before := s.dbsize()
 	for i := 0; i < 5; i++ {
