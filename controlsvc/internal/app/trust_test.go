@@ -686,11 +686,18 @@ func TestRefusedKeysCountForTheirAddress(t *testing.T) {
 	if cw == nil || cw["requests_made"] != float64(0) || day["violations"] != float64(2) {
 		t.Fatalf("usage of the guessing address: %v", u)
 	}
-	// A verified subject's refused keys count as its own requests.
+	// A verified subject's refused keys count for the address it came
+	// from, as anonymous requests from there.
 	for i, want := range []int{401, 401, 401, 429} {
-		if r := s.check(map[string]any{"user_id": "user:carol", "api_key": guess, "endpoint": "/api/v1/items"}); r.status != want {
+		if r := s.check(map[string]any{"user_id": "user:carol", "client_address": "192.0.2.60", "api_key": guess, "endpoint": "/api/v1/items"}); r.status != want {
 			t.Fatalf("a subject's refused key %d: %d %s; want %d", i, r.status, r.body, want)
 		}
+	}
+	if r := check("192.0.2.60", guess); r.status != 429 {
+		t.Fatalf("the subject's address after its refused keys: %d %s", r.status, r.body)
+	}
+	if r := s.check(map[string]any{"user_id": "user:carol", "endpoint": "/api/v1/items"}); r.status != 200 {
+		t.Fatalf("the subject itself, without a key: %d %s", r.status, r.body)
 	}
 	// A caller with no address the filter knows is refused without counting.
 	before := s.dbsize()

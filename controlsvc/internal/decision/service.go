@@ -407,15 +407,24 @@ func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.
 
 // refuseKey answers a request refused for its API key (missing where one is
 // required, malformed, unknown, revoked, expired). The request still counts
-// as its caller's without the key, its address's like an anonymous one, or
-// a verified subject's: otherwise guessing keys, or replaying a revoked one,
-// would cost a client nothing and every attempt a callout and a Redis
-// lookup (until 2026-11-26 a JWT caller's did: an outsider's 300 refused
-// keys in a row were answered 401, never 429). Once the caller is spent the
-// answer is its 429; until then, the key's refusal.
+// as its address's, like an anonymous one: otherwise guessing keys, or
+// replaying a revoked one, would cost a client nothing and every attempt a
+// callout and a Redis lookup. A verified subject's counts for the address
+// the filter sent it with (until 2026-11-26 it did not count at all: an
+// outsider's 300 refused keys in a row were 401s, never a 429), as an
+// anonymous request from there: the subject's tier and tenant are not the
+// address's. Once the address is spent the answer is its 429; until then,
+// the key's refusal.
 func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *apierr.Error) (wire.CheckResponse, error) {
-	counted := c.id.Kind == identity.KindUser || c.id.Kind == identity.KindIP && c.id.Value != identity.UnknownIP.Value
-	if p.Disabled || !counted {
+	switch {
+	case p.Disabled:
+		return wire.CheckResponse{}, refusal
+	case c.id.Kind == identity.KindUser && c.address != "":
+		a := *c
+		a.setID(identity.ID{Kind: identity.KindIP, Value: c.address})
+		a.address, a.keyUser, a.tier, a.tenant = "", "", p.Tier(""), ""
+		c = &a
+	case c.id.Kind != identity.KindIP || c.id.Value == identity.UnknownIP.Value:
 		return wire.CheckResponse{}, refusal
 	}
 	// The lease, its refund and its report belong to the key's bucket, not
