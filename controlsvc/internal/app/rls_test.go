@@ -626,3 +626,37 @@ func rawHTTP2(t *testing.T, s *service) net.Conn {
 	}
 	return raw
 }
+
+// Rate limiting off (enabled = false) or only watched (shadow_mode), the
+// tollgate domain still refuses what the decision API refuses for its API
+// key: keys are access control (an outsider's keyless and forged-key calls
+// were answered OK in both modes).
+func TestRLSKeysHoldWhenLimitingIsOff(t *testing.T) {
+	toml := "api_key_required_paths = [\"/secure/**\"]\n[[tiers]]\nname = \"free\"\nlimit = 1\nwindow_seconds = 60\nper_endpoint = false\n"
+	for _, env := range []map[string]string{{"TOLLGATE_ENABLED": "false"}, {"TOLLGATE_SHADOW_MODE": "true"}} {
+		_, c, _ := rlsService(t, rlsYAML, toml, env)
+		ask := func(d *ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitResponse {
+			r, err := c.ShouldRateLimit(withToken(decisionToken), &rlspb.RateLimitRequest{Domain: rls.TollgateDomain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+			if err != nil {
+				t.Fatalf("%v: %v", env, err)
+			}
+			return r
+		}
+		for _, d := range []*ratelimitv3.RateLimitDescriptor{
+			desc(rls.KeyRemoteAddress, "192.0.2.20", rls.KeyPath, "/secure/x"),
+			desc(rls.KeyRemoteAddress, "192.0.2.20", rls.KeyPath, "/secure/x", rls.KeyAPIKey, "ak_live_"+strings.Repeat("x", 43)),
+			desc(rls.KeyRemoteAddress, "192.0.2.20", rls.KeyPath, "/secure/x", rls.KeyAPIKey, "malformed"),
+		} {
+			if r := ask(d); r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || !hasHeader(r, "x-tollgate-refused") {
+				t.Errorf("%v, %v: %v; want OVER_LIMIT with x-tollgate-refused", env, d, r)
+			}
+		}
+		// Past its limit the caller is admitted all the same: nothing is
+		// limited in either mode.
+		for i := 0; i < 3; i++ {
+			if r := ask(desc(rls.KeyRemoteAddress, "192.0.2.21", rls.KeyPath, "/open")); r.OverallCode != rlspb.RateLimitResponse_OK {
+				t.Errorf("%v, call %d of a limit of 1: %v", env, i, r)
+			}
+		}
+	}
+}

@@ -166,22 +166,45 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if err != nil {
 		return nil, err
 	}
-	if set.Disabled {
-		return disabledAnswer(req), nil
+	if req.Domain != TollgateDomain {
+		if set.Disabled {
+			return disabledAnswer(req), nil
+		}
+		resp, err := s.configured(ctx, req, entries, hits, set)
+		if err != nil {
+			return nil, err
+		}
+		if set.Shadow {
+			resp.OverallCode = rlspb.RateLimitResponse_OK
+		}
+		return resp, nil
 	}
-	var resp *rlspb.RateLimitResponse
-	if req.Domain == TollgateDomain {
-		resp, err = s.tollgate(ctx, req, entries, hits, trust, set)
-	} else {
-		resp, err = s.configured(ctx, req, entries, hits, set)
-	}
+	// The tollgate domain is decided as the decision API decides a check,
+	// with enabled = false (nothing counted, answered as exempt) and in
+	// shadow mode alike: API keys are access control, not rate limiting,
+	// and a request refused for its key stays refused (until 2026-11-26
+	// both modes answered it OK: an outsider's keyless and forged-key calls
+	// passed api_key_required_paths).
+	resp, err := s.tollgate(ctx, req, entries, hits, trust, set)
 	if err != nil {
 		return nil, err
 	}
-	if set.Shadow && resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+	refusedInput := hasHeader(resp.ResponseHeadersToAdd, refusedHeader)
+	if set.Disabled {
+		resp.ResponseHeadersToAdd = slices.DeleteFunc(resp.ResponseHeadersToAdd, func(h *corev3.HeaderValue) bool { return h.Key != refusedHeader })
+	}
+	if set.Shadow && !refusedInput {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// refusedHeader names why the tollgate domain refused a check for what the
+// client sent (its path, method or API key).
+const refusedHeader = "x-tollgate-refused"
+
+func hasHeader(hs []*corev3.HeaderValue, key string) bool {
+	return slices.ContainsFunc(hs, func(h *corev3.HeaderValue) bool { return h.Key == key })
 }
 
 // disabledAnswer admits every descriptor, counting nothing (enabled =
@@ -667,7 +690,7 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		}
 	}
 	if refused != "" {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "x-tollgate-refused", Value: refused})
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: refusedHeader, Value: refused})
 	}
 	if degraded {
 		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
