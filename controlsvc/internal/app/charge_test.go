@@ -291,3 +291,27 @@ func TestTokenBudgetEstimate(t *testing.T) {
 		}
 	}
 }
+
+// With Redis down under fail_open a charge carrying an API key that cannot
+// be looked up is its caller's, as the check was (an outsider's: each
+// charge was refused and lost, and a made-up key made every answer cost
+// its admission only).
+func TestRedisDownChargeWithAnUnverifiableKey(t *testing.T) {
+	s := startService(t, strings.Replace(tokenRules, `scope = "user"`, `scope = "ip"`, 1),
+		map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_FAILURE_MODE": "fail_open"})
+	s.redis.Stop()
+	key := func(c byte) string { return "ak_live_" + strings.Repeat(string(c), 43) }
+	check := map[string]any{"user_id": "ip:198.51.100.30", "endpoint": "/v1/chat/completions", "method": "POST", "api_key": key('a')}
+	if r := s.check(check); r.status != 200 {
+		t.Fatalf("admission: %d %s", r.status, r.body)
+	}
+	body := chargeBody("ip:198.51.100.30", map[string]any{"rule_id": "tokens", "cost": 1000})
+	body["api_key"] = key('b')
+	if ch := s.do("POST", "/v1/rate-limit/charge", body); ch.status != 200 {
+		t.Fatalf("charge: %d %s", ch.status, ch.body)
+	}
+	check["api_key"] = key('c')
+	if r := s.check(check); r.status != 429 {
+		t.Fatalf("after a charge of the whole budget: %d %s", r.status, r.body)
+	}
+}

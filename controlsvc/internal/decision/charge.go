@@ -2,10 +2,12 @@ package decision
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -105,7 +107,16 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		// The key names the counters as it did for the check: its id, its
 		// tier, its user. A key refused now (revoked since) is refused.
 		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
-			return wire.ChargeResponse{}, err
+			var ae *apierr.Error
+			if errors.As(err, &ae) || p.FailureMode == config.FailClosed {
+				return wire.ChargeResponse{}, err
+			}
+			// Redis down under fail_open: the check decided the request
+			// as the caller the filter presented, the key unverified
+			// (checkValid), and the charge is that caller's too. Refused,
+			// the charge was lost and a well-formed key made each
+			// answer cost its admission only (an outsider's: 50 answers,
+			// 20,000 tokens, against a budget of 1,500).
 		}
 	}
 	out := wire.ChargeResponse{Results: make([]wire.ChargeResult, len(req.Charges))}
