@@ -30,6 +30,10 @@ func TestCostSignalsInTheCheck(t *testing.T) {
 		{"a cost header", req{headers: wasmhost.Headers{{"X-Tokens", "250"}, {"x-other", "1"}}}, ptr(int64(0)), map[string]string{"x-tokens": "250"}},
 		{"a repeated cost header", req{headers: wasmhost.Headers{{"x-tokens", "1"}, {"x-units", "2"}, {"x-tokens", "500"}}}, ptr(int64(0)), map[string]string{"x-tokens": "1,500", "x-units": "2"}},
 		{"a long cost header", req{headers: wasmhost.Headers{{"x-units", long}}}, ptr(int64(0)), map[string]string{"x-units": long[:64]}},
+		// Upstreams that read headers CGI-style (PHP, Rack) see X_Units as
+		// X-Units: so does the filter, and both spellings are a repeat.
+		{"a cost header spelled with underscores", req{headers: wasmhost.Headers{{"X_Units", "10"}}}, ptr(int64(0)), map[string]string{"x-units": "10"}},
+		{"both spellings", req{headers: wasmhost.Headers{{"x-units", "1"}, {"x_units", "10"}}}, ptr(int64(0)), map[string]string{"x-units": "1,10"}},
 	} {
 		s, _ := e.start(tc.r)
 		_, body := e.callout(0)

@@ -336,7 +336,9 @@ func (h *httpContext) readRequest() (request, error) {
 			return true // no name read below is this long
 		}
 		for i, name := range costHeaders {
-			if equalFold(k, name) {
+			// x_units counts as x-units, as for the API key: an upstream
+			// that reads headers CGI-style sees both spellings as one.
+			if headerIs(k, name) {
 				rq.cost[i], rq.costSeen[i] = join(rq.cost[i], rq.costSeen[i], v), true
 			}
 		}
