@@ -45,6 +45,12 @@ type key struct {
 // KeySet is a parsed JWKS.
 type KeySet struct{ keys []key }
 
+// checks reports whether k is a key for h's signature: its alg, and its kid
+// when both name one.
+func (k *key) checks(h header) bool {
+	return k.alg == h.Alg && (h.Kid == "" || k.kid == "" || k.kid == h.Kid)
+}
+
 // Len is the number of keys.
 func (k *KeySet) Len() int { return len(k.keys) }
 
@@ -255,7 +261,11 @@ var ErrNotVerified = invalid("not verified: too many invalid tokens from this cl
 // VerifyIf is Verify that checks a token's signature only when allow (nil:
 // always) says so: a token it holds verified costs a hash, a signature
 // check up to milliseconds inside Wasm, which a client sending new junk
-// tokens would otherwise have the VM pay on every request.
+// tokens would otherwise have the VM pay on every request. allow is asked
+// only for a token that passed every check but its signature (its form,
+// dates, issuer, audience, subject, a key for its alg and kid), all of
+// them cheap: an expired or malformed token fails without it, and counts
+// against no budget of the caller's.
 func (v *Verifier) VerifyIf(token string, now time.Time, allow func() bool) (Claims, error) {
 	if len(token) > MaxTokenLen {
 		return Claims{}, invalid("longer than " + strconv.Itoa(MaxTokenLen) + " bytes")
@@ -269,10 +279,7 @@ func (v *Verifier) VerifyIf(token string, now time.Time, allow func() bool) (Cla
 		slot.used = false
 		return Claims{}, invalid("expired")
 	}
-	if allow != nil && !allow() {
-		return Claims{}, ErrNotVerified
-	}
-	c, err := v.verify(token, now)
+	c, err := v.verify(token, now, allow)
 	if err != nil {
 		return Claims{}, err
 	}
@@ -391,7 +398,7 @@ func readClaims(b []byte, want ...string) (claims, error) {
 	return out, err
 }
 
-func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
+func (v *Verifier) verify(token string, now time.Time, allow func() bool) (Claims, error) {
 	h64, rest, ok1 := strings.Cut(token, ".")
 	p64, s64, ok2 := strings.Cut(rest, ".")
 	if !ok1 || !ok2 || strings.Contains(s64, ".") {
@@ -411,10 +418,6 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	sig, err := tokenB64(s64)
 	if err != nil {
 		return Claims{}, invalid("signature is not base64url")
-	}
-	signed := token[:len(h64)+1+len(p64)]
-	if !v.checkSignature(h, signed, sig) {
-		return Claims{}, invalid("bad signature or unknown key")
 	}
 	pb, err := tokenB64(p64)
 	if err != nil {
@@ -458,9 +461,34 @@ func (v *Verifier) verify(token string, now time.Time) (Claims, error) {
 	if sub == "" {
 		return Claims{}, invalid("no " + v.o.SubjectClaim + " claim")
 	}
+	// The signature last: the claims above are read from what it signs,
+	// and none of them is used unless it holds.
+	if !v.hasKey(h) {
+		return Claims{}, invalid("bad signature or unknown key")
+	}
+	if allow != nil && !allow() {
+		return Claims{}, ErrNotVerified
+	}
+	if !v.checkSignature(h, token[:len(h64)+1+len(p64)], sig) {
+		return Claims{}, invalid("bad signature or unknown key")
+	}
 	c.Subject = sub
 	c.Tier, c.Tenant = claims[v.o.TierClaim].str, claims[v.o.TenantClaim].str
 	return c, nil
+}
+
+// hasKey reports whether a key could check h's signature (its alg, and its
+// kid when both name one): no key, no signature check to pay for.
+func (v *Verifier) hasKey(h header) bool {
+	if v.o.Keys == nil {
+		return false
+	}
+	for i := range v.o.Keys.keys {
+		if v.o.Keys.keys[i].checks(h) {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
@@ -469,7 +497,7 @@ func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 	}
 	for i := range v.o.Keys.keys {
 		k := &v.o.Keys.keys[i]
-		if k.alg != h.Alg || (h.Kid != "" && k.kid != "" && k.kid != h.Kid) {
+		if !k.checks(h) {
 			continue
 		}
 		switch k.alg {

@@ -340,3 +340,45 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
+
+// VerifyIf asks before a signature check only: a token that fails a cheap
+// check (its form, dates, issuer, audience, subject, no key for it) fails
+// without asking, so a client's expired token spends no budget, and a
+// token refused the check is not verified.
+func TestVerifyIfAsksBeforeTheSignatureOnly(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	v := verifier(t, jwt.Options{Issuer: "https://issuer", Audiences: []string{"api"}})
+	good := map[string]any{"sub": "alice", "exp": now.Unix() + 600, "iss": "https://issuer", "aud": "api"}
+	with := func(k string, val any) map[string]any {
+		m := map[string]any{}
+		for a, b := range good {
+			m[a] = b
+		}
+		m[k] = val
+		return m
+	}
+	valid := testKeys.Sign("ES256", good)
+	forged := valid[:len(valid)-4] + "AAAA"
+	for _, tc := range []struct {
+		name  string
+		token string
+		asked bool
+	}{
+		{"malformed", "not.a.jwt.at-all", false},
+		{"expired", testKeys.Sign("ES256", with("exp", now.Unix()-60)), false},
+		{"wrong issuer", testKeys.Sign("ES256", with("iss", "https://other")), false},
+		{"wrong audience", testKeys.Sign("ES256", with("aud", "other")), false},
+		{"no key for its alg", testKeys.SignWithHeader("ES256", map[string]any{"alg": "PS256"}, []byte(`{"sub":"a","exp":1800000600}`)), false},
+		{"a bad signature", forged, true},
+		{"valid", valid, true},
+	} {
+		asked := false
+		_, err := v.VerifyIf(tc.token, now, func() bool { asked = true; return true })
+		if asked != tc.asked || (tc.name == "valid") != (err == nil) {
+			t.Errorf("%s: asked %v (want %v), err %v", tc.name, asked, tc.asked, err)
+		}
+	}
+	if _, err := v.VerifyIf(testKeys.Sign("ES256", with("sub", "bob")), now, func() bool { return false }); err != jwt.ErrNotVerified {
+		t.Errorf("a token refused its check: %v, want ErrNotVerified", err)
+	}
+}

@@ -11,14 +11,25 @@ import (
 // would have the VM check each one (an outsider's attack: 460 junk ES256
 // tokens a second, all answered 429, cut another client's throughput 60
 // times). So each client address (an IPv6 one by its /64) gets at most
-// badTokenBudget failed checks a second per VM, and all of them together
-// badTokenTotal; past them tokens are not checked (a token verified
-// before still is: the verifier's cache) and count as invalid, which
-// leaves the request to its address's limit, or refuses it with
-// jwt.reject_invalid.
+// badTokenBudget failed checks a second per VM; addresses failing again
+// within the second share badTokenTotal, and first failures of the
+// second badTokenFresh. Past them tokens are not checked (a token
+// verified before still is: the verifier's cache) and count as invalid,
+// which leaves the request to its address's limit, or refuses it with
+// jwt.reject_invalid. Only a signature check counts (jwt.VerifyIf asks
+// after every cheap check): an expired token costs no budget.
+//
+// The first failures have their own total so that a few addresses cannot
+// spend everyone's checks: with one total for all, an outsider's five
+// addresses filled it at the start of each second, and every other
+// client's new valid token went unchecked (401 under reject_invalid). To
+// do that now takes badTokenFresh new addresses a second per VM, and the
+// VM checks at most badTokenFresh + badTokenTotal bad signatures a second
+// (ES256, the dearest: about 0.13 CPU-seconds a second).
 const (
 	badTokenBudget = 16
 	badTokenTotal  = 64
+	badTokenFresh  = 128
 	badTokenSlots  = 256
 )
 
@@ -32,7 +43,9 @@ const (
 // not checked (the table is full of failing clients).
 type badTokens struct {
 	slots [badTokenSlots]badTokenSlot
-	all   badTokenSlot // every address's failures this second
+	// again counts the failures this second of addresses that had failed
+	// before in it, first their first ones.
+	again, first badTokenSlot
 }
 
 type badTokenSlot struct {
@@ -65,27 +78,40 @@ func (b *badTokens) find(h uint64, a netip.Addr, sec int64) (s *badTokenSlot, li
 // keyed hash, tokenAddrHash).
 func (b *badTokens) allow(h uint64, a netip.Addr, nowMs int64) bool {
 	sec := nowMs / 1000
-	if b.all.start == sec && b.all.n >= badTokenTotal {
-		return false
-	}
 	s, live := b.find(h, a, sec)
-	return s != nil && (!live || s.n < badTokenBudget)
+	switch {
+	case s == nil:
+		return false
+	case live:
+		return s.n < badTokenBudget && b.again.spent(sec) < badTokenTotal
+	}
+	return b.first.spent(sec) < badTokenFresh
+}
+
+// spent is what a total counts in second sec.
+func (t *badTokenSlot) spent(sec int64) int {
+	if t.start != sec {
+		return 0
+	}
+	return t.n
 }
 
 // failed counts a failed check of a's token at nowMs.
 func (b *badTokens) failed(h uint64, a netip.Addr, nowMs int64) {
 	sec := nowMs / 1000
-	if b.all.start != sec {
-		b.all = badTokenSlot{start: sec}
-	}
-	b.all.n++
 	s, live := b.find(h, a, sec)
-	switch {
-	case s == nil:
+	if s == nil {
 		return // both slots taken: allow said no, nothing was checked
-	case !live:
+	}
+	total := &b.again
+	if !live {
+		total = &b.first
 		*s = badTokenSlot{addr: a, start: sec}
 	}
+	if total.start != sec {
+		*total = badTokenSlot{start: sec}
+	}
+	total.n++
 	s.n++
 }
 

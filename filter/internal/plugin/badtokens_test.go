@@ -34,19 +34,43 @@ func TestBadTokensCollidingAddresses(t *testing.T) {
 	}
 }
 
-// All addresses together get badTokenTotal failed checks a second.
-func TestBadTokensTotal(t *testing.T) {
+// Addresses failing again within a second share badTokenTotal failed
+// checks, and an address with no failure in the second is still checked
+// past that total (an outsider's five addresses filled one shared total at
+// each second's start, and every other client's new token went
+// unchecked), up to badTokenFresh such addresses a second.
+func TestBadTokensTotals(t *testing.T) {
 	var b badTokens
 	const now = 1_000_000
-	for i := range badTokenTotal {
-		a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
-		if !b.allow(uint64(i)*2654435761, a, now) {
-			t.Fatalf("address %d refused after %d failures in all", i, i)
+	// i*odd is a bijection mod 256: distinct i below 256 take distinct
+	// first slots.
+	addr := func(i int) (uint64, netip.Addr) { return uint64(i) * 2654435761, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) }
+	failures := 0
+	for i := 200; i < 205; i++ {
+		h, a := addr(i)
+		for b.allow(h, a, now) {
+			b.failed(h, a, now)
+			failures++
 		}
-		b.failed(uint64(i)*2654435761, a, now)
 	}
-	if b.allow(99, netip.MustParseAddr("192.0.2.1"), now) {
-		t.Fatal("a new address is checked past the total")
+	if failures != 5+badTokenTotal {
+		t.Fatalf("five failing addresses got %d checks, want %d first and %d more", failures, 5, badTokenTotal)
+	}
+	if h, a := addr(210); !b.allow(h, a, now) {
+		t.Fatal("an address with no failure is not checked once the others spent their total")
+	}
+	for i := 0; i < badTokenFresh-5; i++ {
+		h, a := addr(i)
+		if !b.allow(h, a, now) {
+			t.Fatalf("new address %d refused after %d first failures", i, 5+i)
+		}
+		b.failed(h, a, now)
+	}
+	if h, a := addr(220); b.allow(h, a, now) {
+		t.Fatal("a new address is checked past the first failures' total")
+	}
+	if h, a := addr(220); !b.allow(h, a, now+1000) {
+		t.Fatal("the next second does not check again")
 	}
 }
 
