@@ -44,7 +44,9 @@ func TestBadTokensTotals(t *testing.T) {
 	const now = 1_000_000
 	// i*odd is a bijection mod 256: distinct i below 256 take distinct
 	// first slots.
-	addr := func(i int) (uint64, netip.Addr) { return uint64(i) * 2654435761, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) }
+	addr := func(i int) (uint64, netip.Addr) {
+		return uint64(i) * 2654435761, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
+	}
 	failures := 0
 	for i := 200; i < 205; i++ {
 		h, a := addr(i)
