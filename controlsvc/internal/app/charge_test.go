@@ -315,3 +315,29 @@ func TestRedisDownChargeWithAnUnverifiableKey(t *testing.T) {
 		t.Fatalf("after a charge of the whole budget: %d %s", r.status, r.body)
 	}
 }
+
+// With Redis down a replica counts in memory, and the charges of a
+// caller's answers may reach another replica than their checks (an
+// outsider's round robin over two replicas: 750 answers against a budget
+// that allowed 4). An admission counted in memory spends what an
+// unreported response costs, so the answers a replica admits are bounded
+// by its share of the budget with no charge at all.
+func TestRedisDownResponseCostAdmissions(t *testing.T) {
+	// 1000 an hour over two replicas: 500 here; an answer that reports
+	// nothing costs 300.
+	s := startService(t, tokenRules, map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_FAILURE_MODE": "fail_open", "TOLLGATE_REPLICAS": "2"})
+	s.redis.Stop()
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		r := s.check(map[string]any{"user_id": "dave", "endpoint": "/v1/chat/completions", "method": "POST"})
+		switch {
+		case r.status == 200 && r.json(t)["degraded"] == true:
+			admitted++
+		case r.status != 429:
+			t.Fatalf("check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("%d answers admitted with no charge reaching this replica, want 1 (300 of its 500)", admitted)
+	}
+}

@@ -657,6 +657,17 @@ func (s *Service) limitOrLocal(ctx context.Context, p *view, lr limiter.Request)
 		return res, false, err
 	}
 	lr.Lease, lr.Returned = 0, 0
+	if src, _ := rules.CostSourceOf(lr.Rule.CostFrom); src.AfterResponse() && !lr.Charge && !lr.Peek {
+		// In memory, a check and the charge of its response are two calls
+		// a proxy spreads over the replicas: a replica may count a caller's
+		// admissions and never their charges (an outsider's round robin:
+		// 750 answers where the budget allowed 4). So an admission counted
+		// here spends what an unreported response costs (the rule's cost,
+		// or the estimate when more), as if no charge were to come; a
+		// charge that comes still spends where it lands. During an outage
+		// such a caller is counted more than its answers cost, never less.
+		lr.Cost = max(lr.Cost, lr.Rule.UnreportedCost(), lr.Admit)
+	}
 	return s.local.Do(lr), true, nil
 }
 
