@@ -264,6 +264,11 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 						case egv1.ListenerEnvoyResourceType:
 							envoyJSON(t, "EnvoyPatchPolicy listener filter", v, &hcmv3.HttpFilter{})
 						case egv1.RouteConfigurationEnvoyResourceType:
+							// Every virtual host (one per hostname in Envoy
+							// Gateway), not the first only.
+							if op := jp.Operation; op.JSONPath == nil || *op.JSONPath != "$.virtual_hosts[*]" || op.Path == nil || *op.Path != "/rate_limits" {
+								t.Errorf("route patch at %v %v: want every virtual host's /rate_limits", op.JSONPath, op.Path)
+							}
 							actions, _ := v.([]any)
 							if len(actions) == 0 {
 								t.Fatalf("route patch %v: want rate limit actions", v)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -45,8 +46,19 @@ func TestRateLimitServiceBootstrap(t *testing.T) {
 			rl = m
 		}
 	}
-	if want := []string{"envoy.filters.http.ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+	if want := []string{"envoy.filters.http.header_mutation", "envoy.filters.http.ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
 		t.Fatalf("http filters %v, want %v", names, want)
+	}
+	// A client's x-tollgate-* headers are removed before anything reads them.
+	hm := validateAny(t, "header_mutation", hcm.GetHttpFilters()[0].GetTypedConfig()).(*headermutationv3.HeaderMutation)
+	var removed []string
+	for _, m := range hm.GetMutations().GetRequestMutations() {
+		removed = append(removed, m.GetRemove())
+	}
+	for _, h := range []string{"x-tollgate-identity", "x-tollgate-tier", "x-tollgate-decision"} {
+		if !slices.Contains(removed, h) {
+			t.Errorf("a client's %s reaches the upstream (removed: %v)", h, removed)
+		}
 	}
 	gs := rl.GetRateLimitService().GetGrpcService()
 	if !clusters[gs.GetEnvoyGrpc().GetClusterName()] || gs.GetEnvoyGrpc().GetClusterName() != "tollgate_rls" {
@@ -58,29 +70,42 @@ func TestRateLimitServiceBootstrap(t *testing.T) {
 	if !rl.GetFailureModeDeny() || rl.GetDomain() != "tollgate" {
 		t.Fatalf("failure_mode_deny %v, domain %q: an unreachable service must not let traffic through unlimited", rl.GetFailureModeDeny(), rl.GetDomain())
 	}
+	// Every route asks the service: the virtual host's tollgate actions
+	// apply wherever a route has none of its own (a prefix route of its
+	// own left every other path, /API/... and /api;x/... among them,
+	// unchecked), and a route with its own names its domain.
 	exampleDomain := exampleRLSDomain(t)
-	limited := 0
+	own := 0
 	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		if len(vh.GetRateLimits()) == 0 {
+			t.Fatalf("virtual host %q has no tollgate rate limits: a route without its own is unchecked", vh.GetName())
+		}
+		for _, lim := range vh.GetRateLimits() {
+			checkActions(t, rl.GetDomain(), exampleDomain, lim.GetActions())
+		}
 		for _, r := range vh.GetRoutes() {
 			if !clusters[r.GetRoute().GetCluster()] {
 				t.Fatalf("route to undefined cluster %q", r.GetRoute().GetCluster())
 			}
-			if len(r.GetRoute().GetRateLimits()) == 0 {
-				continue
-			}
-			limited++
 			domain := rl.GetDomain()
 			if pr := r.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"]; pr != nil {
 				m := validateAny(t, "per-route", pr).(*ratelimitv3.RateLimitPerRoute)
 				domain = m.GetDomain()
+				if m.GetVhRateLimits() == ratelimitv3.RateLimitPerRoute_IGNORE {
+					t.Fatalf("route %v ignores the virtual host's rate limits", r.GetMatch())
+				}
 			}
+			if len(r.GetRoute().GetRateLimits()) == 0 {
+				continue
+			}
+			own++
 			for _, lim := range r.GetRoute().GetRateLimits() {
 				checkActions(t, domain, exampleDomain, lim.GetActions())
 			}
 		}
 	}
-	if limited != 2 {
-		t.Fatalf("%d routes are limited, want 2 (one per domain kind)", limited)
+	if own != 1 {
+		t.Fatalf("%d routes have rate limits of their own, want 1 (the example domain's)", own)
 	}
 }
 
