@@ -14,7 +14,8 @@ import (
 	egv1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3" // the ratelimit filter's typed_config
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3" // a client's x-tollgate-* removed
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"       // the ratelimit filter's typed_config
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3" // the gRPC cluster's protocol options
 	"google.golang.org/protobuf/encoding/protojson"
@@ -232,6 +233,15 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 						switch p.GetApplyTo() {
 						case istionet.EnvoyFilter_HTTP_FILTER:
 							envoyJSON(t, "EnvoyFilter http filter", p.GetPatch().GetValue().AsMap(), &hcmv3.HttpFilter{})
+						case istionet.EnvoyFilter_NETWORK_FILTER:
+							m := p.GetPatch().GetValue().AsMap()
+							tc, _ := m["typed_config"].(map[string]any)
+							delete(tc, "@type") // the merge's own; the rest is the manager's
+							tc["stat_prefix"], tc["route_config"] = "check", map[string]any{} // what a merge lands in
+							envoyJSON(t, "EnvoyFilter connection manager", tc, &hcmv3.HttpConnectionManager{})
+							if o, _ := tc["common_http_protocol_options"].(map[string]any); o["headers_with_underscores_action"] != "REJECT_REQUEST" {
+								t.Errorf("the gateway lets header names with underscores through: %v", tc)
+							}
 						case istionet.EnvoyFilter_VIRTUAL_HOST:
 							vh := p.GetPatch().GetValue().AsMap()
 							vh["name"], vh["domains"] = "check", []any{"*"} // what a merge lands in

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -20,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	// Typed configs the bootstraps use, registered for Any resolution.
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
@@ -110,6 +111,9 @@ func TestBootstraps(t *testing.T) {
 						m := validateAny(t, hf.GetName(), hf.GetTypedConfig())
 						if w, ok := m.(*wasmv3.Wasm); ok {
 							plugin = checkWasm(t, w)
+						}
+						if j, ok := m.(*jwtauthnv3.JwtAuthentication); ok {
+							checkTokenPlace(t, j)
 						}
 					}
 					if !reflect.DeepEqual(names, tt.filters) {
@@ -281,4 +285,20 @@ func TestControlServiceOverMutualTLS(t *testing.T) {
 		return
 	}
 	t.Fatal("no controlsvc cluster")
+}
+
+// checkTokenPlace: Envoy takes a token only where the filter reads it (the
+// Authorization header, as a bearer token): by default jwt_authn also takes
+// an access_token query parameter, which the filter never reads, and a
+// signed-in user sending it so would be counted as its address.
+func checkTokenPlace(t *testing.T, j *jwtauthnv3.JwtAuthentication) {
+	t.Helper()
+	for name, p := range j.GetProviders() {
+		hs := p.GetFromHeaders()
+		if len(hs) != 1 || !strings.EqualFold(hs[0].GetName(), "authorization") || hs[0].GetValuePrefix() != "Bearer " ||
+			len(p.GetFromParams()) > 0 || len(p.GetFromCookies()) > 0 {
+			t.Errorf("jwt provider %s takes tokens from %v, params %v, cookies %v; want the Authorization header's bearer token only",
+				name, hs, p.GetFromParams(), p.GetFromCookies())
+		}
+	}
 }

@@ -54,6 +54,22 @@ redis://{{ include "tollgate.redis" . }}.{{ .Release.Namespace }}.svc.cluster.lo
 {{- end -}}
 
 {{/* The descriptors Envoy's ratelimit filter sends for the tollgate domain. */}}
+{{/*
+The HTTP filter that removes a client's x-tollgate-* headers before the
+rate limit filter: an upstream may read the service's
+x-tollgate-decision (degraded), never a client's.
+*/}}
+{{- define "tollgate.stripForged" -}}
+name: envoy.filters.http.header_mutation
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
+  mutations:
+    request_mutations:
+      - remove: x-tollgate-identity
+      - remove: x-tollgate-tier
+      - remove: x-tollgate-decision
+{{- end }}
+
 {{- define "tollgate.rlsActions" -}}
 - actions:
   - remote_address: {}
