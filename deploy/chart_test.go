@@ -236,7 +236,7 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 						case istionet.EnvoyFilter_NETWORK_FILTER:
 							m := p.GetPatch().GetValue().AsMap()
 							tc, _ := m["typed_config"].(map[string]any)
-							delete(tc, "@type") // the merge's own; the rest is the manager's
+							delete(tc, "@type")                                               // the merge's own; the rest is the manager's
 							tc["stat_prefix"], tc["route_config"] = "check", map[string]any{} // what a merge lands in
 							envoyJSON(t, "EnvoyFilter connection manager", tc, &hcmv3.HttpConnectionManager{})
 							if o, _ := tc["common_http_protocol_options"].(map[string]any); o["headers_with_underscores_action"] != "REJECT_REQUEST" {
