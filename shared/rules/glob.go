@@ -64,7 +64,8 @@ func MatchGlob(pattern, path string) bool {
 		if pi <= len(pattern) {
 			pseg, pnext := segment(pattern, pi)
 			if pseg == "**" {
-				if !globstarFrom(pattern, pnext) {
+				// ("**" is only ever a whole segment: ValidateGlob.)
+				if pnext > len(pattern) || !strings.Contains(pattern[pnext:], "**") {
 					// The last "**": what follows it has a fixed number of
 					// segments, which must be the path's last ones. Trying
 					// every split instead cost path segments x pattern
@@ -98,17 +99,6 @@ func MatchGlob(pattern, path string) bool {
 		pi = pnext
 	}
 	return true
-}
-
-// globstarFrom reports whether pattern has a "**" segment from offset i on.
-func globstarFrom(pattern string, i int) bool {
-	for i <= len(pattern) {
-		var seg string
-		if seg, i = segment(pattern, i); seg == "**" {
-			return true
-		}
-	}
-	return false
 }
 
 // segments is the number of segments of s from offset i on.
@@ -154,29 +144,63 @@ func segment(s string, i int) (string, int) {
 	return s[i : i+j], i + j + 1
 }
 
-// matchSegment matches one segment with '*' and '?'.
+// matchSegment matches one segment with '*' and '?'. The stars split the
+// pattern into chunks of fixed length: the first must begin the segment,
+// the last end it, and each between is taken where it first occurs (the
+// leftmost place leaves the most for the rest). Backtracking a star at a
+// time instead cost pattern bytes x segment bytes (an outsider's
+// "/*aaa...ab" of 1 KB against an 8 KB segment: 4 ms a check).
 func matchSegment(p, s string) bool {
-	pi, si := 0, 0
-	star, mark := -1, 0
-	for si < len(s) {
-		switch {
-		case pi < len(p) && (p[pi] == '?' || p[pi] == s[si]):
-			pi++
-			si++
-		case pi < len(p) && p[pi] == '*':
-			star, mark = pi, si
-			pi++
-		case star >= 0:
-			mark++
-			pi, si = star+1, mark
-		default:
+	i := strings.IndexByte(p, '*')
+	if i < 0 {
+		return len(p) == len(s) && chunkAt(p, s, 0)
+	}
+	if !chunkAt(p[:i], s, 0) {
+		return false
+	}
+	s, p = s[i:], p[i+1:]
+	for {
+		j := strings.IndexByte(p, '*')
+		if j < 0 {
+			return len(s) >= len(p) && chunkAt(p, s, len(s)-len(p))
+		}
+		k := index(s, p[:j])
+		if k < 0 {
+			return false
+		}
+		s, p = s[k+j:], p[j+1:]
+	}
+}
+
+// index is where chunk first occurs in s ('?' matching any byte), -1 when
+// nowhere: strings.Index for a chunk without '?'.
+func index(s, chunk string) int {
+	if strings.IndexByte(chunk, '?') < 0 {
+		return strings.Index(s, chunk)
+	}
+	for k := 0; k+len(chunk) <= len(s); k++ {
+		if chunkAt(chunk, s, k) {
+			return k
+		}
+	}
+	return -1
+}
+
+// chunkAt reports whether s holds chunk at offset at, '?' matching any
+// byte. A chunk without '?' is compared at once.
+func chunkAt(chunk, s string, at int) bool {
+	if at+len(chunk) > len(s) {
+		return false
+	}
+	if strings.IndexByte(chunk, '?') < 0 {
+		return s[at:at+len(chunk)] == chunk
+	}
+	for i := 0; i < len(chunk); i++ {
+		if chunk[i] != '?' && chunk[i] != s[at+i] {
 			return false
 		}
 	}
-	for pi < len(p) && p[pi] == '*' {
-		pi++
-	}
-	return pi == len(p)
+	return true
 }
 
 // specificity ranks patterns for tie-breaks: more literal bytes first, then

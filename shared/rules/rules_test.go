@@ -224,6 +224,72 @@ func backtrackGlob(pattern, path string) bool {
 	return true
 }
 
+// A path segment may hold a '*' (a plain character in a path): the
+// pattern's '*' matches it as it matches anything. The matcher before took
+// it for a literal first and then failed: a client adding a '*' to a
+// segment walked around "/api/*".
+func TestStarMatchesAStar(t *testing.T) {
+	for _, c := range [][2]string{{"/api/*", "/api/*x"}, {"/*", "/*0"}, {"/a*", "/a*b"}, {"/**/*.php", "/x/*.php"}} {
+		if !MatchGlob(c[0], c[1]) {
+			t.Errorf("%q does not match %q", c[0], c[1])
+		}
+	}
+}
+
+// matchSegment agrees with the greedy one-star backtracking matcher it
+// replaced, on any segment.
+func FuzzMatchSegment(f *testing.F) {
+	for _, c := range [][2]string{{"*.php", "index.php"}, {"a*b?c", "aXbYc"}, {"*a*a*b", "aaaaab"}, {"?*?", "ab"}, {"*", ""}, {"a**b", "ab"}, {"*ab*ab*", "xabyab"}} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, p, s string) {
+		// A '*' in the segment the old matcher took for itself before it
+		// took it for the pattern's star: "/api/*" did not match
+		// "/api/*x" (TestStarMatchesAStar).
+		if strings.Contains(p, "/") || strings.ContainsAny(s, "/*") {
+			return
+		}
+		if got, want := matchSegment(p, s), backtrackSegment(p, s); got != want {
+			t.Fatalf("matchSegment(%q, %q) = %v, backtracking says %v", p, s, got, want)
+		}
+	})
+}
+
+// backtrackSegment is the greedy one-star backtracking matcher.
+func backtrackSegment(p, s string) bool {
+	pi, si := 0, 0
+	star, mark := -1, 0
+	for si < len(s) {
+		switch {
+		case pi < len(p) && (p[pi] == '?' || p[pi] == s[si]):
+			pi++
+			si++
+		case pi < len(p) && p[pi] == '*':
+			star, mark = pi, si
+			pi++
+		case star >= 0:
+			mark++
+			pi, si = star+1, mark
+		default:
+			return false
+		}
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// One segment's stars are matched chunk by chunk: an outsider's
+// "/*aaa...ab" of 1 KB against an 8 KB segment took 4 ms a match.
+func BenchmarkMatchGlobLongSegment(b *testing.B) {
+	pattern := "/*" + strings.Repeat("a", 1021) + "b"
+	path := "/" + strings.Repeat("a", 8191)
+	for b.Loop() {
+		MatchGlob(pattern, path)
+	}
+}
+
 // A pattern's tail after its last "**" is matched against the path's last
 // segments at once: an outsider's 1 KB pattern against an 8 KB path took
 // 16 ms a match trying every split.
