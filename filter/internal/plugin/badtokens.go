@@ -13,36 +13,41 @@ import (
 // times). So each client address (an IPv6 one by its /64) gets at most
 // badTokenBudget failed checks a second per VM; addresses failing again
 // within the second share badTokenTotal, and first failures of the
-// second badTokenFresh. Past them tokens are not checked (a token
-// verified before still is: the verifier's cache) and count as invalid,
-// which leaves the request to its address's limit, or refuses it with
-// jwt.reject_invalid. Only a signature check counts (jwt.VerifyIf asks
-// after every cheap check): an expired token costs no budget.
+// second badTokenFresh, at most badTokenFreshPerNet of them from one
+// network (an IPv4 /24, an IPv6 /48). Past them tokens are not checked (a
+// token verified before still is: the verifier's cache) and count as
+// invalid, which leaves the request to its address's limit, or refuses it
+// with jwt.reject_invalid. Only a signature check counts (jwt.VerifyIf
+// asks after every cheap check): an expired token costs no budget.
 //
-// The first failures have their own total so that a few addresses cannot
-// spend everyone's checks: with one total for all, an outsider's five
+// First failures have their own total so that a few addresses cannot
+// spend everyone's checks (with one total for all, an outsider's five
 // addresses filled it at the start of each second, and every other
-// client's new valid token went unchecked (401 under reject_invalid). To
-// do that now takes badTokenFresh new addresses a second per VM, and the
-// VM checks at most badTokenFresh + badTokenTotal bad signatures a second
-// (ES256, the dearest: about 0.13 CPU-seconds a second).
+// client's new valid token went unchecked), and a network its own share
+// of it: with the total alone, the 256 /64s of one IPv6 /56 (a home's
+// allocation) filled it every second. Filling it now takes 16 networks.
+// An address whose two slots count others is checked as a first failure
+// would be (counted in the totals only), never refused for its slots.
+// A VM checks at most badTokenFresh + badTokenTotal bad signatures a
+// second (ES256, the dearest: about 0.13 CPU-seconds).
 const (
-	badTokenBudget = 16
-	badTokenTotal  = 64
-	badTokenFresh  = 128
-	badTokenSlots  = 256
+	badTokenBudget      = 16
+	badTokenTotal       = 64
+	badTokenFresh       = 128
+	badTokenFreshPerNet = 8
+	badTokenSlots       = 256
+	badTokenNetSlots    = 64
 )
 
-// badTokens counts failed token checks per client address, in one-second
-// windows, in a two-way table indexed by a keyed hash of the address (the
+// badTokens counts failed token checks per client address and per network,
+// in one-second windows, in two-way tables indexed by a keyed hash (the
 // lease cache's, secret per process). An address's count lives in either
 // of its two slots and nothing resets it within its second: an outsider's
 // two addresses that shared the single slot of an unkeyed table reset
-// each other's count on every request, and the budget never bound. An
-// address whose two slots both count other addresses in the second is
-// not checked (the table is full of failing clients).
+// each other's count on every request, and the budget never bound.
 type badTokens struct {
 	slots [badTokenSlots]badTokenSlot
+	nets  [badTokenNetSlots]badTokenSlot
 	// again counts the failures this second of addresses that had failed
 	// before in it, first their first ones.
 	again, first badTokenSlot
@@ -54,16 +59,24 @@ type badTokenSlot struct {
 	n     int
 }
 
-// find returns a's slot counting in second sec (live), else the first of
-// its two slots free in sec (nil when neither is).
-func (b *badTokens) find(h uint64, a netip.Addr, sec int64) (s *badTokenSlot, live bool) {
-	i, j := h%badTokenSlots, (h>>32)%badTokenSlots
+// tokenClient is who a token's check counts for: its address and network,
+// with their keyed hashes.
+type tokenClient struct {
+	addr, net netip.Addr
+	h, hNet   uint64
+}
+
+// find returns a's slot among slots counting in second sec (live), else
+// the first of its two slots free in sec (nil when neither is).
+func find(slots []badTokenSlot, h uint64, a netip.Addr, sec int64) (s *badTokenSlot, live bool) {
+	n := uint64(len(slots))
+	i, j := h%n, (h>>32)%n
 	if i == j {
-		j = (i + 1) % badTokenSlots
+		j = (i + 1) % n
 	}
 	var free *badTokenSlot
 	for _, k := range [2]uint64{i, j} {
-		s := &b.slots[k]
+		s := &slots[k]
 		switch {
 		case s.start == sec && s.addr == a:
 			return s, true
@@ -74,18 +87,17 @@ func (b *badTokens) find(h uint64, a netip.Addr, sec int64) (s *badTokenSlot, li
 	return free, false
 }
 
-// allow reports whether a's next token may be checked at nowMs (h is a's
-// keyed hash, tokenAddrHash).
-func (b *badTokens) allow(h uint64, a netip.Addr, nowMs int64) bool {
+// allow reports whether c's next token may be checked at nowMs.
+func (b *badTokens) allow(c tokenClient, nowMs int64) bool {
 	sec := nowMs / 1000
-	s, live := b.find(h, a, sec)
-	switch {
-	case s == nil:
-		return false
-	case live:
+	if s, live := find(b.slots[:], c.h, c.addr, sec); live {
 		return s.n < badTokenBudget && b.again.spent(sec) < badTokenTotal
 	}
-	return b.first.spent(sec) < badTokenFresh
+	if b.first.spent(sec) >= badTokenFresh {
+		return false
+	}
+	n, live := find(b.nets[:], c.hNet, c.net, sec)
+	return !live || n.n < badTokenFreshPerNet
 }
 
 // spent is what a total counts in second sec.
@@ -96,23 +108,31 @@ func (t *badTokenSlot) spent(sec int64) int {
 	return t.n
 }
 
-// failed counts a failed check of a's token at nowMs.
-func (b *badTokens) failed(h uint64, a netip.Addr, nowMs int64) {
+// count adds one to a slot (or total) for second sec, starting it afresh
+// for a, when it counted another second.
+func (t *badTokenSlot) count(a netip.Addr, sec int64) {
+	if t.start != sec {
+		*t = badTokenSlot{addr: a, start: sec}
+	}
+	t.n++
+}
+
+// failed counts a failed check of c's token at nowMs.
+func (b *badTokens) failed(c tokenClient, nowMs int64) {
 	sec := nowMs / 1000
-	s, live := b.find(h, a, sec)
-	if s == nil {
-		return // both slots taken: allow said no, nothing was checked
+	s, live := find(b.slots[:], c.h, c.addr, sec)
+	if live {
+		b.again.count(netip.Addr{}, sec)
+		s.n++
+		return
 	}
-	total := &b.again
-	if !live {
-		total = &b.first
-		*s = badTokenSlot{addr: a, start: sec}
+	b.first.count(netip.Addr{}, sec)
+	if s != nil {
+		s.count(c.addr, sec)
 	}
-	if total.start != sec {
-		*total = badTokenSlot{start: sec}
+	if n, _ := find(b.nets[:], c.hNet, c.net, sec); n != nil {
+		n.count(c.net, sec)
 	}
-	total.n++
-	s.n++
 }
 
 // tokenAddr is the address a's failed checks count under: an IPv6 client
@@ -124,6 +144,25 @@ func tokenAddr(a netip.Addr) netip.Addr {
 		return p.Addr()
 	}
 	return a
+}
+
+// tokenNet is the network a's failed first checks count under: an IPv4
+// /24, an IPv6 /48 (a site's allocation).
+func tokenNet(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	bits := 48
+	if a.Is4() {
+		bits = 24
+	}
+	p, _ := a.Prefix(bits)
+	return p.Addr()
+}
+
+// tokenClient is the client a check of a token from address a counts for.
+func (p *pluginContext) tokenClient(a netip.Addr) tokenClient {
+	c := tokenClient{addr: tokenAddr(a), net: tokenNet(a)}
+	c.h, c.hNet = p.tokenAddrHash(c.addr), p.tokenAddrHash(c.net)
+	return c
 }
 
 // tokenAddrHash is a's keyed hash: which slots an address takes cannot be

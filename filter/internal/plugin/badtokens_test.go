@@ -5,73 +5,104 @@ import (
 	"testing"
 )
 
+// tc is a client with the given hashes (tests choose the slots).
+func tc(h, hNet uint64, addr string) tokenClient {
+	a := netip.MustParseAddr(addr)
+	return tokenClient{addr: tokenAddr(a), net: tokenNet(a), h: h, hNet: hNet}
+}
+
 // Two addresses in one slot keep their own counts: neither resets the
 // other's (an outsider's pair, 127.0.0.2 and 127.0.1.227, shared the single
-// slot of an unkeyed table and so were never refused), a third in both of
-// their slots is not checked, and the next second starts afresh.
+// slot of an unkeyed table and so were never refused); a third in both of
+// their slots is checked all the same (an outsider's addresses filling a
+// victim's two slots locked it out), within its network's share of first
+// failures; the next second starts afresh.
 func TestBadTokensCollidingAddresses(t *testing.T) {
 	var b badTokens
-	a, c, d := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.1.227"), netip.MustParseAddr("10.9.9.9")
 	const h, now = 12345, 1_000_000
+	a, c, d := tc(h, 1, "127.0.0.2"), tc(h, 2, "127.0.1.227"), tc(h, 3, "10.9.9.9")
 	for i := range badTokenBudget {
-		if !b.allow(h, a, now) {
+		if !b.allow(a, now) {
 			t.Fatalf("a refused after %d failures", i)
 		}
-		b.failed(h, a, now)
-		if !b.allow(h, c, now) {
+		b.failed(a, now)
+		if !b.allow(c, now) {
 			t.Fatalf("c refused after a's %d failures", i+1)
 		}
-		b.failed(h, c, now)
+		b.failed(c, now)
 	}
-	if b.allow(h, a, now) || b.allow(h, c, now) {
+	if b.allow(a, now) || b.allow(c, now) {
 		t.Fatal("an address past its budget is still checked: the other reset it")
 	}
-	if b.allow(h, d, now) {
-		t.Fatal("a third address in two slots counting others is checked")
+	for i := range badTokenFreshPerNet {
+		if !b.allow(d, now) {
+			t.Fatalf("a third address in two slots counting others refused after %d failures", i)
+		}
+		b.failed(d, now)
 	}
-	if !b.allow(h, a, now+1000) || !b.allow(h, d, now+1000) {
+	if b.allow(d, now) {
+		t.Fatal("an address with no slot is checked past its network's share")
+	}
+	if !b.allow(a, now+1000) || !b.allow(d, now+1000) {
 		t.Fatal("the next second does not check again")
 	}
 }
 
 // Addresses failing again within a second share badTokenTotal failed
-// checks, and an address with no failure in the second is still checked
-// past that total (an outsider's five addresses filled one shared total at
-// each second's start, and every other client's new token went
-// unchecked), up to badTokenFresh such addresses a second.
+// checks; an address with no failure in the second is still checked past
+// that total (an outsider's five addresses filled one shared total at each
+// second's start, and every other client's new token went unchecked), up
+// to badTokenFresh first failures a second, badTokenFreshPerNet of them
+// from one network (the 256 /64s of one IPv6 /56 filled the total alone).
 func TestBadTokensTotals(t *testing.T) {
 	var b badTokens
 	const now = 1_000_000
 	// i*odd is a bijection mod 256: distinct i below 256 take distinct
-	// first slots.
-	addr := func(i int) (uint64, netip.Addr) {
-		return uint64(i) * 2654435761, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
+	// first slots; each i its own /24 unless said otherwise.
+	addr := func(i int) tokenClient {
+		return tokenClient{addr: netip.AddrFrom4([4]byte{10, byte(i), 0, 1}), net: netip.AddrFrom4([4]byte{10, byte(i), 0, 0}),
+			h: uint64(i) * 2654435761, hNet: uint64(i) * 40503}
 	}
 	failures := 0
 	for i := 200; i < 205; i++ {
-		h, a := addr(i)
-		for b.allow(h, a, now) {
-			b.failed(h, a, now)
-			failures++
+		for c := addr(i); b.allow(c, now); failures++ {
+			b.failed(c, now)
 		}
 	}
 	if failures != 5+badTokenTotal {
 		t.Fatalf("five failing addresses got %d checks, want %d first and %d more", failures, 5, badTokenTotal)
 	}
-	if h, a := addr(210); !b.allow(h, a, now) {
+	if !b.allow(addr(210), now) {
 		t.Fatal("an address with no failure is not checked once the others spent their total")
 	}
-	for i := 0; i < badTokenFresh-5; i++ {
-		h, a := addr(i)
-		if !b.allow(h, a, now) {
-			t.Fatalf("new address %d refused after %d first failures", i, 5+i)
-		}
-		b.failed(h, a, now)
+	// One network's addresses: its share of first failures, then no more.
+	net := func(i int) tokenClient {
+		c := addr(i)
+		c.net, c.hNet = netip.AddrFrom4([4]byte{10, 99, 0, 0}), 99
+		return c
 	}
-	if h, a := addr(220); b.allow(h, a, now) {
+	for i := 0; i < badTokenFreshPerNet; i++ {
+		if !b.allow(net(i), now) {
+			t.Fatalf("address %d of one network refused after %d", i, i)
+		}
+		b.failed(net(i), now)
+	}
+	if b.allow(net(100), now) {
+		t.Fatal("a network's new address is checked past its share of first failures")
+	}
+	if !b.allow(addr(211), now) {
+		t.Fatal("another network's address is refused for one network's failures")
+	}
+	for i := 10; 5+badTokenFreshPerNet+i-10 < badTokenFresh; i++ {
+		if !b.allow(addr(i), now) {
+			t.Fatalf("new address %d refused before the total", i)
+		}
+		b.failed(addr(i), now)
+	}
+	if b.allow(addr(220), now) {
 		t.Fatal("a new address is checked past the first failures' total")
 	}
-	if h, a := addr(220); !b.allow(h, a, now+1000) {
+	if !b.allow(addr(220), now+1000) {
 		t.Fatal("the next second does not check again")
 	}
 }
@@ -85,5 +116,32 @@ func TestTokenAddr(t *testing.T) {
 		if got := tokenAddr(netip.MustParseAddr(in)); got != netip.MustParseAddr(want) {
 			t.Errorf("%s: %s, want %s", in, got, want)
 		}
+	}
+}
+
+// First failures count by network too: an IPv4 /24, an IPv6 /48.
+func TestTokenNet(t *testing.T) {
+	for in, want := range map[string]string{
+		"2001:db8:ab:cd00::1": "2001:db8:ab::", "2001:db8:ab:ffff:1::2": "2001:db8:ab::",
+		"::ffff:192.0.2.7": "192.0.2.0", "192.0.2.250": "192.0.2.0",
+	} {
+		if got := tokenNet(netip.MustParseAddr(in)); got != netip.MustParseAddr(want) {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
+}
+
+// fixedReadLengths holds the length of every name readRequest always
+// reads: a name whose length it lacks would be passed over unread.
+func TestReadLengthsOfFixedNames(t *testing.T) {
+	names := append([]string{":path", ":method", "authorization", "x-forwarded-for", "x-real-ip",
+		"content-length", "content-type", "x-request-id"}, overrideHeaders[:]...)
+	for _, name := range names {
+		if fixedReadLengths&(1<<len(name)) == 0 {
+			t.Errorf("%s (%d bytes) is not among the lengths read", name, len(name))
+		}
+	}
+	if m := readLengths("x-api-key", []string{"x-units"}); m&(1<<len("x-api-key")) == 0 || m&(1<<len("x-units")) == 0 {
+		t.Errorf("the configured names' lengths are not read: %b", m)
 	}
 }

@@ -400,25 +400,25 @@ func (h *httpContext) readRequest() (request, error) {
 // more, most of them none the filter reads: each is passed over on one test
 // instead of a dozen comparisons.
 func readLengths(apiKeyHeader string, costHeaders []string) uint64 {
-	var m uint64
-	add := func(name string) {
+	m := uint64(fixedReadLengths)
+	if len(apiKeyHeader) < 64 {
+		m |= 1 << len(apiKeyHeader)
+	}
+	for _, name := range costHeaders {
 		if len(name) < 64 {
 			m |= 1 << len(name)
 		}
 	}
-	for _, name := range [...]string{":path", ":method", "authorization", "x-forwarded-for", "x-real-ip",
-		"content-length", "content-type", "x-request-id"} {
-		add(name)
-	}
-	for _, name := range overrideHeaders {
-		add(name)
-	}
-	add(apiKeyHeader)
-	for _, name := range costHeaders {
-		add(name)
-	}
 	return m
 }
+
+// fixedReadLengths are the lengths of the names readRequest always reads:
+// :path, :method, authorization, x-forwarded-for, x-real-ip,
+// content-length, content-type and x-request-id, and the override headers
+// (TestReadLengthsOfFixedNames spells them out).
+const fixedReadLengths = 1<<len(":path") | 1<<len(":method") | 1<<len("authorization") | 1<<len("x-forwarded-for") |
+	1<<len("x-real-ip") | 1<<len("content-length") | 1<<len("content-type") | 1<<len("x-request-id") |
+	1<<len("x-http-method-override") | 1<<len("x-method-override") | 1<<len("x-http-method")
 
 func isOverrideHeader(k string) bool {
 	for _, name := range overrideHeaders {
@@ -566,18 +566,16 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 	if p.verifier != nil && len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
 		now := h.now()
 		addr, addrOK := h.clientAddress(xff, realIP)
-		var tokAddr netip.Addr
-		var tokHash uint64
+		var client tokenClient
 		asked := false
 		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now, func() bool {
-			// Asked only for a token the verifier does not hold. An
-			// address-less request (none in Envoy) counts as the zero one.
-			asked, tokAddr = true, tokenAddr(addr)
-			tokHash = p.tokenAddrHash(tokAddr)
-			return p.badTokens.allow(tokHash, tokAddr, now.UnixMilli())
+			// Asked only before a signature check. An address-less request
+			// (none in Envoy) counts as the zero address.
+			asked, client = true, p.tokenClient(addr)
+			return p.badTokens.allow(client, now.UnixMilli())
 		})
 		if asked && err != nil && err != jwt.ErrNotVerified {
-			p.badTokens.failed(tokHash, tokAddr, now.UnixMilli())
+			p.badTokens.failed(client, now.UnixMilli())
 		}
 		if err == nil {
 			if id, err := identity.User(c.Subject); err == nil {
