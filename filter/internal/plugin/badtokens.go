@@ -14,7 +14,7 @@ import (
 // badTokenBudget failed checks a second per VM; addresses failing again
 // within the second share badTokenTotal, and first failures of the
 // second badTokenFresh, at most badTokenFreshPerNet of them from one
-// network (an IPv4 /24, an IPv6 /48). Past them tokens are not checked (a
+// network (an IPv6 /56; an IPv4 address alone). Past them tokens are not checked (a
 // token verified before still is: the verifier's cache) and count as
 // invalid, which leaves the request to its address's limit, or refuses it
 // with jwt.reject_invalid. Only a signature check counts (jwt.VerifyIf
@@ -25,7 +25,9 @@ import (
 // addresses filled it at the start of each second, and every other
 // client's new valid token went unchecked), and a network its own share
 // of it: with the total alone, the 256 /64s of one IPv6 /56 (a home's
-// allocation) filled it every second. Filling it now takes 16 networks.
+// allocation) filled it every second. Filling it now takes 16 /56s, or
+// 128 IPv4 addresses, a second per VM; a network locks out no one but
+// itself.
 // An address whose two slots count others is checked as a first failure
 // would be (counted in the totals only), never refused for its slots.
 // A VM checks at most badTokenFresh + badTokenTotal bad signatures a
@@ -146,15 +148,18 @@ func tokenAddr(a netip.Addr) netip.Addr {
 	return a
 }
 
-// tokenNet is the network a's failed first checks count under: an IPv4
-// /24, an IPv6 /48 (a site's allocation).
+// tokenNet is the network a's failed first checks count under: an IPv6
+// /56, a home's allocation (its /64s are one subscriber's, free to
+// rotate); an IPv4 address by itself (addresses are scarce, and a /24 is
+// often many unrelated clients: an outsider's eight addresses in one /24,
+// with the /24 counted as one network, refused its neighbours' new tokens
+// for as long as they sent junk, and one /60 did the same to its /48).
 func tokenNet(a netip.Addr) netip.Addr {
 	a = a.Unmap()
-	bits := 48
 	if a.Is4() {
-		bits = 24
+		return a
 	}
-	p, _ := a.Prefix(bits)
+	p, _ := a.Prefix(56)
 	return p.Addr()
 }
 

@@ -4,6 +4,7 @@
 package plugin
 
 import (
+	"encoding/binary"
 	"syscall"
 	"time"
 
@@ -115,9 +116,15 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 			proxywasm.LogCritical("tollgate: invalid plugin configuration: jwt.jwks: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
+		var key [16]byte
+		if err := proxywasm.RandomBytes(key[:]); err != nil {
+			proxywasm.LogCritical("tollgate: random bytes for the token cache: " + err.Error())
+			return types.OnPluginStartStatusFailed
+		}
 		p.verifier = jwt.NewVerifier(jwt.Options{Keys: keys, Issuer: j.Issuer, Audiences: j.Audiences,
 			SubjectClaim: j.SubjectClaim, TierClaim: j.TierClaim, TenantClaim: j.TenantClaim,
-			LeewaySeconds: j.LeewaySeconds, CacheSize: j.CacheSize})
+			LeewaySeconds: j.LeewaySeconds, CacheSize: j.CacheSize,
+			CacheKey: [2]uint64{binary.LittleEndian.Uint64(key[:8]), binary.LittleEndian.Uint64(key[8:])}})
 	}
 	cache, err := leasecache.New(sharedData{}, proxywasm.RandomBytes, "tollgate.lease", cfg.Lease.Slots)
 	if err != nil {
