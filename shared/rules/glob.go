@@ -173,17 +173,43 @@ func matchSegment(p, s string) bool {
 }
 
 // index is where chunk first occurs in s ('?' matching any byte), -1 when
-// nowhere: strings.Index for a chunk without '?'.
+// nowhere: strings.Index for a chunk without '?'; with one, strings.Index
+// of its longest run without '?' finds where it may start (trying every
+// offset cost chunk bytes x segment bytes: an outsider's "*a?aaa...ab*").
 func index(s, chunk string) int {
-	if strings.IndexByte(chunk, '?') < 0 {
+	run, at := longestRun(chunk)
+	if run == chunk {
 		return strings.Index(s, chunk)
 	}
-	for k := 0; k+len(chunk) <= len(s); k++ {
-		if chunkAt(chunk, s, k) {
-			return k
+	for from := 0; from+len(chunk) <= len(s); from++ {
+		if run != "" {
+			k := strings.Index(s[from+at:], run)
+			if k < 0 {
+				return -1
+			}
+			from += k
+		}
+		if chunkAt(chunk, s, from) {
+			return from
 		}
 	}
 	return -1
+}
+
+// longestRun is chunk's longest piece without '?' and where it starts.
+func longestRun(chunk string) (string, int) {
+	best, at := "", 0
+	for i := 0; i < len(chunk); {
+		j := strings.IndexByte(chunk[i:], '?')
+		if j < 0 {
+			j = len(chunk) - i
+		}
+		if j > len(best) {
+			best, at = chunk[i:i+j], i
+		}
+		i += j + 1
+	}
+	return best, at
 }
 
 // chunkAt reports whether s holds chunk at offset at, '?' matching any
