@@ -213,13 +213,10 @@ func longestRun(chunk string) (string, int) {
 }
 
 // chunkAt reports whether s holds chunk at offset at, '?' matching any
-// byte. A chunk without '?' is compared at once.
+// byte.
 func chunkAt(chunk, s string, at int) bool {
 	if at+len(chunk) > len(s) {
 		return false
-	}
-	if strings.IndexByte(chunk, '?') < 0 {
-		return s[at:at+len(chunk)] == chunk
 	}
 	for i := 0; i < len(chunk); i++ {
 		if chunk[i] != '?' && chunk[i] != s[at+i] {
