@@ -366,8 +366,16 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return e, Denied, 0
 		case e.Tokens > 0 || e.ChargeTokens > 0 || e.Spent > 0:
 			// Expired or used up: the check this Miss leads to hands back
-			// the tokens left and reports those spent, once.
+			// the tokens left and reports those spent, once; the tokens
+			// only while the window they came from lasts (ResetAt): a
+			// window's counter credits a hand-back against its own
+			// window's leases, and an outsider's tokens of the window
+			// before came off a new window's (281 admitted in a window of
+			// 200). A bucket whose reset has come is whole again anyway.
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
+			if e.ResetAt > 0 && nowMs >= e.ResetAt*1000 {
+				returned, chargeReturned = 0, 0
+			}
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
 			return Entry{RefillID: e.RefillID, RefillBare: e.RefillBare}, Refilling, 0

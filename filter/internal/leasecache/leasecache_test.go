@@ -112,6 +112,17 @@ func TestTakeLifecycle(t *testing.T) {
 	if _, _, left := c.Take(a, 2500); left != 0 {
 		t.Fatal("expired tokens were handed back twice")
 	}
+	// Once the lease's window is over (its decision's reset), its tokens
+	// are not handed back (a window's counter would credit them against
+	// the next window's leases); what was spent is still reported.
+	w := c.Bucket("user:w", "GET", "/x")
+	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 2}, 0)
+	if _, out, _ := c.Take(w, 1500); out != Hit {
+		t.Fatalf("a live lease: %v", out)
+	}
+	if e, out, left := c.Take(w, 2000); out != Miss || left != 0 || e.Spent != 1 {
+		t.Fatalf("a lease of a window past: %v, returned %d, spent %d; want none returned, 1 spent", out, left, e.Spent)
+	}
 	c.Put(Entry{Owner: a, DeniedUntilMs: 3000, RetryAfter: 1, Identity: "user:a"}, 0)
 	if e, out, _ := c.Take(a, 2999); out != Denied || e.Identity != "user:a" {
 		t.Fatalf("cached denial not honoured: %v %+v", out, e)
