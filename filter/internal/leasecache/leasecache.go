@@ -329,6 +329,10 @@ func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint
 	return k, data, cas, nil
 }
 
+// handBackMarginS is how long before a lease's reset_at its tokens stop
+// being handed back (Take).
+const handBackMarginS = 2
+
 // Take spends one token of owner's lease (and one of its ChargeTokens,
 // when it has that pool). On a Miss, returned is the count of expired lease
 // tokens taken out of the slot, to be handed back to the control service
@@ -367,13 +371,17 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 		case e.Tokens > 0 || e.ChargeTokens > 0 || e.Spent > 0:
 			// Expired or used up: the check this Miss leads to hands back
 			// the tokens left and reports those spent, once; the tokens
-			// only while the window they came from lasts (ResetAt): a
-			// window's counter credits a hand-back against its own
-			// window's leases, and an outsider's tokens of the window
-			// before came off a new window's (281 admitted in a window of
-			// 200). A bucket whose reset has come is whole again anyway.
+			// only while the window they came from lasts: a window's
+			// counter credits a hand-back against its own window's
+			// leases, and an outsider's tokens of the window before came
+			// off a new window's (281 admitted in a window of 200). The
+			// decision's reset_at is rounded up to the second and read on
+			// the service's clock: the window ended up to a second before
+			// it, so hand-backs stop two seconds before it (a bucket whose
+			// reset has come is whole again anyway; one handed nothing
+			// back near it under-admits, never over).
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
-			if e.ResetAt > 0 && nowMs >= e.ResetAt*1000 {
+			if e.ResetAt > 0 && nowMs >= (e.ResetAt-handBackMarginS)*1000 {
 				returned, chargeReturned = 0, 0
 			}
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0

@@ -116,7 +116,13 @@ func TestTakeLifecycle(t *testing.T) {
 	// are not handed back (a window's counter would credit them against
 	// the next window's leases); what was spent is still reported.
 	w := c.Bucket("user:w", "GET", "/x")
-	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 2}, 0)
+	// Before it, they are (reset_at 10 s: until 8 s, its rounding and the
+	// clocks' distance allowed for).
+	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 10}, 0)
+	if _, out, left := c.Take(w, 7999); out != Miss || left != 3 {
+		t.Fatalf("a lease expired in its window: %v, returned %d; want 3", out, left)
+	}
+	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 3}, 0)
 	if _, out, _ := c.Take(w, 1500); out != Hit {
 		t.Fatalf("a live lease: %v", out)
 	}
