@@ -94,11 +94,15 @@ func BenchmarkRequestCallout(b *testing.B) {
 // BenchmarkRequestLeaseHit is the fast path: the token comes from the shared
 // lease cache, no callout. The filter takes at most the lease it asked for
 // (10,000 tokens), so one request in 10,000 refills it with a callout.
-func BenchmarkRequestLeaseHit(b *testing.B) {
+func BenchmarkRequestLeaseHit(b *testing.B) { benchLeaseHit(b, benchReq) }
+
+// benchLeaseHit serves req from the lease cache over and over, refilling
+// the lease when it runs out.
+func benchLeaseHit(b *testing.B, req wasmhost.Headers) {
 	ctx := context.Background()
 	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10000}}`)
 	refill := leaseRefill(ctx, vm)
-	s, _ := vm.NewStream(ctx, benchReq, benchProps)
+	s, _ := vm.NewStream(ctx, req, benchProps)
 	s.OnRequestHeaders(ctx, true)
 	refill()
 	s.Done(ctx)
@@ -106,7 +110,7 @@ func BenchmarkRequestLeaseHit(b *testing.B) {
 	allocs := guestAllocs(ctx, b, vm)
 	misses := 0
 	for b.Loop() {
-		s, _ := vm.NewStream(ctx, benchReq, benchProps)
+		s, _ := vm.NewStream(ctx, req, benchProps)
 		if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
 			misses++
 			refill()
@@ -131,24 +135,7 @@ var browserReq = wasmhost.Headers{{":method", "GET"}, {":path", "/api/v1/items"}
 
 // BenchmarkRequestLeaseHitBrowser is the lease hit of a browser's request
 // (browserReq): what reading twenty-odd header fields adds.
-func BenchmarkRequestLeaseHitBrowser(b *testing.B) {
-	ctx := context.Background()
-	_, vm := benchVM(b, `{"control_cluster":"controlsvc","lease":{"request":10000}}`)
-	refill := leaseRefill(ctx, vm)
-	s, _ := vm.NewStream(ctx, browserReq, benchProps)
-	s.OnRequestHeaders(ctx, true)
-	refill()
-	s.Done(ctx)
-	b.ReportAllocs()
-	for b.Loop() {
-		s, _ := vm.NewStream(ctx, browserReq, benchProps)
-		if act, _ := s.OnRequestHeaders(ctx, true); act != wasmhost.Continue {
-			refill()
-		}
-		s.OnResponseHeaders(ctx, wasmhost.Headers{{":status", "200"}}, true)
-		s.Done(ctx)
-	}
-}
+func BenchmarkRequestLeaseHitBrowser(b *testing.B) { benchLeaseHit(b, browserReq) }
 
 // BenchmarkRequestDeniedFromCache is a refused client's flood: every
 // request answered 429 from the cached denial, with the RATE_LIMIT_EXCEEDED

@@ -9,10 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +68,37 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: c.Concurrency, MaxConnsPerHost: c.Concurrency}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return drive(ctx, c, func() (roundTrip, func()) {
+		return func(ctx context.Context, i int64) (int, time.Duration, error) {
+			req, err := c.Request(i)
+			if err != nil {
+				return 0, 0, fatal{err}
+			}
+			if !loopback(req.URL.Hostname()) {
+				return 0, 0, fatal{ErrNotLoopback}
+			}
+			t0 := time.Now()
+			resp, err := hc.Do(req.WithContext(ctx))
+			if err != nil {
+				return 0, 0, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, time.Since(t0), nil
+		}, func() {}
+	})
+}
+
+// roundTrip performs request i for one client: its status and how long it
+// took, or an error (a failure, counted; a fatal one stops the run).
+type roundTrip func(ctx context.Context, i int64) (status int, took time.Duration, err error)
+
+// fatal is a roundTrip error that stops the run with its cause.
+type fatal struct{ error }
+
+// drive runs c.Concurrency clients, each made by newClient (with what ends
+// it), taking request indices in turn until c.Requests or c.MaxTime.
+func drive(ctx context.Context, c Config, newClient func() (roundTrip, func())) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.MaxTime)
 	defer cancel()
 	var next, failures atomic.Int64
@@ -76,41 +106,35 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	errc := make(chan error, c.Concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < c.Concurrency; w++ {
+	for w := range c.Concurrency {
 		wg.Add(1)
-		go func(w int) {
+		go func() {
 			defer wg.Done()
+			do, end := newClient()
+			defer end()
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
 				if i >= c.Requests {
 					return
 				}
-				req, err := c.Request(i)
-				if err != nil {
-					errc <- err
+				status, took, err := do(ctx, i)
+				var stop fatal
+				switch {
+				case errors.As(err, &stop):
+					errc <- stop.error
 					return
-				}
-				if !loopback(req.URL) {
-					errc <- ErrNotLoopback
-					return
-				}
-				t0 := time.Now()
-				resp, err := hc.Do(req.WithContext(ctx))
-				if err != nil {
+				case err != nil:
 					if ctx.Err() != nil {
 						return
 					}
 					failures.Add(1)
 					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if !c.OK(resp.StatusCode) {
+				case !c.OK(status):
 					failures.Add(1)
 				}
-				lat[w] = append(lat[w], time.Since(t0))
+				lat[w] = append(lat[w], took)
 			}
-		}(w)
+		}()
 	}
 	wg.Wait()
 	close(errc)
@@ -134,7 +158,8 @@ func result(start time.Time, lat [][]time.Duration, failures int64) (Result, err
 		P50: pct(0.50), P99: pct(0.99), Failures: failures}, nil
 }
 
-func loopback(u *url.URL) bool {
-	h := u.Hostname()
-	return h == "localhost" || h == "::1" || strings.HasPrefix(h, "127.")
+// loopback reports whether host is localhost or a loopback address.
+func loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -27,55 +25,26 @@ func runRaw(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("loadtest: Addr %q: %w", c.Addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !loopback(host) {
 		return Result{}, ErrNotLoopback
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.MaxTime)
-	defer cancel()
-	var next, failures atomic.Int64
-	lat := make([][]time.Duration, c.Concurrency)
-	errc := make(chan error, c.Concurrency)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < c.Concurrency; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			var rc rawConn
-			defer rc.close()
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				if i >= c.Requests {
-					return
-				}
-				t0 := time.Now()
-				status, err := rc.roundTrip(ctx, c.Addr, c.Raw(i))
-				switch {
-				case errors.Is(err, errChunked):
-					errc <- err
-					return
-				case err != nil:
-					rc.close()
-					if ctx.Err() != nil {
-						return
-					}
-					failures.Add(1)
-					continue
-				case !c.OK(status):
-					failures.Add(1)
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		}(w)
 	}
 	// A client blocked in a read when MaxTime passes is woken by its
 	// connection's deadline, MaxTime's (roundTrip).
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
-		return Result{}, err
-	}
-	return result(start, lat, failures.Load())
+	return drive(ctx, c, func() (roundTrip, func()) {
+		var rc rawConn
+		return func(ctx context.Context, i int64) (int, time.Duration, error) {
+			t0 := time.Now()
+			status, err := rc.roundTrip(ctx, c.Addr, c.Raw(i))
+			switch {
+			case errors.Is(err, errChunked):
+				return 0, 0, fatal{err}
+			case err != nil:
+				rc.close()
+				return 0, 0, err
+			}
+			return status, time.Since(t0), nil
+		}, rc.close
+	})
 }
 
 // rawConn is one client's connection, dialled when first needed.
