@@ -885,7 +885,7 @@ func TestTwoPools(t *testing.T) {
 }
 
 // encode is a slot's bytes for e, in a buffer of its own.
-func encode(e Entry) []byte { return encodeInto(nil, e) }
+func encode(e Entry) []byte { return encodeInto(nil, &e) }
 
 // A refill in flight on one VM (MarkRefill) makes the bucket's requests on
 // another VM wait (Refilling) until the lease it brings is put, the mark is
