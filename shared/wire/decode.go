@@ -180,6 +180,8 @@ func (p *parser) lease(l *Lease) error {
 			return p.integer(&l.TTLMs)
 		case EqualFoldASCII(k, "charge_granted"):
 			return p.integer(&l.ChargeGranted)
+		case EqualFoldASCII(k, "return_by"):
+			return p.integer(&l.ReturnBy)
 		}
 		return p.skip(0)
 	})

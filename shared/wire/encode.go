@@ -30,6 +30,9 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	if d.Lease.ChargeGranted != 0 {
 		b = appendInt(b, `,"charge_granted":`, d.Lease.ChargeGranted)
 	}
+	if d.Lease.ReturnBy != 0 {
+		b = appendInt(b, `,"return_by":`, d.Lease.ReturnBy)
+	}
 	b = append(b, '}')
 	if d.Identity != "" {
 		b = append(b, `,"identity":`...)
@@ -164,6 +167,9 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	}
 	if r.ChargeReturned != 0 {
 		b = appendInt(b, `,"charge_returned":`, r.ChargeReturned)
+	}
+	if r.ReturnBy != 0 {
+		b = appendInt(b, `,"return_by":`, r.ReturnBy)
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)

@@ -55,6 +55,10 @@ type CheckRequest struct {
 	// ChargeReturned hands back unused ChargeGranted tokens of an earlier
 	// lease for the same bucket.
 	ChargeReturned int64 `json:"charge_returned,omitempty"`
+	// ReturnBy is the Lease.ReturnBy of the lease Returned and
+	// ChargeReturned come from, sent back as it came: a window counter
+	// credits a hand-back only before it, and none without it.
+	ReturnBy int64 `json:"return_by,omitempty"`
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`
@@ -88,7 +92,17 @@ type Lease struct {
 	// spends one of Granted and one of these, and its response's cost is
 	// paid from these first. A lease under such a rule has both or none.
 	ChargeGranted int64 `json:"charge_granted,omitempty"`
+	// ReturnBy is opaque to the caller: it sends it back with the tokens it
+	// hands back (CheckRequest.ReturnBy). It is when the earliest window
+	// among the counters that granted the lease ends, in Unix ms on the
+	// Redis server's clock (none when no window algorithm granted it);
+	// tokens handed back later credit no window.
+	ReturnBy int64 `json:"return_by,omitempty"`
 }
+
+// MaxReturnBy bounds a return_by: Unix ms that Redis's Lua numbers hold
+// exactly.
+const MaxReturnBy = 1 << 53
 
 // CheckResponse is the decision. The HTTP status is 200 when Allowed and 429
 // when not; the body is the same shape either way.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A token budget: cost_from response_json. The check admits at 1 and lists
@@ -128,6 +129,7 @@ func TestTokenBudgetLease(t *testing.T) {
 	// The filter admitted one request on the lease and paid its answer
 	// (60 tokens) from the pool: 60 spent; 4 and 39 handed back.
 	check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
+	check["return_by"] = int64(m["lease"].(map[string]any)["return_by"].(float64))
 	m = s.check(check).json(t)
 	if g, cg := lease(m); g != 5 || cg != 93 || num(t, m, "remaining") != 844 {
 		t.Fatalf("refill: granted %d and %d, remaining %d; want 5, 93 (of 938-1) and 844", g, cg, num(t, m, "remaining"))
@@ -339,5 +341,49 @@ func TestRedisDownResponseCostAdmissions(t *testing.T) {
 	}
 	if admitted != 1 {
 		t.Fatalf("%d answers admitted with no charge reaching this replica, want 1 (300 of its 500)", admitted)
+	}
+}
+
+// A lease's return_by is the end of the earliest window among the counters
+// that granted it, whichever rule decided: beside a request rule that
+// decides (fewer left), an LLM pool's tokens handed back after the pool's
+// window ended must not come back into the next one (an outsider drained
+// the request rule to push its reset out and got 20,600 tokens of a 15,000
+// budget). A hand-back with a return_by already past credits nothing.
+func TestLeaseHandBackAfterItsWindow(t *testing.T) {
+	s := startService(t, `
+[[tiers]]
+name = "free"
+limit = 60
+window_seconds = 60
+algorithm = "token_bucket"
+`+tokenRules[strings.Index(tokenRules, "[[rules]]"):], nil)
+	for _, tc := range []struct {
+		name   string
+		shift  int64 // added to the lease's return_by when handing back
+		wantCG int64
+	}{
+		{"in its window", 0, 93},             // the 39 come back: a tenth of 938-1
+		{"after its window", -3_600_000, 89}, // nothing comes back: a tenth of 899-1
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := map[string]any{"user_id": "erin-" + tc.name, "endpoint": "/v1/chat/completions", "method": "POST", "lease": 5, "lease_charges": true}
+			s.check(check)
+			m := s.check(check).json(t)
+			l := m["lease"].(map[string]any)
+			by, _ := l["return_by"].(float64)
+			if m["rule_id"] == "tokens" || l["charge_granted"] != 99.0 {
+				t.Fatalf("want a lease decided by the tier, with 99 of the pool: %v", m)
+			}
+			if now := time.Now().UnixMilli(); int64(by)%3_600_000 != 0 || int64(by) <= now || int64(by) > now+3_600_000 {
+				t.Fatalf("return_by %v: want the end of the pool's hour, not the tier's reset", by)
+			}
+			check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
+			check["return_by"] = int64(by) + tc.shift
+			m = s.check(check).json(t)
+			if cg, _ := m["lease"].(map[string]any)["charge_granted"].(float64); int64(cg) != tc.wantCG {
+				t.Fatalf("the next lease's pool: %v; want %d", m, tc.wantCG)
+			}
+		})
 	}
 }

@@ -262,6 +262,7 @@ func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
 		{plain(`,"lease":10`), 403, "lease"},
 		{plain(`,"returned":10`), 403, "returned"},
 		{plain(`,"charge_returned":10`), 403, "charge_returned"},
+		{plain(`,"return_by":1795676400000`), 403, "return_by"},
 		{`{"user_id":"key:k_victim","endpoint":"/api/v1/items"}`, 403, "user_id"},
 	} {
 		before := s.countersExcept("\x00") // every counter, alice's too
@@ -364,8 +365,17 @@ func TestRefundsOnlyGiveBackLeases(t *testing.T) {
 			}
 			// The filter leases: one token spent, a tenth of the 98 left (9) leased.
 			r := check(filter, `,"lease":50`)
-			if lease := r.json(t)["lease"].(map[string]any); r.status != 200 || lease["granted"] != 9.0 || num(t, r.json(t), "remaining") != 89 {
+			lease := r.json(t)["lease"].(map[string]any)
+			if r.status != 200 || lease["granted"] != 9.0 || num(t, r.json(t), "remaining") != 89 {
 				t.Fatalf("lease: %d %s", r.status, r.body)
+			}
+			// A window's lease comes with its return_by, sent back with
+			// the tokens (TestLeaseHandBackAfterItsWindow).
+			back := `,"returned":1000`
+			if by, ok := lease["return_by"].(float64); ok {
+				back += fmt.Sprintf(`,"return_by":%d`, int64(by))
+			} else if a == "fixed_window" || a == "sliding_window" {
+				t.Fatalf("a window's lease without a return_by: %s", r.body)
 			}
 			before := filter.countersExcept("\x00")
 			if r := check(open, `,"returned":1000`); r.status != 403 || r.errorCode(t) != "FORBIDDEN" {
@@ -378,7 +388,7 @@ func TestRefundsOnlyGiveBackLeases(t *testing.T) {
 				97, // the 9 leased come back, this check spends 1
 				96, // nothing is leased any more: 1000 returned credit nothing
 			} {
-				if r := check(filter, `,"returned":1000`); r.status != 200 || num(t, r.json(t), "remaining") != want {
+				if r := check(filter, back); r.status != 200 || num(t, r.json(t), "remaining") != want {
 					t.Fatalf("refund %d: %d %s; want %d remaining", i, r.status, r.body, want)
 				}
 			}

@@ -509,7 +509,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		if i < len(costs) {
 			lr.Cost, lr.Admit = costs[i], admits[i]
 		}
-		lr.Lease, lr.Returned, lr.WarmLeaseOnly = want, c.returned, len(rs) > 1
+		lr.Lease, lr.Returned, lr.ReturnBy, lr.WarmLeaseOnly = want, c.returned, c.returnBy, len(rs) > 1
 		if i == pool {
 			lr.Lease, lr.Returned = poolWant, c.chargeReturned
 		}
@@ -560,7 +560,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			keep = poolGranted
 		}
 		if excess := a.res.Granted - keep; excess > 0 {
-			s.giveBack(ctx, a.req, excess)
+			s.giveBack(ctx, a.req, excess, a.res.WindowEnd)
 			a.res.Granted = keep
 		}
 	}
@@ -615,10 +615,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // giveBack returns tokens a counter granted beyond the lease the filter
-// gets. A failure only leaves them spent until the counter refills: the
-// limiter under-admits, never over-admits.
-func (s *Service) giveBack(ctx context.Context, r limiter.Request, n int64) {
-	r.Returned = n
+// gets, in the window they came from (returnBy: the grant's WindowEnd). A
+// failure only leaves them spent until the counter refills: the limiter
+// under-admits, never over-admits.
+func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, returnBy int64) {
+	r.Returned, r.ReturnBy = n, returnBy
 	if _, err := s.limit(ctx, r); err != nil {
 		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
 	}
@@ -786,13 +787,19 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 	// its own).
 	if g := granted; g > 0 && !denied && !logOnly {
 		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
+		var returnBy int64
 		for _, a := range rs {
-			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
-				// Tokens of a window must not be spent in the next one.
+			if end := a.res.WindowEnd; end > 0 {
+				// Tokens of a window must not be spent in the next one,
+				// nor handed back there (prelude.lua): the earliest end
+				// among the lease's windows bounds both.
 				ttl = min(ttl, a.res.ResetAfter)
+				if returnBy == 0 || end < returnBy {
+					returnBy = end
+				}
 			}
 		}
-		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ChargeGranted: chargeGranted}
+		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ChargeGranted: chargeGranted, ReturnBy: returnBy}
 	}
 	return resp, result
 }

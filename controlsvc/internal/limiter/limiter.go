@@ -60,6 +60,10 @@ type Request struct {
 	// Returned gives back unspent tokens of an earlier lease.
 	Lease    int64
 	Returned int64
+	// ReturnBy is the return_by of the lease Returned comes from: a window
+	// algorithm credits the hand-back only before it (prelude.lua), and
+	// credits nothing without it.
+	ReturnBy int64
 	// LeaseFraction caps a lease at this share of what is left.
 	LeaseFraction float64
 	// Peek reads without writing anything (status queries).
@@ -133,6 +137,10 @@ type Result struct {
 	// Charged is what a Charge spent: its cost, less what would have taken
 	// the balance below minus the capacity.
 	Charged int64
+	// WindowEnd is when a window algorithm's current window ends, in Unix
+	// ms on the Redis server's clock (0 for the bucket algorithms): a
+	// lease's tokens may be handed back until then (Request.ReturnBy).
+	WindowEnd int64
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -292,9 +300,9 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	// costs Redis a conversion per call.
 	var args []any
 	if r.Penalty != nil {
-		args = append(s.evalSha(3, 3+14), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
+		args = append(s.evalSha(3, 3+15), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
 	} else {
-		args = append(s.evalSha(1, 1+14), r.Key())
+		args = append(s.evalSha(1, 1+15), r.Key())
 	}
 	args = append(args,
 		q.Limit,
@@ -309,14 +317,27 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	if p := r.Penalty; p != nil {
 		args = append(args, "1", p.Window.Milliseconds(), p.Threshold, joinInts(p.Multipliers))
 	}
-	if r.Origin > 0 || r.Admit > r.Cost {
-		if r.Penalty == nil {
-			args = append(args, "0", 0, 0, "")
-		}
+	// The optional arguments are positional: one sent needs those before it.
+	last := 12
+	switch {
+	case r.Returned > 0 && r.ReturnBy > 0:
+		last = 15
+	case r.Admit > r.Cost:
+		last = 14
+	case r.Origin > 0:
+		last = 13
+	}
+	if last > 12 && r.Penalty == nil {
+		args = append(args, "0", 0, 0, "")
+	}
+	if last >= 13 {
 		args = append(args, r.Origin) // ARGV[13]
 	}
-	if r.Admit > r.Cost {
-		args = append(args, r.Admit) // ARGV[14]
+	if last >= 14 {
+		args = append(args, r.Admit) // ARGV[14]: the script takes the larger of it and the cost
+	}
+	if last >= 15 {
+		args = append(args, r.ReturnBy) // ARGV[15]
 	}
 	return s, args, nil
 }
@@ -398,10 +419,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 
 func parseResult(v any) (Result, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 7 {
-		return Result{}, fmt.Errorf("script returned %T %v, want 7 integers", v, v)
+	if !ok || len(vals) != 8 {
+		return Result{}, fmt.Errorf("script returned %T %v, want 8 integers", v, v)
 	}
-	var n [7]int64
+	var n [8]int64
 	for i, x := range vals {
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("script result %d is %T, want an integer", i, x)
@@ -415,6 +436,7 @@ func parseResult(v any) (Result, error) {
 		Granted:    max(n[4], 0),
 		Penalized:  n[5] == 1,
 		Credited:   max(n[6], 0),
+		WindowEnd:  max(n[7], 0),
 	}, nil
 }
 

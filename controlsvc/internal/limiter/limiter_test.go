@@ -218,7 +218,7 @@ func TestLease(t *testing.T) {
 				t.Fatalf("near the limit: %+v; want no lease, 5 remaining", res)
 			}
 			// Handing back leased tokens restores them, never more than leased.
-			r.Cost, r.Lease, r.Returned = 0, 0, 100
+			r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, 100, res.WindowEnd
 			res, _ = l.Do(ctx, r)
 			if res.Remaining != 14 {
 				t.Fatalf("after returning: %+v; want the 9 leased tokens back (14 remaining)", res)
@@ -491,7 +491,7 @@ func TestRefundNeverExceedsLeased(t *testing.T) {
 			if err != nil || res.Granted != 8 || res.Remaining != 81 {
 				t.Fatalf("lease: %+v %v; want 8 granted, 81 remaining", res, err)
 			}
-			r.Lease = 0
+			r.Lease, r.ReturnBy = 0, res.WindowEnd
 			for i, tc := range []struct{ returned, remaining int64 }{
 				{3, 83},   // 3 of 8 back, minus this call's cost
 				{100, 87}, // only the 5 still leased
@@ -561,7 +561,7 @@ func TestDenialWritesNothing(t *testing.T) {
 			if err != nil || !res.Allowed || res.Granted != 2 {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
-			r.Lease = 0
+			r.Lease, r.ReturnBy = 0, res.WindowEnd
 			for range 2 {
 				if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
 					t.Fatalf("spend: %+v %v", res, err)
@@ -661,5 +661,91 @@ func TestHashStateOfEarlierVersionsIsUpgraded(t *testing.T) {
 				t.Fatalf("second call: %+v %v; want denied: the old count carried over", second, err)
 			}
 		})
+	}
+}
+
+// A window credits a hand-back only before the return_by its lease came
+// with: tokens of a window that has ended came off that window's leases,
+// and credited against the next one's they would take from leases other
+// buckets of the same counter were granted there (an outsider's LLM pool:
+// 20,600 tokens admitted in a window of 15,000). Without a return_by a
+// window credits nothing; the bucket algorithms ignore it.
+func TestHandBackOnlyBeforeReturnBy(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	redisMs := func() int64 {
+		tm, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	for _, a := range rules.Algorithms {
+		if a == rules.SlidingLog {
+			continue // no leases
+		}
+		window := a == rules.FixedWindow || a == rules.SlidingWindow
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "return-by-"+string(a), 100, 3600)
+			r.Lease, r.LeaseFraction = 50, 0.1
+			res, err := l.Do(ctx, r) // 1 spent, 9 leased
+			if err != nil || res.Granted != 9 {
+				t.Fatalf("lease: %+v %v", res, err)
+			}
+			if window != (res.WindowEnd > 0) {
+				t.Fatalf("window end %d for %s", res.WindowEnd, a)
+			}
+			if window && (res.WindowEnd <= redisMs() || res.WindowEnd%3_600_000 != 0) {
+				t.Fatalf("window end %d: want the end of the current hour", res.WindowEnd)
+			}
+			end := res.WindowEnd
+			r.Cost, r.Lease = 0, 0
+			for _, tc := range []struct {
+				name             string
+				returnBy, credit int64
+			}{
+				{"none", 0, 0},
+				{"a window already over", end - 3_600_000, 0},
+				{"this window", end, 4},
+			} {
+				r.Returned, r.ReturnBy = 4, tc.returnBy
+				want := tc.credit
+				if !window {
+					want = 4 // a bucket takes it whenever
+				}
+				res, err := l.Do(ctx, r)
+				if err != nil || res.Credited != want {
+					t.Fatalf("%s: %+v %v; want %d credited", tc.name, res, err, want)
+				}
+				if !window {
+					break
+				}
+			}
+		})
+	}
+
+	// The case itself: one bucket's lease outlives its window, another
+	// bucket of the counter is leased in the next, and the first hands
+	// back: the new window keeps its count.
+	r := req(rules.FixedWindow, "return-by-across", 100, 1)
+	r.Lease, r.LeaseFraction = 50, 0.5
+	a, err := l.Do(ctx, r)
+	if err != nil || a.Granted == 0 || a.WindowEnd == 0 {
+		t.Fatalf("first lease: %+v %v", a, err)
+	}
+	for i := 0; redisMs() < a.WindowEnd; i++ {
+		if i == 1000 {
+			t.Fatal("the window did not end")
+		}
+		time.Sleep(5 * time.Millisecond) // the Redis clock is the signal
+	}
+	b, err := l.Do(ctx, r)
+	if err != nil || b.Granted == 0 || b.WindowEnd <= a.WindowEnd {
+		t.Fatalf("the next window's lease: %+v %v", b, err)
+	}
+	r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, a.Granted, a.WindowEnd
+	back, err := l.Do(ctx, r)
+	if err != nil || back.Credited != 0 || back.Remaining != b.Remaining {
+		t.Fatalf("the old window's hand-back: %+v %v; want nothing credited, %d remaining", back, err, b.Remaining)
 	}
 }

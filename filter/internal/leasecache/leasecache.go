@@ -118,6 +118,9 @@ type Entry struct {
 	// the bucket's requests call out rather than wait for a refill that
 	// will likely bring none either.
 	RefillUntilMs, RefillID, RefillBare int64
+	// ReturnBy is the lease's return_by (wire.Lease), opaque here: Take
+	// hands it back with the lease's tokens for the check to send.
+	ReturnBy int64
 }
 
 // Outcome of Take.
@@ -329,20 +332,17 @@ func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint
 	return k, data, cas, nil
 }
 
-// handBackMarginS is how long before a lease's reset_at its tokens stop
-// being handed back (Take).
-const handBackMarginS = 2
-
 // Take spends one token of owner's lease (and one of its ChargeTokens,
 // when it has that pool). On a Miss, returned is the count of expired lease
 // tokens taken out of the slot, to be handed back to the control service
-// with the next check (its returned field), and the Entry holds only Spent
-// and ChargeTokens: the lease tokens spent locally since the last Miss, for
-// the same check to report (each is handed out once), and the pool's
-// tokens to hand back (charge_returned); on Refilling, RefillID and
-// RefillBare. The whole Entry is meaningful on a Hit or Denied.
+// with the next check (its returned field), and the Entry holds only Spent,
+// ChargeTokens and ReturnBy: the lease tokens spent locally since the last
+// Miss, for the same check to report (each is handed out once), the pool's
+// tokens to hand back (charge_returned), and the lease's return_by to send
+// with them; on Refilling, RefillID and RefillBare. The whole Entry is
+// meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
-	var spent, chargeReturned int64
+	var spent, chargeReturned, returnBy int64
 	for i := 0; i < maxCASRetries; i++ {
 		k, data, cas := c.find(owner, false)
 		if k == "" {
@@ -370,20 +370,11 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return e, Denied, 0
 		case e.Tokens > 0 || e.ChargeTokens > 0 || e.Spent > 0:
 			// Expired or used up: the check this Miss leads to hands back
-			// the tokens left and reports those spent, once; the tokens
-			// only while the window they came from lasts: a window's
-			// counter credits a hand-back against its own window's
-			// leases, and an outsider's tokens of the window before came
-			// off a new window's (281 admitted in a window of 200). The
-			// decision's reset_at is rounded up to the second and read on
-			// the service's clock: the window ended up to a second before
-			// it, so hand-backs stop two seconds before it (a bucket whose
-			// reset has come is whole again anyway; one handed nothing
-			// back near it under-admits, never over).
-			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
-			if e.ResetAt > 0 && nowMs >= (e.ResetAt-handBackMarginS)*1000 {
-				returned, chargeReturned = 0, 0
-			}
+			// the tokens left, with the lease's return_by, and reports
+			// those spent, once. Whether the tokens still count is the
+			// service's to say, by Redis's clock: a window credits them
+			// only before return_by (prelude.lua).
+			returned, chargeReturned, spent, returnBy = e.Tokens, e.ChargeTokens, e.Spent, e.ReturnBy
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
 			return Entry{RefillID: e.RefillID, RefillBare: e.RefillBare}, Refilling, 0
@@ -403,7 +394,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return Entry{}, Miss, 0
 		}
 		if returned > 0 || chargeReturned > 0 || spent > 0 {
-			return Entry{Spent: spent, ChargeTokens: chargeReturned}, Miss, returned
+			return Entry{Spent: spent, ChargeTokens: chargeReturned, ReturnBy: returnBy}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -494,9 +485,15 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 				viewStrings(data, &old)
 				next.ChargeRule, next.CostFrom = old.ChargeRule, old.CostFrom
 			}
-			next.ExpiresMs = old.ExpiresMs
+			next.ExpiresMs, next.ReturnBy = old.ExpiresMs, old.ReturnBy
 			if e.Tokens > 0 {
+				// The merged tokens go back by the earlier deadline: the
+				// later one would let the earlier window's tokens be
+				// credited to the next (under-admission the other way).
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
+				if next.ReturnBy == 0 || e.ReturnBy != 0 && e.ReturnBy < next.ReturnBy {
+					next.ReturnBy = e.ReturnBy
+				}
 			}
 		case live && e.Tokens == 0:
 			return nil // a denial never evicts another bucket's live lease
@@ -718,7 +715,7 @@ func (c *Cache) keyReplaced() bool {
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
 // FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
-// RefillBare (int64 each, little endian);
+// RefillBare, ReturnBy (int64 each, little endian: Entry.ints);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
@@ -732,7 +729,7 @@ const (
 	offRefill     = 120
 	offRefillID   = 128
 	offRefillBare = 136
-	numInts       = 16
+	numInts       = 17
 	fixedLen      = 16 + numInts*8
 	numStrings    = 7
 	minLen        = fixedLen + numStrings*2
@@ -744,7 +741,7 @@ const (
 func (e *Entry) ints() [numInts]*int64 {
 	return [numInts]*int64{&e.Tokens, &e.ExpiresMs, &e.DeniedUntilMs, &e.Limit, &e.Remaining,
 		&e.ResetAt, &e.WindowSeconds, &e.RetryAfter, &e.Quota, &e.Spent, &e.FallbackStartMs,
-		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare}
+		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare, &e.ReturnBy}
 }
 
 func (e *Entry) strs() [numStrings]*string {

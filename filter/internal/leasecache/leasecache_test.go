@@ -112,22 +112,33 @@ func TestTakeLifecycle(t *testing.T) {
 	if _, _, left := c.Take(a, 2500); left != 0 {
 		t.Fatal("expired tokens were handed back twice")
 	}
-	// Once the lease's window is over (its decision's reset), its tokens
-	// are not handed back (a window's counter would credit them against
-	// the next window's leases); what was spent is still reported.
+	// The tokens go back with the lease's return_by, whenever (whether a
+	// window still counts them is Redis's to say, by its clock); what was
+	// spent is reported with them.
 	w := c.Bucket("user:w", "GET", "/x")
-	// Before it, they are (reset_at 10 s: until 8 s, its rounding and the
-	// clocks' distance allowed for).
-	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 10}, 0)
-	if _, out, left := c.Take(w, 7999); out != Miss || left != 3 {
-		t.Fatalf("a lease expired in its window: %v, returned %d; want 3", out, left)
-	}
-	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 3}, 0)
+	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 3, ReturnBy: 1_795_676_400_000}, 0)
 	if _, out, _ := c.Take(w, 1500); out != Hit {
 		t.Fatalf("a live lease: %v", out)
 	}
-	if e, out, left := c.Take(w, 2000); out != Miss || left != 0 || e.Spent != 1 {
-		t.Fatalf("a lease of a window past: %v, returned %d, spent %d; want none returned, 1 spent", out, left, e.Spent)
+	if e, out, left := c.Take(w, 1_795_676_500_000); out != Miss || left != 2 || e.Spent != 1 || e.ReturnBy != 1_795_676_400_000 {
+		t.Fatalf("an expired lease: %v, returned %d, %+v; want 2 returned with their return_by, 1 spent", out, left, e)
+	}
+	// Two leases merged in one slot go back by the earlier return_by: the
+	// later would let the earlier window's tokens count in the next.
+	for _, tc := range []struct{ first, second, want int64 }{
+		{200, 100, 100}, {100, 200, 100}, {0, 100, 100}, {100, 0, 100}, {0, 0, 0},
+	} {
+		c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: tc.first}, 0)
+		c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: tc.second}, 0)
+		if e, out, left := c.Take(w, 2000); out != Miss || left != 2 || e.ReturnBy != tc.want {
+			t.Fatalf("merged %d and %d: %v, returned %d, return_by %d; want %d", tc.first, tc.second, out, left, e.ReturnBy, tc.want)
+		}
+	}
+	// A denial put over a live lease keeps the lease's return_by.
+	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 300}, 0)
+	c.Put(Entry{Owner: w, DeniedUntilMs: 1000}, 0)
+	if e, _, left := c.Take(w, 2000); left != 1 || e.ReturnBy != 300 {
+		t.Fatalf("after a denial: returned %d, return_by %d; want 1 and 300", left, e.ReturnBy)
 	}
 	c.Put(Entry{Owner: a, DeniedUntilMs: 3000, RetryAfter: 1, Identity: "user:a"}, 0)
 	if e, out, _ := c.Take(a, 2999); out != Denied || e.Identity != "user:a" {

@@ -15,6 +15,8 @@ local function decide()
   elseif idx < w then
     idx = w -- the clock moved back: stay in the stored window, never reopen an old one
   end
+  window_end = (idx + 1) * window + origin
+  if returned > 0 and now >= return_by then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r

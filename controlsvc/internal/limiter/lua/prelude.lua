@@ -12,9 +12,10 @@
 -- penalties only KEYS[1] and ARGV 1..8 are sent. ARGV[13] is a calendar
 -- period's start (fixed_window.lua); ARGV[14], when sent, is what must be
 -- left to admit (an estimate of a cost known after the response), when
--- more than the cost spent now.
+-- more than the cost spent now. ARGV[15], when sent, is the return_by of
+-- the lease that `returned` hands back (below).
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
--- credited}.
+-- credited, window_end}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])
@@ -26,6 +27,19 @@ local cost = tonumber(ARGV[4])
 local admit = math.max(cost, tonumber(ARGV[14] or '0'))
 local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
+-- A window algorithm credits a hand-back only before return_by: the end (on
+-- this server's clock, in ms) of the earliest window among the counters its
+-- lease came out of, which the service sent with the lease (window_end
+-- below) and the filter sends back with the tokens. Tokens of a window
+-- that has ended came off that window's leases; credited against the new
+-- one's, they would take from leases other buckets were granted there (a
+-- tier's total across paths, an LLM pool), and admit more than its limit.
+-- Absent, a window credits nothing. The bucket algorithms ignore it: a
+-- late hand-back there is capped by what the bucket holds.
+local return_by = tonumber(ARGV[15] or '0')
+-- window_end is the end of the current window (ms, this server's clock),
+-- set by the window algorithms: the service's return_by for a lease.
+local window_end = 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'

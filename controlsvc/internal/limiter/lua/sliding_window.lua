@@ -13,6 +13,8 @@ local function decide()
   elseif idx < w then
     idx = w
   end
+  window_end = (idx + 1) * window
+  if returned > 0 and now >= return_by then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
