@@ -243,3 +243,33 @@ func TestJunkTokensAreCheckedAtMostSixteenASecond(t *testing.T) {
 		t.Fatalf("the next second: %s", got)
 	}
 }
+
+// Past an address's bad-token checks of the second (badtokens.go) a new
+// token goes unchecked; under reject_invalid that is a 503 with
+// Retry-After, not a 401: the token may be valid (an outsider spending the
+// checks must not make a client drop its session), and the next second
+// checks it again.
+func TestUncheckedTokenIsRetriedNotRefused(t *testing.T) {
+	e := newEnv(t, jwtConfig(true), 1)
+	bearer := func(tok string) wasmhost.Headers { return wasmhost.Headers{{"authorization", "Bearer " + tok}} }
+	valid := keys.Sign("ES256", claims(epoch.Add(time.Hour)))
+	for i := range 16 {
+		s, _ := e.start(req{headers: bearer(forge(keys.Sign("ES256", map[string]any{"sub": fmt.Sprint("x", i), "iss": "https://issuer.example", "exp": epoch.Unix() + 60})))})
+		if s.Local == nil || s.Local.Status != 401 {
+			t.Fatalf("forged token %d: %+v; want 401", i, s.Local)
+		}
+	}
+	s, _ := e.start(req{headers: bearer(valid)})
+	if s.Local == nil || s.Local.Status != 503 || s.Local.Headers.Value("retry-after") != "1" ||
+		mustJSON(t, s.Local.Body)["error"].(map[string]any)["code"] != "SERVICE_UNAVAILABLE" {
+		t.Fatalf("an unchecked token: %+v; want 503 with Retry-After 1", s.Local)
+	}
+	e.noCallout(0)
+	e.clock.Advance(time.Second)
+	if _, act := e.start(req{headers: bearer(valid)}); act != wasmhost.Pause {
+		t.Fatalf("the next second: %v; want the token checked and a callout", act)
+	}
+	if _, body := e.callout(0); body.UserID != "user:alice" {
+		t.Fatalf("callout for %q; want user:alice", body.UserID)
+	}
+}

@@ -598,6 +598,14 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		}
 		if p.cfg.JWT.RejectInvalid {
 			p.m.rejected.Increment(1)
+			if err == jwt.ErrNotVerified {
+				// Not checked: this second's bad-token checks are spent
+				// (badtokens.go), and the token may well be valid. A 401
+				// would have its client drop the session; this asks it
+				// to come back once the second is over.
+				h.sendError(503, wire.CodeServiceUnavailable, "the bearer token could not be checked now; retry", [][2]string{{"retry-after", "1"}})
+				return false
+			}
 			h.sendError(401, wire.CodeUnauthorized, "the bearer token is invalid or expired", [][2]string{{"www-authenticate", `Bearer error="invalid_token"`}})
 			return false
 		}
