@@ -185,11 +185,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	// and a request refused for its key stays refused (until 2026-11-26
 	// both modes answered it OK: an outsider's keyless and forged-key calls
 	// passed api_key_required_paths).
-	resp, err := s.tollgate(ctx, req, entries, hits, trust, set)
+	resp, refusedInput, err := s.tollgate(ctx, req, entries, hits, trust, set)
 	if err != nil {
 		return nil, err
 	}
-	refusedInput := hasHeader(resp.ResponseHeadersToAdd, refusedHeader)
 	if set.Disabled {
 		resp.ResponseHeadersToAdd = slices.DeleteFunc(resp.ResponseHeadersToAdd, func(h *corev3.HeaderValue) bool { return h.Key != refusedHeader })
 	}
@@ -202,10 +201,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 // refusedHeader names why the tollgate domain refused a check for what the
 // client sent (its path, method or API key).
 const refusedHeader = "x-tollgate-refused"
-
-func hasHeader(hs []*corev3.HeaderValue, key string) bool {
-	return slices.ContainsFunc(hs, func(h *corev3.HeaderValue) bool { return h.Key == key })
-}
 
 // disabledAnswer admits every descriptor, counting nothing (enabled =
 // false).
@@ -615,13 +610,14 @@ func (s *Service) headers(o *outcome, set *Settings, denied bool) []*corev3.Head
 // from its entries, the checks run concurrently. A check refused for what
 // the client sent (a malformed path, a bad or revoked key, a method no rule
 // can read) is answered OVER_LIMIT with x-tollgate-refused naming why:
-// a client never turns a decision into an error Envoy might let through.
-func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, entries [][]Entry, hits []int64, trust decision.Trust, set *Settings) (*rlspb.RateLimitResponse, error) {
+// a client never turns a decision into an error Envoy might let through;
+// refusedInput reports such a refusal.
+func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, entries [][]Entry, hits []int64, trust decision.Trust, set *Settings) (resp *rlspb.RateLimitResponse, refusedInput bool, err error) {
 	checks := make([]*wire.CheckRequest, len(entries))
 	for i, es := range entries {
 		c, err := checkOf(i, es, hits[i])
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		checks[i] = c
 	}
@@ -643,7 +639,7 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		}()
 	}
 	wg.Wait()
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(entries))}
+	resp = &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(entries))}
 	var decided *wire.CheckResponse
 	var refused string
 	degraded := false
@@ -651,7 +647,7 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		if a.err != nil {
 			code, ok := clientRefusal(a.err)
 			if !ok {
-				return nil, grpcError(a.err)
+				return nil, false, grpcError(a.err)
 			}
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT}
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
@@ -695,7 +691,7 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 	if degraded {
 		resp.RequestHeadersToAdd = []*corev3.HeaderValue{{Key: "x-tollgate-decision", Value: "degraded"}}
 	}
-	return resp, nil
+	return resp, refused != "", nil
 }
 
 // ambiguousPath refuses a path that upstreams read two ways, as the
