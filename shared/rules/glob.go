@@ -12,12 +12,10 @@ import (
 // matches one byte of a segment. Everything else is literal. "/api/*/users"
 // matches "/api/v1/users"; "/api/**" matches "/api" and everything below it.
 //
-// Both halves run this on every request path, so the matcher backtracks to at
-// most one point per level (the classic greedy wildcard walk), and what
-// follows a pattern's last "**" is matched against the path's last segments
-// at once: a path of n segments costs about n per "**" before the last times
-// the (at most maxGlobSegments) pattern segments after it, whatever the
-// input.
+// Both halves run this on every request path, so no part of a pattern is
+// tried from more than one place (MatchGlob): a path of n segments costs
+// at most n times the pattern's (at most maxGlobSegments) distinct
+// segments, whatever the input.
 
 // maxGlobSegments bounds a pattern's segments (no route needs more): with
 // the bytes alone bounded, an outsider's "/**/a/.../a/**/b" of 500 segments
@@ -56,49 +54,108 @@ func ValidateGlob(p string) error {
 	return nil
 }
 
-// MatchGlob reports whether path matches pattern.
+// MatchGlob reports whether path matches pattern. The "**" segments cut
+// the pattern into sections: the first is matched at the path's start,
+// the last (matchTail) at its end, and each between where it first ends
+// (findSection): what a "**" swallows is then whatever lies between, and
+// the earliest end leaves the most for the sections after it. No section
+// is ever tried again from another place.
 func MatchGlob(pattern, path string) bool {
 	pi, si := 0, 0 // byte offsets of the current segment in pattern and path
-	starP, starS := -1, -1
-	for si <= len(path) {
-		if pi <= len(pattern) {
-			pseg, pnext := segment(pattern, pi)
-			if pseg == "**" {
-				// ("**" is only ever a whole segment: ValidateGlob.)
-				if pnext > len(pattern) || !strings.Contains(pattern[pnext:], "**") {
-					// The last "**": what follows it has a fixed number of
-					// segments, which must be the path's last ones. Trying
-					// every split instead cost path segments x pattern
-					// segments (an outsider's "/**/a/a/.../b" against an
-					// 8 KB path: 16 ms a check).
-					return matchTail(pattern, pnext, path, si)
-				}
-				starP, starS = pnext, si
-				pi = pnext
-				continue
-			}
-			sseg, snext := segment(path, si)
-			if matchSegment(pseg, sseg) {
-				pi, si = pnext, snext
-				continue
-			}
-		}
-		if starP < 0 {
-			return false
-		}
-		// Let the last "**" swallow one more path segment and retry.
-		_, starS = segment(path, starS)
-		pi, si = starP, starS
-	}
-	// The path is used up; only "**" segments may remain in the pattern.
-	for pi <= len(pattern) {
+	for {
 		pseg, pnext := segment(pattern, pi)
-		if pseg != "**" {
+		if pseg == "**" {
+			break // ("**" is only ever a whole segment: ValidateGlob.)
+		}
+		if si > len(path) {
 			return false
 		}
-		pi = pnext
+		sseg, snext := segment(path, si)
+		if !matchSegment(pseg, sseg) {
+			return false
+		}
+		pi, si = pnext, snext
+		if pi > len(pattern) {
+			return si > len(path)
+		}
 	}
-	return true
+	for {
+		_, pi = segment(pattern, pi) // past the "**"
+		if pi > len(pattern) {
+			return true // a last "**" takes the rest, or nothing
+		}
+		end := doubleStar(pattern, pi)
+		if end < 0 {
+			// The last section has a fixed number of segments, which
+			// must be the path's last ones. Trying every split instead
+			// cost path segments x pattern segments (an outsider's
+			// "/**/a/a/.../b" against an 8 KB path: 16 ms a check).
+			return matchTail(pattern, pi, path, si)
+		}
+		if end > pi {
+			if si = findSection(pattern, pi, end, path, si); si < 0 {
+				return false
+			}
+		}
+		pi = end
+	}
+}
+
+// doubleStar is the offset of the first "**" segment of pattern at or
+// after offset i, -1 when there is none.
+func doubleStar(pattern string, i int) int {
+	for i <= len(pattern) {
+		seg, next := segment(pattern, i)
+		if seg == "**" {
+			return i
+		}
+		i = next
+	}
+	return -1
+}
+
+// findSection finds where the pattern's segments from offset pi up to the
+// "**" at offset end first occur together in path, from offset si on, and
+// returns the offset after them (-1: nowhere). It walks the path once,
+// keeping in a bit set which of the section's prefixes end at the current
+// segment (shift-and), and matches a path segment only against the
+// section's distinct segments that could extend one: trying the section
+// from every path segment cost path segments x section segments (an
+// outsider's "/**/a/.../a/b/**" against a path of 4,096 segments: 2.5 ms a
+// check).
+func findSection(pattern string, pi, end int, path string, si int) int {
+	var segs [maxGlobSegments]string
+	var masks [maxGlobSegments]uint64 // which of the section's positions each of segs is at
+	distinct, k := 0, 0
+	for p := pi; p < end; k++ {
+		seg, next := segment(pattern, p)
+		i := 0
+		for i < distinct && segs[i] != seg {
+			i++
+		}
+		if i == distinct {
+			segs[i], distinct = seg, distinct+1
+		}
+		masks[i] |= 1 << k
+		p = next
+	}
+	last := uint64(1) << (k - 1)
+	var prefixes uint64 // bit j: the section's first j+1 segments end here
+	for si <= len(path) {
+		sseg, snext := segment(path, si)
+		extend := prefixes<<1 | 1
+		var matched uint64
+		for i := range distinct {
+			if masks[i]&extend != 0 && matchSegment(segs[i], sseg) {
+				matched |= masks[i]
+			}
+		}
+		if prefixes = extend & matched; prefixes&last != 0 {
+			return snext
+		}
+		si = snext
+	}
+	return -1
 }
 
 // segments is the number of segments of s from offset i on.

@@ -346,3 +346,22 @@ func TestCostSourceOf(t *testing.T) {
 		}
 	}
 }
+
+// A section between two "**" is found in one walk of the path: an
+// outsider's "/**/a/.../a/b/**" (28 a's) against a path of 4,096 segments
+// took 2.5 ms a check tried from every segment.
+func BenchmarkMatchGlobMiddleSection(b *testing.B) {
+	for name, pattern := range map[string]string{
+		"literal":  "/**" + strings.Repeat("/a", 28) + "/b/**",
+		"wildcard": "/**" + strings.Repeat("/*", 28) + "/b/**",
+	} {
+		b.Run(name, func(b *testing.B) {
+			path := strings.Repeat("/a", 4096)
+			for b.Loop() {
+				if MatchGlob(pattern, path) {
+					b.Fatal("matched")
+				}
+			}
+		})
+	}
+}
