@@ -265,6 +265,21 @@ func TestUncheckedTokenIsRetriedNotRefused(t *testing.T) {
 		t.Fatalf("an unchecked token: %+v; want 503 with Retry-After 1", s.Local)
 	}
 	e.noCallout(0)
+	// Every token that would need a check gets that answer then, whatever
+	// check it would fail: a 401 for a token of another issuer beside a
+	// 503 for one of this issuer told an outsider which are accepted.
+	for _, tok := range []string{
+		keys.Sign("ES256", map[string]any{"sub": "x", "iss": "https://evil.example", "exp": epoch.Unix() + 60}),
+		keys.Sign("ES256", claims(epoch.Add(-time.Hour))), "not.a.token",
+	} {
+		if s, _ := e.start(req{headers: bearer(tok)}); s.Local == nil || s.Local.Status != 503 {
+			t.Fatalf("%q from an address out of checks: %+v; want the same 503", tok, s.Local)
+		}
+	}
+	// Another address's are checked and refused as before.
+	if s, _ := e.start(req{headers: bearer("not.a.token"), source: "203.0.113.50:1"}); s.Local == nil || s.Local.Status != 401 {
+		t.Fatalf("another address's bad token: %+v; want 401", s.Local)
+	}
 	e.clock.Advance(time.Second)
 	if _, act := e.start(req{headers: bearer(valid)}); act != wasmhost.Pause {
 		t.Fatalf("the next second: %v; want the token checked and a callout", act)

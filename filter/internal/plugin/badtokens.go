@@ -28,8 +28,13 @@ import (
 // allocation) filled it every second. Filling it now takes 16 /56s, or
 // 128 IPv4 addresses, a second per VM; a network locks out no one but
 // itself.
-// An address whose two slots count others is checked as a first failure
-// would be (counted in the totals only), never refused for its slots.
+// An address (or network) whose two slots count others in the second is
+// checked as a first failure would be, its failures counted in an
+// overflow total of badTokenOverflow a second that every such client
+// shares: never refused for its slots alone (16 addresses filling a
+// victim's two slots locked it out), and never uncounted either (an
+// outsider's 64 to 96 addresses, some without a slot, failed again and
+// again as first failures and spent the first failures' total alone).
 // A VM checks at most badTokenFresh + badTokenTotal bad signatures a
 // second (ES256, the dearest: about 0.13 CPU-seconds).
 const (
@@ -37,8 +42,9 @@ const (
 	badTokenTotal       = 64
 	badTokenFresh       = 128
 	badTokenFreshPerNet = 8
+	badTokenOverflow    = 16
 	badTokenSlots       = 256
-	badTokenNetSlots    = 64
+	badTokenNetSlots    = 256
 )
 
 // badTokens counts failed token checks per client address and per network,
@@ -51,8 +57,9 @@ type badTokens struct {
 	slots [badTokenSlots]badTokenSlot
 	nets  [badTokenNetSlots]badTokenSlot
 	// again counts the failures this second of addresses that had failed
-	// before in it, first their first ones.
-	again, first badTokenSlot
+	// before in it, first their first ones, overflow those of clients
+	// without a slot of their own.
+	again, first, overflow badTokenSlot
 }
 
 type badTokenSlot struct {
@@ -92,13 +99,17 @@ func find(slots []badTokenSlot, h uint64, a netip.Addr, sec int64) (s *badTokenS
 // allow reports whether c's next token may be checked at nowMs.
 func (b *badTokens) allow(c tokenClient, nowMs int64) bool {
 	sec := nowMs / 1000
-	if s, live := find(b.slots[:], c.h, c.addr, sec); live {
+	s, live := find(b.slots[:], c.h, c.addr, sec)
+	if live {
 		return s.n < badTokenBudget && b.again.spent(sec) < badTokenTotal
 	}
 	if b.first.spent(sec) >= badTokenFresh {
 		return false
 	}
 	n, live := find(b.nets[:], c.hNet, c.net, sec)
+	if (s == nil || n == nil) && b.overflow.spent(sec) >= badTokenOverflow {
+		return false
+	}
 	return !live || n.n < badTokenFreshPerNet
 }
 
@@ -129,10 +140,14 @@ func (b *badTokens) failed(c tokenClient, nowMs int64) {
 		return
 	}
 	b.first.count(netip.Addr{}, sec)
+	n, _ := find(b.nets[:], c.hNet, c.net, sec)
+	if s == nil || n == nil {
+		b.overflow.count(netip.Addr{}, sec)
+	}
 	if s != nil {
 		s.count(c.addr, sec)
 	}
-	if n, _ := find(b.nets[:], c.hNet, c.net, sec); n != nil {
+	if n != nil {
 		n.count(c.net, sec)
 	}
 }

@@ -48,6 +48,42 @@ func TestBadTokensCollidingAddresses(t *testing.T) {
 	}
 }
 
+// Clients without a slot of their own in the second (both of their slots
+// count others) share badTokenOverflow first failures: an outsider's 64 to
+// 96 addresses, those without a slot failing as "first" again and again,
+// spent the first failures' total alone and refused everyone's new tokens
+// (a 503 loop); counted in the overflow, they leave the total to the rest.
+func TestBadTokensWithoutASlot(t *testing.T) {
+	var b badTokens
+	const h, now = 777, 5_000_000
+	for i, addr := range []string{"192.0.2.1", "192.0.2.2"} { // both slots of h, live
+		c := tc(h, uint64(100+i), addr)
+		if !b.allow(c, now) {
+			t.Fatal("a first failure refused")
+		}
+		b.failed(c, now)
+	}
+	checked := 0
+	for k := range 50 {
+		x := tc(h, uint64(200+k), netip.AddrFrom4([4]byte{198, 51, 100, byte(k)}).String())
+		for range 10 {
+			if b.allow(x, now) {
+				checked++
+				b.failed(x, now)
+			}
+		}
+	}
+	if checked != badTokenOverflow {
+		t.Fatalf("50 addresses without a slot got %d checks; want %d between them", checked, badTokenOverflow)
+	}
+	if other := tc(999, 999, "203.0.113.9"); !b.allow(other, now) {
+		t.Fatal("an address with a slot of its own refused: the slotless spent the first failures' total")
+	}
+	if x := tc(h, 300, "198.51.100.200"); !b.allow(x, now+1000) {
+		t.Fatal("the next second does not check a slotless address again")
+	}
+}
+
 // Addresses failing again within a second share badTokenTotal failed
 // checks; an address with no failure in the second is still checked past
 // that total (an outsider's five addresses filled one shared total at each

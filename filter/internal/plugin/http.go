@@ -598,11 +598,15 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		}
 		if p.cfg.JWT.RejectInvalid {
 			p.m.rejected.Increment(1)
-			if err == jwt.ErrNotVerified {
+			if err == jwt.ErrNotVerified || !asked && !p.badTokens.allow(p.tokenClient(addr), now.UnixMilli()) {
 				// Not checked: this second's bad-token checks are spent
 				// (badtokens.go), and the token may well be valid. A 401
 				// would have its client drop the session; this asks it
-				// to come back once the second is over.
+				// to come back once the second is over. A token that
+				// failed a cheap check gets the same answer then: a 401
+				// for it beside a 503 for a token that passed them told
+				// an outsider which issuer, audience and key ids are
+				// accepted, without a signature.
 				h.sendError(503, wire.CodeServiceUnavailable, "the bearer token could not be checked now; retry", [][2]string{{"retry-after", "1"}})
 				return false
 			}
