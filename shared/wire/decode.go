@@ -182,6 +182,8 @@ func (p *parser) lease(l *Lease) error {
 			return p.integer(&l.ChargeGranted)
 		case EqualFoldASCII(k, "return_by"):
 			return p.integer(&l.ReturnBy)
+		case EqualFoldASCII(k, "charge_return_by"):
+			return p.integer(&l.ChargeReturnBy)
 		}
 		return p.skip(0)
 	})

@@ -19,7 +19,7 @@ func DecodeCheckRequest(b []byte, r *CheckRequest) error {
 
 // requestFields are the check's keys, in the order of their seen bits.
 var requestFields = [...]string{"user_id", "endpoint", "method", "strategy", "limit", "window_seconds", "tier", "tenant",
-	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "return_by"}
+	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "return_by", "charge_return_by"}
 
 func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 	i := 0
@@ -63,6 +63,8 @@ func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 		return p.integer(&r.ChargeReturned)
 	case string(key) == "return_by":
 		return p.integer(&r.ReturnBy)
+	case string(key) == "charge_return_by":
+		return p.integer(&r.ChargeReturnBy)
 	case string(key) == "client_address":
 		return p.str(&r.ClientAddress)
 	case string(key) == "method_override":

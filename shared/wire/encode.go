@@ -33,6 +33,9 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	if d.Lease.ReturnBy != 0 {
 		b = appendInt(b, `,"return_by":`, d.Lease.ReturnBy)
 	}
+	if d.Lease.ChargeReturnBy != 0 {
+		b = appendInt(b, `,"charge_return_by":`, d.Lease.ChargeReturnBy)
+	}
 	b = append(b, '}')
 	if d.Identity != "" {
 		b = append(b, `,"identity":`...)
@@ -170,6 +173,9 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	}
 	if r.ReturnBy != 0 {
 		b = appendInt(b, `,"return_by":`, r.ReturnBy)
+	}
+	if r.ChargeReturnBy != 0 {
+		b = appendInt(b, `,"charge_return_by":`, r.ChargeReturnBy)
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)

@@ -55,10 +55,12 @@ type CheckRequest struct {
 	// ChargeReturned hands back unused ChargeGranted tokens of an earlier
 	// lease for the same bucket.
 	ChargeReturned int64 `json:"charge_returned,omitempty"`
-	// ReturnBy is the Lease.ReturnBy of the lease Returned and
-	// ChargeReturned come from, sent back as it came: a window counter
-	// credits a hand-back only before it, and none without it.
-	ReturnBy int64 `json:"return_by,omitempty"`
+	// ReturnBy and ChargeReturnBy are the Lease.ReturnBy and
+	// Lease.ChargeReturnBy of the lease Returned and ChargeReturned come
+	// from, sent back as they came: a counter credits a hand-back only
+	// before them, and none without them.
+	ReturnBy       int64 `json:"return_by,omitempty"`
+	ChargeReturnBy int64 `json:"charge_return_by,omitempty"`
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`
@@ -93,11 +95,13 @@ type Lease struct {
 	// paid from these first. A lease under such a rule has both or none.
 	ChargeGranted int64 `json:"charge_granted,omitempty"`
 	// ReturnBy is opaque to the caller: it sends it back with the tokens it
-	// hands back (CheckRequest.ReturnBy). It is when the earliest window
-	// among the counters that granted the lease ends, in Unix ms on the
-	// Redis server's clock (none when no window algorithm granted it);
-	// tokens handed back later credit no window.
-	ReturnBy int64 `json:"return_by,omitempty"`
+	// hands back (CheckRequest.ReturnBy). It is the earliest hand-back
+	// deadline among the counters that granted Granted, in Unix ms on the
+	// Redis server's clock: a window's end, a bucket's time to be full
+	// again; tokens handed back later are not credited. ChargeReturnBy is
+	// the same for ChargeGranted (its rule's counter alone).
+	ReturnBy       int64 `json:"return_by,omitempty"`
+	ChargeReturnBy int64 `json:"charge_return_by,omitempty"`
 }
 
 // MaxReturnBy bounds a return_by: Unix ms that Redis's Lua numbers hold

@@ -43,6 +43,8 @@ func TestBadInput(t *testing.T) {
 		{"negative return_by", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "returned": 1, "return_by": -1}`, 400, "INVALID_INPUT", "return_by"},
 		{"huge return_by", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "returned": 1, "return_by": 9007199254740993}`, 400, "INVALID_INPUT", "return_by"},
 		{"return_by a string", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "return_by": "soon"}`, 400, "INVALID_INPUT", "return_by"},
+		{"negative charge_return_by", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "charge_return_by": -5}`, 400, "INVALID_INPUT", "charge_return_by"},
+		{"huge charge_return_by", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "charge_return_by": 1e300}`, 400, "INVALID_INPUT", "charge_return_by"},
 		{"lease_charges not a boolean", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "lease_charges": "yes"}`, 400, "INVALID_INPUT", "lease_charges"},
 		{"bad tier", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "tier": "Gold Tier"}`, 400, "INVALID_INPUT", "tier"},
 		{"bad method", "/v1/rate-limit/check", `{"user_id": "x", "endpoint": "/x", "method": "get\r\n"}`, 400, "INVALID_INPUT", "method"},

@@ -130,6 +130,7 @@ func TestTokenBudgetLease(t *testing.T) {
 	// (60 tokens) from the pool: 60 spent; 4 and 39 handed back.
 	check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
 	check["return_by"] = int64(m["lease"].(map[string]any)["return_by"].(float64))
+	check["charge_return_by"] = int64(m["lease"].(map[string]any)["charge_return_by"].(float64))
 	m = s.check(check).json(t)
 	if g, cg := lease(m); g != 5 || cg != 93 || num(t, m, "remaining") != 844 {
 		t.Fatalf("refill: granted %d and %d, remaining %d; want 5, 93 (of 938-1) and 844", g, cg, num(t, m, "remaining"))
@@ -344,12 +345,14 @@ func TestRedisDownResponseCostAdmissions(t *testing.T) {
 	}
 }
 
-// A lease's return_by is the end of the earliest window among the counters
-// that granted it, whichever rule decided: beside a request rule that
+// A lease's pool (charge_granted) goes back by its own rule's deadline
+// (charge_return_by), whichever rule decided: beside a request rule that
 // decides (fewer left), an LLM pool's tokens handed back after the pool's
 // window ended must not come back into the next one (an outsider drained
 // the request rule to push its reset out and got 20,600 tokens of a 15,000
-// budget). A hand-back with a return_by already past credits nothing.
+// budget), and the tier's own deadline (a bucket's time to be full again,
+// return_by) must not cut the pool's short. A hand-back with a deadline
+// already past credits nothing.
 func TestLeaseHandBackAfterItsWindow(t *testing.T) {
 	s := startService(t, `
 [[tiers]]
@@ -360,7 +363,7 @@ algorithm = "token_bucket"
 `+tokenRules[strings.Index(tokenRules, "[[rules]]"):], nil)
 	for _, tc := range []struct {
 		name   string
-		shift  int64 // added to the lease's return_by when handing back
+		shift  int64 // added to the lease's charge_return_by when handing back
 		wantCG int64
 	}{
 		{"in its window", 0, 93},             // the 39 come back: a tenth of 938-1
@@ -372,14 +375,21 @@ algorithm = "token_bucket"
 			m := s.check(check).json(t)
 			l := m["lease"].(map[string]any)
 			by, _ := l["return_by"].(float64)
+			chargeBy, _ := l["charge_return_by"].(float64)
 			if m["rule_id"] == "tokens" || l["charge_granted"] != 99.0 {
 				t.Fatalf("want a lease decided by the tier, with 99 of the pool: %v", m)
 			}
-			if now := time.Now().UnixMilli(); int64(by)%3_600_000 != 0 || int64(by) <= now || int64(by) > now+3_600_000 {
-				t.Fatalf("return_by %v: want the end of the pool's hour, not the tier's reset", by)
+			now := time.Now().UnixMilli()
+			if int64(chargeBy)%3_600_000 != 0 || int64(chargeBy) <= now || int64(chargeBy) > now+3_600_000 {
+				t.Fatalf("charge_return_by %v: want the end of the pool's hour", chargeBy)
+			}
+			// The tier's buckets (its path's, its total's): full again
+			// within seconds.
+			if int64(by) <= now || int64(by) > now+10_000 {
+				t.Fatalf("return_by %v at %d: want the tier's buckets full again, seconds on", by, now)
 			}
 			check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
-			check["return_by"] = int64(by) + tc.shift
+			check["return_by"], check["charge_return_by"] = int64(by), int64(chargeBy)+tc.shift
 			m = s.check(check).json(t)
 			if cg, _ := m["lease"].(map[string]any)["charge_granted"].(float64); int64(cg) != tc.wantCG {
 				t.Fatalf("the next lease's pool: %v; want %d", m, tc.wantCG)

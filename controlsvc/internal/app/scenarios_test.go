@@ -192,7 +192,7 @@ func TestLeaseAndReturn(t *testing.T) {
 	if num(t, lease, "granted") != 20 || num(t, lease, "ttl_ms") != 800 || num(t, m, "remaining") != 78 {
 		t.Fatalf("lease: %v", m)
 	}
-	m = s.check(map[string]any{"user_id": "leaser", "endpoint": "/x", "returned": 20}).json(t)
+	m = s.check(map[string]any{"user_id": "leaser", "endpoint": "/x", "returned": 20, "return_by": int64(num(t, lease, "return_by"))}).json(t)
 	if num(t, m, "remaining") != 97 {
 		t.Fatalf("after returning 20: %v; want 97 remaining", m)
 	}

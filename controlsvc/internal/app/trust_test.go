@@ -263,6 +263,7 @@ func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
 		{plain(`,"returned":10`), 403, "returned"},
 		{plain(`,"charge_returned":10`), 403, "charge_returned"},
 		{plain(`,"return_by":1795676400000`), 403, "return_by"},
+		{plain(`,"charge_return_by":1795676400000`), 403, "charge_return_by"},
 		{`{"user_id":"key:k_victim","endpoint":"/api/v1/items"}`, 403, "user_id"},
 	} {
 		before := s.countersExcept("\x00") // every counter, alice's too

@@ -55,7 +55,7 @@ func (s *Service) Status(ctx context.Context, req *wire.StatusRequest, trust Tru
 		}
 		a.res = res
 	}
-	v, _ := s.verdict(p, &t, rs, 0, 0)
+	v, _ := s.verdict(p, &t, rs, 0, 0, -1)
 	now := s.now()
 	for _, a := range rs {
 		r := a.req.Rule

@@ -34,6 +34,7 @@ type subject struct {
 	overrideOnly                           bool
 	cost, lease, returned, spent           int64
 	chargeReturned, returnBy               int64
+	chargeReturnBy                         int64
 	address                                string // client_address
 }
 
@@ -91,10 +92,10 @@ type caller struct {
 	// an earlier one.
 	leaseCharges   bool
 	chargeReturned int64
-	// returnBy is the lease's return_by the hand-backs come with
-	// (limiter.Request.ReturnBy).
-	returnBy int64
-	adhoc    *rules.Rule // the check's own limit, if it gave one
+	// returnBy and chargeReturnBy are the lease's deadlines the
+	// hand-backs come with (limiter.Request.ReturnBy).
+	returnBy, chargeReturnBy int64
+	adhoc                    *rules.Rule // the check's own limit, if it gave one
 	// refused: the request is answered with its key's refusal whatever the
 	// rules say, so it is counted but never recorded as admitted usage.
 	refused bool
@@ -249,6 +250,8 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("charge_returned")
 	case in.returnBy != 0:
 		return apierr.Forbidden("return_by")
+	case in.chargeReturnBy != 0:
+		return apierr.Forbidden("charge_return_by")
 	case in.overrideOnly:
 		// Would count a request under fewer rules than its own.
 		return apierr.Forbidden("override_only")
@@ -264,7 +267,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, overrideOnly: req.OverrideOnly, tier: req.Tier, tenant: req.Tenant,
-		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, returnBy: req.ReturnBy, address: req.ClientAddress}, trust)
+		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, returnBy: req.ReturnBy, chargeReturnBy: req.ChargeReturnBy, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -282,6 +285,8 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		return nil, apierr.Invalid("charge_returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	case req.ReturnBy < 0 || req.ReturnBy > wire.MaxReturnBy:
 		return nil, apierr.Invalid("return_by", fmt.Sprintf("must be in 0..%d (the lease's own return_by, sent back as it came)", int64(wire.MaxReturnBy)))
+	case req.ChargeReturnBy < 0 || req.ChargeReturnBy > wire.MaxReturnBy:
+		return nil, apierr.Invalid("charge_return_by", fmt.Sprintf("must be in 0..%d (the lease's own charge_return_by, sent back as it came)", int64(wire.MaxReturnBy)))
 	}
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
@@ -289,7 +294,8 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		c.lease = 0 // a lease is spent on requests every rule counts
 	}
 	c.returned, c.spent = req.Returned, req.Spent
-	c.leaseCharges, c.chargeReturned, c.returnBy = req.LeaseCharges, req.ChargeReturned, req.ReturnBy
+	c.leaseCharges, c.chargeReturned = req.LeaseCharges, req.ChargeReturned
+	c.returnBy, c.chargeReturnBy = req.ReturnBy, req.ChargeReturnBy
 	if req.BodyBytes != nil && (*req.BodyBytes < 0 || *req.BodyBytes > rules.MaxQuantity) {
 		return nil, apierr.Invalid("body_bytes", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 	}

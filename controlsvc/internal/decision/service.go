@@ -511,7 +511,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		}
 		lr.Lease, lr.Returned, lr.ReturnBy, lr.WarmLeaseOnly = want, c.returned, c.returnBy, len(rs) > 1
 		if i == pool {
-			lr.Lease, lr.Returned = poolWant, c.chargeReturned
+			lr.Lease, lr.Returned, lr.ReturnBy = poolWant, c.chargeReturned, c.chargeReturnBy
 		}
 		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty
@@ -560,11 +560,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			keep = poolGranted
 		}
 		if excess := a.res.Granted - keep; excess > 0 {
-			s.giveBack(ctx, a.req, excess, a.res.WindowEnd)
+			s.giveBack(ctx, a.req, excess, a.res.RefundBy)
 			a.res.Granted = keep
 		}
 	}
-	resp, result := s.verdict(p, &c.target, rs, want, poolGranted)
+	resp, result := s.verdict(p, &c.target, rs, want, poolGranted, pool)
 	if degraded {
 		// Counted here only: said so, and nothing leased.
 		resp.Degraded, resp.Lease = true, wire.Lease{}
@@ -615,7 +615,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // giveBack returns tokens a counter granted beyond the lease the filter
-// gets, in the window they came from (returnBy: the grant's WindowEnd). A
+// gets, as the lease they came from (returnBy: the grant's RefundBy). A
 // failure only leaves them spent until the counter refills: the limiter
 // under-admits, never over-admits.
 func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, returnBy int64) {
@@ -712,8 +712,9 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 
 // verdict folds the rules' outcomes: denied if any rejecting rule denied; the
 // rule reported is the denial with the longest wait, or else the one with the
-// least left. It also names the result for the decisions metric.
-func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGranted int64) (wire.CheckResponse, string) {
+// least left. It also names the result for the decisions metric. pool is
+// the rule whose counter granted chargeGranted (-1: none).
+func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGranted int64, pool int) (wire.CheckResponse, string) {
 	var decider *applied
 	denied, logOnly := false, false
 	for i := range rs {
@@ -787,19 +788,26 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 	// its own).
 	if g := granted; g > 0 && !denied && !logOnly {
 		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
-		var returnBy int64
-		for _, a := range rs {
-			if end := a.res.WindowEnd; end > 0 {
-				// Tokens of a window must not be spent in the next one,
-				// nor handed back there (prelude.lua): the earliest end
-				// among the lease's windows bounds both.
+		var returnBy, chargeReturnBy int64
+		for i, a := range rs {
+			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
+				// Tokens of a window must not be spent in the next one.
 				ttl = min(ttl, a.res.ResetAfter)
-				if returnBy == 0 || end < returnBy {
-					returnBy = end
-				}
+			}
+			// Nor handed back past their counter's deadline (prelude.lua):
+			// the earliest bounds a grant every rule made; the pool is
+			// its rule's own (a tier's bucket full again in a millisecond
+			// would otherwise take every LLM token handed back).
+			if i == pool {
+				chargeReturnBy = a.res.RefundBy
+			} else if by := a.res.RefundBy; by > 0 && (returnBy == 0 || by < returnBy) {
+				returnBy = by
 			}
 		}
-		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ChargeGranted: chargeGranted, ReturnBy: returnBy}
+		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ReturnBy: returnBy}
+		if chargeGranted > 0 {
+			resp.Lease.ChargeGranted, resp.Lease.ChargeReturnBy = chargeGranted, chargeReturnBy
+		}
 	}
 	return resp, result
 }

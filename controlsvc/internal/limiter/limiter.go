@@ -60,9 +60,9 @@ type Request struct {
 	// Returned gives back unspent tokens of an earlier lease.
 	Lease    int64
 	Returned int64
-	// ReturnBy is the return_by of the lease Returned comes from: a window
-	// algorithm credits the hand-back only before it (prelude.lua), and
-	// credits nothing without it.
+	// ReturnBy is the return_by of the lease Returned comes from: the
+	// counter credits the hand-back only before it and, a window, only if
+	// it is this window's (prelude.lua); nothing without it.
 	ReturnBy int64
 	// LeaseFraction caps a lease at this share of what is left.
 	LeaseFraction float64
@@ -137,10 +137,11 @@ type Result struct {
 	// Charged is what a Charge spent: its cost, less what would have taken
 	// the balance below minus the capacity.
 	Charged int64
-	// WindowEnd is when a window algorithm's current window ends, in Unix
-	// ms on the Redis server's clock (0 for the bucket algorithms): a
-	// lease's tokens may be handed back until then (Request.ReturnBy).
-	WindowEnd int64
+	// RefundBy is until when the counter takes back tokens of a lease
+	// granted now (Request.ReturnBy), in Unix ms on the Redis server's
+	// clock: a window's end, a bucket's time to be full again (0 for the
+	// sliding log, which leases nothing).
+	RefundBy int64
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -436,7 +437,7 @@ func parseResult(v any) (Result, error) {
 		Granted:    max(n[4], 0),
 		Penalized:  n[5] == 1,
 		Credited:   max(n[6], 0),
-		WindowEnd:  max(n[7], 0),
+		RefundBy:   max(n[7], 0),
 	}, nil
 }
 

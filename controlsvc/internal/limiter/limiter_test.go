@@ -218,7 +218,7 @@ func TestLease(t *testing.T) {
 				t.Fatalf("near the limit: %+v; want no lease, 5 remaining", res)
 			}
 			// Handing back leased tokens restores them, never more than leased.
-			r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, 100, res.WindowEnd
+			r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, 100, res.RefundBy
 			res, _ = l.Do(ctx, r)
 			if res.Remaining != 14 {
 				t.Fatalf("after returning: %+v; want the 9 leased tokens back (14 remaining)", res)
@@ -491,7 +491,7 @@ func TestRefundNeverExceedsLeased(t *testing.T) {
 			if err != nil || res.Granted != 8 || res.Remaining != 81 {
 				t.Fatalf("lease: %+v %v; want 8 granted, 81 remaining", res, err)
 			}
-			r.Lease, r.ReturnBy = 0, res.WindowEnd
+			r.Lease, r.ReturnBy = 0, res.RefundBy
 			for i, tc := range []struct{ returned, remaining int64 }{
 				{3, 83},   // 3 of 8 back, minus this call's cost
 				{100, 87}, // only the 5 still leased
@@ -561,7 +561,7 @@ func TestDenialWritesNothing(t *testing.T) {
 			if err != nil || !res.Allowed || res.Granted != 2 {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
-			r.Lease, r.ReturnBy = 0, res.WindowEnd
+			r.Lease, r.ReturnBy = 0, res.RefundBy
 			for range 2 {
 				if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
 					t.Fatalf("spend: %+v %v", res, err)
@@ -664,12 +664,14 @@ func TestHashStateOfEarlierVersionsIsUpgraded(t *testing.T) {
 	}
 }
 
-// A window credits a hand-back only before the return_by its lease came
-// with: tokens of a window that has ended came off that window's leases,
-// and credited against the next one's they would take from leases other
-// buckets of the same counter were granted there (an outsider's LLM pool:
-// 20,600 tokens admitted in a window of 15,000). Without a return_by a
-// window credits nothing; the bucket algorithms ignore it.
+// A counter credits a hand-back only before the return_by its lease came
+// with, and a window only its own window's: tokens of a window that has
+// ended came off that window's leases, and credited against the next
+// one's they would take from leases other buckets of the same counter were
+// granted there (an outsider's LLM pool: 20,600 tokens admitted in a
+// window of 15,000); a bucket's tokens handed back once it was full again
+// come on top of the refill its cap had cut (an outsider: 201 admitted in
+// a burst of 100). Without a return_by nothing is credited.
 func TestHandBackOnlyBeforeReturnBy(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
@@ -692,60 +694,79 @@ func TestHandBackOnlyBeforeReturnBy(t *testing.T) {
 			if err != nil || res.Granted != 9 {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
-			if window != (res.WindowEnd > 0) {
-				t.Fatalf("window end %d for %s", res.WindowEnd, a)
+			now, by := redisMs(), res.RefundBy
+			// A window's deadline is its end; a bucket's its time to be
+			// full again: 10 tokens at 100 an hour, 6 minutes.
+			if window && (by <= now || by%3_600_000 != 0) || !window && (by < now+359_000 || by > now+361_000) {
+				t.Fatalf("refund_by %d at %d", by, now)
 			}
-			if window && (res.WindowEnd <= redisMs() || res.WindowEnd%3_600_000 != 0) {
-				t.Fatalf("window end %d: want the end of the current hour", res.WindowEnd)
-			}
-			end := res.WindowEnd
 			r.Cost, r.Lease = 0, 0
 			for _, tc := range []struct {
 				name             string
 				returnBy, credit int64
 			}{
 				{"none", 0, 0},
-				{"a window already over", end - 3_600_000, 0},
-				{"this window", end, 4},
+				{"a deadline past", now - 1, 0},
+				{"a window already over", by - 3_600_000, 0},
+				{"the next window's", by + 3_600_000, 0},
+				{"this lease's", by, 4},
 			} {
+				if !window && tc.name == "the next window's" {
+					continue // a bucket has no windows: any deadline to come
+				}
 				r.Returned, r.ReturnBy = 4, tc.returnBy
-				want := tc.credit
-				if !window {
-					want = 4 // a bucket takes it whenever
-				}
 				res, err := l.Do(ctx, r)
-				if err != nil || res.Credited != want {
-					t.Fatalf("%s: %+v %v; want %d credited", tc.name, res, err, want)
-				}
-				if !window {
-					break
+				if err != nil || res.Credited != tc.credit {
+					t.Fatalf("%s: %+v %v; want %d credited", tc.name, res, err, tc.credit)
 				}
 			}
 		})
 	}
+	awaitRedis := func(ms int64) {
+		for i := 0; redisMs() < ms; i++ {
+			if i == 1000 {
+				t.Fatal("Redis's clock did not get there")
+			}
+			time.Sleep(5 * time.Millisecond) // the Redis clock is the signal
+		}
+	}
 
-	// The case itself: one bucket's lease outlives its window, another
-	// bucket of the counter is leased in the next, and the first hands
-	// back: the new window keeps its count.
+	// One bucket's lease outlives its window, another bucket of the
+	// counter is leased in the next, and the first hands back: the new
+	// window keeps its count.
 	r := req(rules.FixedWindow, "return-by-across", 100, 1)
 	r.Lease, r.LeaseFraction = 50, 0.5
-	a, err := l.Do(ctx, r)
-	if err != nil || a.Granted == 0 || a.WindowEnd == 0 {
-		t.Fatalf("first lease: %+v %v", a, err)
+	first, err := l.Do(ctx, r)
+	if err != nil || first.Granted == 0 || first.RefundBy == 0 {
+		t.Fatalf("first lease: %+v %v", first, err)
 	}
-	for i := 0; redisMs() < a.WindowEnd; i++ {
-		if i == 1000 {
-			t.Fatal("the window did not end")
+	awaitRedis(first.RefundBy)
+	next, err := l.Do(ctx, r)
+	if err != nil || next.Granted == 0 || next.RefundBy <= first.RefundBy {
+		t.Fatalf("the next window's lease: %+v %v", next, err)
+	}
+	r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, first.Granted, first.RefundBy
+	if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 || back.Remaining != next.Remaining {
+		t.Fatalf("the old window's hand-back: %+v %v; want nothing credited, %d remaining", back, err, next.Remaining)
+	}
+
+	// A bucket leased, full again, drained: the lease's tokens do not come
+	// back on top.
+	for _, a := range []rules.Algorithm{rules.TokenBucket, rules.GCRA} {
+		r := req(a, "return-by-refilled-"+string(a), 10, 1)
+		r.Lease, r.LeaseFraction = 50, 0.5
+		lease, err := l.Do(ctx, r)
+		if err != nil || lease.Granted != 4 {
+			t.Fatalf("%s lease: %+v %v", a, lease, err)
 		}
-		time.Sleep(5 * time.Millisecond) // the Redis clock is the signal
-	}
-	b, err := l.Do(ctx, r)
-	if err != nil || b.Granted == 0 || b.WindowEnd <= a.WindowEnd {
-		t.Fatalf("the next window's lease: %+v %v", b, err)
-	}
-	r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, a.Granted, a.WindowEnd
-	back, err := l.Do(ctx, r)
-	if err != nil || back.Credited != 0 || back.Remaining != b.Remaining {
-		t.Fatalf("the old window's hand-back: %+v %v; want nothing credited, %d remaining", back, err, b.Remaining)
+		awaitRedis(lease.RefundBy + 2) // whole again (RefundBy is floored to the ms)
+		r.Lease, r.Cost = 0, 10
+		if drained, err := l.Do(ctx, r); err != nil || !drained.Allowed || drained.Remaining != 0 {
+			t.Fatalf("%s drain: %+v %v", a, drained, err)
+		}
+		r.Cost, r.Returned, r.ReturnBy = 0, lease.Granted, lease.RefundBy
+		if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 {
+			t.Fatalf("%s hand-back once full again: %+v %v; want nothing credited", a, back, err)
+		}
 	}
 }

@@ -118,9 +118,10 @@ type Entry struct {
 	// the bucket's requests call out rather than wait for a refill that
 	// will likely bring none either.
 	RefillUntilMs, RefillID, RefillBare int64
-	// ReturnBy is the lease's return_by (wire.Lease), opaque here: Take
-	// hands it back with the lease's tokens for the check to send.
-	ReturnBy int64
+	// ReturnBy and ChargeReturnBy are the lease's deadlines (wire.Lease),
+	// opaque here: Take hands them back with the tokens of each pool for
+	// the check to send.
+	ReturnBy, ChargeReturnBy int64
 }
 
 // Outcome of Take.
@@ -338,11 +339,11 @@ func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint
 // with the next check (its returned field), and the Entry holds only Spent,
 // ChargeTokens and ReturnBy: the lease tokens spent locally since the last
 // Miss, for the same check to report (each is handed out once), the pool's
-// tokens to hand back (charge_returned), and the lease's return_by to send
-// with them; on Refilling, RefillID and RefillBare. The whole Entry is
+// tokens to hand back (charge_returned), and the lease's deadlines to send
+// with them (ReturnBy, ChargeReturnBy); on Refilling, RefillID and RefillBare. The whole Entry is
 // meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
-	var spent, chargeReturned, returnBy int64
+	var spent, chargeReturned, returnBy, chargeReturnBy int64
 	for i := 0; i < maxCASRetries; i++ {
 		k, data, cas := c.find(owner, false)
 		if k == "" {
@@ -374,7 +375,8 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			// those spent, once. Whether the tokens still count is the
 			// service's to say, by Redis's clock: a window credits them
 			// only before return_by (prelude.lua).
-			returned, chargeReturned, spent, returnBy = e.Tokens, e.ChargeTokens, e.Spent, e.ReturnBy
+			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
+			returnBy, chargeReturnBy = e.ReturnBy, e.ChargeReturnBy
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
 			return Entry{RefillID: e.RefillID, RefillBare: e.RefillBare}, Refilling, 0
@@ -394,7 +396,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return Entry{}, Miss, 0
 		}
 		if returned > 0 || chargeReturned > 0 || spent > 0 {
-			return Entry{Spent: spent, ChargeTokens: chargeReturned, ReturnBy: returnBy}, Miss, returned
+			return Entry{Spent: spent, ChargeTokens: chargeReturned, ReturnBy: returnBy, ChargeReturnBy: chargeReturnBy}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -485,15 +487,16 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 				viewStrings(data, &old)
 				next.ChargeRule, next.CostFrom = old.ChargeRule, old.CostFrom
 			}
-			next.ExpiresMs, next.ReturnBy = old.ExpiresMs, old.ReturnBy
+			next.ExpiresMs, next.ReturnBy, next.ChargeReturnBy = old.ExpiresMs, old.ReturnBy, old.ChargeReturnBy
 			if e.Tokens > 0 {
 				// The merged tokens go back by the earlier deadline: the
 				// later one would let the earlier window's tokens be
 				// credited to the next (under-admission the other way).
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
-				if next.ReturnBy == 0 || e.ReturnBy != 0 && e.ReturnBy < next.ReturnBy {
-					next.ReturnBy = e.ReturnBy
-				}
+				next.ReturnBy = earlier(next.ReturnBy, e.ReturnBy)
+			}
+			if e.ChargeTokens > 0 {
+				next.ChargeReturnBy = earlier(next.ChargeReturnBy, e.ChargeReturnBy)
 			}
 		case live && e.Tokens == 0:
 			return nil // a denial never evicts another bucket's live lease
@@ -507,6 +510,14 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 	}
 	return ErrCasMismatch
+}
+
+// earlier is the earlier of two deadlines, 0 being none.
+func earlier(a, b int64) int64 {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // MarkRefill records in owner's slot that this VM's callout for the bucket
@@ -715,7 +726,8 @@ func (c *Cache) keyReplaced() bool {
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
 // FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
-// RefillBare, ReturnBy (int64 each, little endian: Entry.ints);
+// RefillBare, ReturnBy, ChargeReturnBy (int64 each, little endian:
+// Entry.ints);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
 // and its bytes (a slot another layout wrote fails decode: a miss). Lengths above maxField (maxRefusal for Refusal)
@@ -729,7 +741,7 @@ const (
 	offRefill     = 120
 	offRefillID   = 128
 	offRefillBare = 136
-	numInts       = 17
+	numInts       = 18
 	fixedLen      = 16 + numInts*8
 	numStrings    = 7
 	minLen        = fixedLen + numStrings*2
@@ -741,7 +753,7 @@ const (
 func (e *Entry) ints() [numInts]*int64 {
 	return [numInts]*int64{&e.Tokens, &e.ExpiresMs, &e.DeniedUntilMs, &e.Limit, &e.Remaining,
 		&e.ResetAt, &e.WindowSeconds, &e.RetryAfter, &e.Quota, &e.Spent, &e.FallbackStartMs,
-		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare, &e.ReturnBy}
+		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare, &e.ReturnBy, &e.ChargeReturnBy}
 }
 
 func (e *Entry) strs() [numStrings]*string {

@@ -134,6 +134,12 @@ func TestTakeLifecycle(t *testing.T) {
 			t.Fatalf("merged %d and %d: %v, returned %d, return_by %d; want %d", tc.first, tc.second, out, left, e.ReturnBy, tc.want)
 		}
 	}
+	// A pool's deadline is its own, merged the same way.
+	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 50, ChargeTokens: 7, ChargeReturnBy: 900}, 0)
+	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 40, ChargeTokens: 3, ChargeReturnBy: 800}, 0)
+	if e, _, left := c.Take(w, 2000); left != 2 || e.ReturnBy != 40 || e.ChargeTokens != 10 || e.ChargeReturnBy != 800 {
+		t.Fatalf("a merged pool: returned %d, %+v; want 2 by 40 and 10 by 800", left, e)
+	}
 	// A denial put over a live lease keeps the lease's return_by.
 	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 300}, 0)
 	c.Put(Entry{Owner: w, DeniedUntilMs: 1000}, 0)

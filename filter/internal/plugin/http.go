@@ -211,7 +211,7 @@ func (h *httpContext) bucketOf(method, override, path string) leasecache.Owner {
 // handBack is what a check reports of the bucket's last lease: its expired
 // tokens of each pool, handed back with the lease's return_by, and those
 // spent locally.
-type handBack struct{ returned, chargeReturned, spent, returnBy int64 }
+type handBack struct{ returned, chargeReturned, spent, returnBy, chargeReturnBy int64 }
 
 // overrideHeaders are the method override headers upstream frameworks
 // honour; an underscore spelling counts as the same header (headerIs).
@@ -452,7 +452,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
 	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack),
-		returnBy: e.ReturnBy}, 0, false, refillSeen{}
+		returnBy: e.ReturnBy, chargeReturnBy: e.ChargeReturnBy}, 0, false, refillSeen{}
 }
 
 // cachedDenial is the verdict of a denial the lease cache holds, with the
@@ -510,7 +510,8 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 		MethodOverride: h.override, BodyBytes: h.bodyBytes, CostHeaders: h.costHeaders,
 		// Every request admitted on a lease reads its response when the
 		// lease says so (allowLeased).
-		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned, ReturnBy: back.returnBy,
+		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned,
+		ReturnBy: back.returnBy, ChargeReturnBy: back.chargeReturnBy,
 	})
 	p.bodyBuf = body[:0] // keep what it grew to
 	h.start = now.UnixNano()
@@ -843,7 +844,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 		return false
 	}
 	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 || d.Lease.ChargeGranted < 0 || len(d.Charges) > wire.MaxCharges ||
-		d.Lease.ReturnBy < 0 || d.Lease.ReturnBy > wire.MaxReturnBy {
+		d.Lease.ReturnBy < 0 || d.Lease.ReturnBy > wire.MaxReturnBy || d.Lease.ChargeReturnBy < 0 || d.Lease.ChargeReturnBy > wire.MaxReturnBy {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
@@ -948,6 +949,7 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 	if l.ChargeGranted > 0 {
 		// plausible checked there is one charge.
 		e.ChargeTokens, e.ChargeRule, e.CostFrom = l.ChargeGranted, charges[0].RuleID, charges[0].CostFrom
+		e.ChargeReturnBy = l.ChargeReturnBy
 	}
 	_ = h.p.cache.Put(e, now.UnixMilli())
 	return true

@@ -49,4 +49,4 @@ if allowed == 0 and pen then
 end
 
 if retry > 0 then retry = ms(retry) end
-return {allowed, remaining, ms(reset), retry, granted, penalized, credited, window_end}
+return {allowed, remaining, ms(reset), retry, granted, penalized, credited, refund_by}

@@ -15,8 +15,11 @@ local function decide()
   elseif idx < w then
     idx = w -- the clock moved back: stay in the stored window, never reopen an old one
   end
-  window_end = (idx + 1) * window + origin
-  if returned > 0 and now >= return_by then returned = 0 end
+  local start = idx * window + origin
+  refund_by = start + window
+  -- A return_by of another window credits nothing either: a calendar
+  -- period's counter is the one the service's clock chose.
+  if return_by <= start or return_by > refund_by or now >= return_by then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r

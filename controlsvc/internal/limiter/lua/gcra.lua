@@ -8,6 +8,7 @@ local function decide()
   local tat, lg = load('<dd', 'tat', 'lg')
   tat, lg = tat or now, lg or 0
   if tat < now then tat = now end
+  if now >= return_by then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
@@ -34,5 +35,6 @@ local function decide()
     save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)
   end
   local remaining = math.max(0, math.floor((now + tau - tat) / interval + eps))
+  refund_by = math.floor(tat) -- the bucket is whole again once tat has come
   return allowed, remaining, math.ceil(tat - now), retry, granted
 end

@@ -15,7 +15,7 @@
 -- more than the cost spent now. ARGV[15], when sent, is the return_by of
 -- the lease that `returned` hands back (below).
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
--- credited, window_end}.
+-- credited, refund_by}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])
@@ -27,19 +27,20 @@ local cost = tonumber(ARGV[4])
 local admit = math.max(cost, tonumber(ARGV[14] or '0'))
 local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
--- A window algorithm credits a hand-back only before return_by: the end (on
--- this server's clock, in ms) of the earliest window among the counters its
--- lease came out of, which the service sent with the lease (window_end
--- below) and the filter sends back with the tokens. Tokens of a window
--- that has ended came off that window's leases; credited against the new
--- one's, they would take from leases other buckets were granted there (a
--- tier's total across paths, an LLM pool), and admit more than its limit.
--- Absent, a window credits nothing. The bucket algorithms ignore it: a
--- late hand-back there is capped by what the bucket holds.
+-- A counter takes back a lease's tokens (returned) only before return_by:
+-- the earliest of the hand-back deadlines (refund_by below) of the
+-- counters the lease came out of, which the service sent with the lease
+-- and the filter sends back with the tokens; without it, none. A window's
+-- deadline is its end: its tokens came off that window's leases, and
+-- credited against the next one's they would take from leases other
+-- buckets were granted there (a tier's total across paths, an LLM pool:
+-- outsiders admitted 328 in a window of 200). A bucket's is when it would
+-- be full again: past it, tokens leased before would come back on top of
+-- the refill the cap had cut (an outsider: 201 admitted in a burst of 100).
 local return_by = tonumber(ARGV[15] or '0')
--- window_end is the end of the current window (ms, this server's clock),
--- set by the window algorithms: the service's return_by for a lease.
-local window_end = 0
+-- refund_by is this counter's deadline for a lease granted now (ms, this
+-- server's clock), set by decide().
+local refund_by = 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'

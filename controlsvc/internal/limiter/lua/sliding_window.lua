@@ -13,8 +13,9 @@ local function decide()
   elseif idx < w then
     idx = w
   end
-  window_end = (idx + 1) * window
-  if returned > 0 and now >= return_by then returned = 0 end
+  local start = idx * window
+  refund_by = start + window
+  if return_by <= start or return_by > refund_by or now >= return_by then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r

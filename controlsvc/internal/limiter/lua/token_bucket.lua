@@ -13,9 +13,10 @@ local function decide()
     tokens = math.min(capacity, tokens + (now - ts) * rate)
     ts = now
   end
+  if now >= return_by then returned = 0 end
   if returned > 0 then
-    -- Giving back unspent leased tokens is the same as never taking them;
-    -- never more than was leased.
+    -- Giving back unspent leased tokens before the bucket was full again
+    -- is the same as never taking them; never more than was leased.
     local r = math.min(returned, lg)
     credited = r
     tokens, lg = math.min(capacity, tokens + r), lg - r
@@ -39,5 +40,6 @@ local function decide()
   if changed(allowed) then
     save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
   end
+  refund_by = math.floor(now + (capacity - tokens) / rate)
   return allowed, math.floor(tokens), math.ceil((capacity - tokens) / rate), retry, granted
 end
