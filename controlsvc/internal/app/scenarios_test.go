@@ -178,6 +178,49 @@ func exactUnderConcurrency(t *testing.T, s *service) {
 	}
 }
 
+// A bucket's lease handed back once the bucket is full again credits
+// nothing: the tokens would come back on top of the refill the bucket's cap
+// cut (an outsider banked leases on 40 paths, waited, drained the bucket
+// and touched the paths: 201 admitted in a burst of 100). The lease's
+// return_by is the bucket's time to be full again.
+func TestBucketLeaseHandBackAfterRefill(t *testing.T) {
+	s := startService(t, "[lease]\nfraction = 0.5\nmax = 20\n\n[[tiers]]\nname = \"free\"\nlimit = 20\nwindow_seconds = 4\nalgorithm = \"token_bucket\"\nper_endpoint = false\n", nil)
+	check := func(extra map[string]any) map[string]any {
+		body := map[string]any{"user_id": "banker", "endpoint": "/x"}
+		for k, v := range extra {
+			body[k] = v
+		}
+		return s.check(body).json(t)
+	}
+	m := check(map[string]any{"lease": 20})
+	lease := m["lease"].(map[string]any)
+	granted, by := num(t, lease, "granted"), num(t, lease, "return_by")
+	// 19 left after the request; half of it, 9, leased: 10 left, full
+	// again at 5 a second in two seconds.
+	if granted != 9 || num(t, m, "remaining") != 10 {
+		t.Fatalf("lease: %v", m)
+	}
+	if now := time.Now().UnixMilli(); by < now+1500 || by > now+2500 {
+		t.Fatalf("return_by %d at %d: want the bucket full again, two seconds on", by, now)
+	}
+	for i := 0; time.Now().UnixMilli() <= by+5; i++ {
+		if i == 400 {
+			t.Fatal("the clock did not get past return_by")
+		}
+		time.Sleep(10 * time.Millisecond) // the clock is the signal: Redis runs on this host
+	}
+	for i := 0; check(nil)["allowed"] == true; i++ {
+		if i == 40 {
+			t.Fatal("the bucket never ran dry")
+		}
+	}
+	// Credited, the 9 would leave 8 or more; the refill while this runs
+	// is a token or two.
+	if m = check(map[string]any{"returned": granted, "return_by": by}); num(t, m, "remaining") >= 5 {
+		t.Fatalf("after the late hand-back: %v; want the drained bucket's few refilled tokens, nothing credited", m)
+	}
+}
+
 func TestLeaseAndReturn(t *testing.T) {
 	s := startService(t, "[lease]\nfraction = 0.5\nmax = 20\nttl_ms = 800\n", nil)
 	// The free tier counts the path and the tier's total: a lease over two
