@@ -180,10 +180,10 @@ func (p *parser) lease(l *Lease) error {
 			return p.integer(&l.TTLMs)
 		case EqualFoldASCII(k, "charge_granted"):
 			return p.integer(&l.ChargeGranted)
-		case EqualFoldASCII(k, "return_by"):
-			return p.integer(&l.ReturnBy)
-		case EqualFoldASCII(k, "charge_return_by"):
-			return p.integer(&l.ChargeReturnBy)
+		case EqualFoldASCII(k, "leased_at"):
+			return p.integer(&l.LeasedAt)
+		case EqualFoldASCII(k, "charge_leased_at"):
+			return p.integer(&l.ChargeLeasedAt)
 		}
 		return p.skip(0)
 	})

@@ -19,7 +19,7 @@ func DecodeCheckRequest(b []byte, r *CheckRequest) error {
 
 // requestFields are the check's keys, in the order of their seen bits.
 var requestFields = [...]string{"user_id", "endpoint", "method", "strategy", "limit", "window_seconds", "tier", "tenant",
-	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "return_by", "charge_return_by"}
+	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "leased_at", "charge_leased_at"}
 
 func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 	i := 0
@@ -61,10 +61,10 @@ func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 		return p.boolean(&r.LeaseCharges)
 	case string(key) == "charge_returned":
 		return p.integer(&r.ChargeReturned)
-	case string(key) == "return_by":
-		return p.integer(&r.ReturnBy)
-	case string(key) == "charge_return_by":
-		return p.integer(&r.ChargeReturnBy)
+	case string(key) == "leased_at":
+		return p.integer(&r.LeasedAt)
+	case string(key) == "charge_leased_at":
+		return p.integer(&r.ChargeLeasedAt)
 	case string(key) == "client_address":
 		return p.str(&r.ClientAddress)
 	case string(key) == "method_override":

@@ -16,7 +16,7 @@ func TestDecodeCheckRequest(t *testing.T) {
 		`{"user_id":"user:a","client_address":"2001:db8::1","method_override":"DELETE"}`,
 		`  {"user_id":"\u00e9\ud83d\ude00"} `,
 		`{"user_id":"ip:192.0.2.1","lease":5,"lease_charges":true,"charge_returned":4400,"spent":600}`,
-		`{"user_id":"u","returned":3,"return_by":1795676400000,"charge_returned":2,"charge_return_by":1795676460000}`,
+		`{"user_id":"u","returned":3,"leased_at":1795676400000000,"charge_returned":2,"charge_leased_at":1795676000000000}`,
 	} {
 		var mine, theirs CheckRequest
 		if err := DecodeCheckRequest([]byte(body), &mine); err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, ResetAt: 1_800_000_060, RetryAfter: 0,
-	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000, ChargeGranted: 4500, ReturnBy: 1795676400000, ChargeReturnBy: 1795676460000},
+	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000, ChargeGranted: 4500, LeasedAt: 1795676400000000, ChargeLeasedAt: 1795676000000000},
 	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true,
 	Refusal: &rules.Response{Status: 403, Body: `{"e":"{{retry_after}}"}`, Headers: map[string]string{"x-a": "1", "content-type": "text/plain"}},
 	Charges: []Charge{{RuleID: "llm", CostFrom: "response_json:usage.total_tokens"}, {RuleID: "x\u00e9", CostFrom: "response_header:x-usage"}}}

@@ -30,11 +30,11 @@ func AppendCheckResponse(b []byte, d *CheckResponse) []byte {
 	if d.Lease.ChargeGranted != 0 {
 		b = appendInt(b, `,"charge_granted":`, d.Lease.ChargeGranted)
 	}
-	if d.Lease.ReturnBy != 0 {
-		b = appendInt(b, `,"return_by":`, d.Lease.ReturnBy)
+	if d.Lease.LeasedAt != 0 {
+		b = appendInt(b, `,"leased_at":`, d.Lease.LeasedAt)
 	}
-	if d.Lease.ChargeReturnBy != 0 {
-		b = appendInt(b, `,"charge_return_by":`, d.Lease.ChargeReturnBy)
+	if d.Lease.ChargeLeasedAt != 0 {
+		b = appendInt(b, `,"charge_leased_at":`, d.Lease.ChargeLeasedAt)
 	}
 	b = append(b, '}')
 	if d.Identity != "" {
@@ -171,11 +171,11 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	if r.ChargeReturned != 0 {
 		b = appendInt(b, `,"charge_returned":`, r.ChargeReturned)
 	}
-	if r.ReturnBy != 0 {
-		b = appendInt(b, `,"return_by":`, r.ReturnBy)
+	if r.LeasedAt != 0 {
+		b = appendInt(b, `,"leased_at":`, r.LeasedAt)
 	}
-	if r.ChargeReturnBy != 0 {
-		b = appendInt(b, `,"charge_return_by":`, r.ChargeReturnBy)
+	if r.ChargeLeasedAt != 0 {
+		b = appendInt(b, `,"charge_leased_at":`, r.ChargeLeasedAt)
 	}
 	b = appendOptString(b, `,"client_address":`, r.ClientAddress)
 	b = appendOptString(b, `,"method_override":`, r.MethodOverride)

@@ -14,7 +14,7 @@ func FuzzAppendCheckResponse(f *testing.F) {
 	f.Add(false, int64(-1), int64(3), int64(1<<62), "", "", "\xff\x00\b\f", "", true)
 	f.Fuzz(func(t *testing.T, allowed bool, limit, quota, remaining int64, strategy, rule, id, tier string, flag bool) {
 		d := CheckResponse{Allowed: allowed, Limit: limit, Quota: quota, Remaining: remaining, ResetAt: limit ^ remaining,
-			RetryAfter: quota, Strategy: strategy, WindowSeconds: remaining, RuleID: rule, Lease: Lease{Granted: limit, TTLMs: quota, ChargeGranted: remaining, ReturnBy: limit ^ quota, ChargeReturnBy: quota ^ remaining},
+			RetryAfter: quota, Strategy: strategy, WindowSeconds: remaining, RuleID: rule, Lease: Lease{Granted: limit, TTLMs: quota, ChargeGranted: remaining, LeasedAt: limit ^ quota, ChargeLeasedAt: quota ^ remaining},
 			Identity: id, Tier: tier, Degraded: flag, LogOnly: !flag && allowed}
 		if allowed && flag {
 			d.Charges = []Charge{{RuleID: rule, CostFrom: strategy}, {RuleID: tier}}
@@ -64,7 +64,7 @@ func FuzzAppendCheckRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, user, endpoint, method, strategy string, limit int64, hasLimit bool, tier, tenant, key string, cost, lease, returned int64, address string) {
 		r := CheckRequest{UserID: user, Endpoint: endpoint, Method: method, Strategy: strategy, Tier: tier, Tenant: tenant, APIKey: key,
 			Cost: cost, Lease: lease, Returned: returned, Spent: returned ^ lease, ClientAddress: address, MethodOverride: strategy + method,
-			LeaseCharges: hasLimit != (cost > 0), ChargeReturned: cost ^ returned, ReturnBy: lease ^ cost, ChargeReturnBy: lease ^ returned, OverrideOnly: lease > returned}
+			LeaseCharges: hasLimit != (cost > 0), ChargeReturned: cost ^ returned, LeasedAt: lease ^ cost, ChargeLeasedAt: lease ^ returned, OverrideOnly: lease > returned}
 		if hasLimit {
 			r.Limit, r.WindowSeconds = &limit, &cost
 			r.BodyBytes = &lease

@@ -55,12 +55,12 @@ type CheckRequest struct {
 	// ChargeReturned hands back unused ChargeGranted tokens of an earlier
 	// lease for the same bucket.
 	ChargeReturned int64 `json:"charge_returned,omitempty"`
-	// ReturnBy and ChargeReturnBy are the Lease.ReturnBy and
-	// Lease.ChargeReturnBy of the lease Returned and ChargeReturned come
+	// LeasedAt and ChargeLeasedAt are the Lease.LeasedAt and
+	// Lease.ChargeLeasedAt of the lease Returned and ChargeReturned come
 	// from, sent back as they came: a counter credits a hand-back only
-	// before them, and none without them.
-	ReturnBy       int64 `json:"return_by,omitempty"`
-	ChargeReturnBy int64 `json:"charge_return_by,omitempty"`
+	// when its stamp falls in its current stretch, and none without one.
+	LeasedAt       int64 `json:"leased_at,omitempty"`
+	ChargeLeasedAt int64 `json:"charge_leased_at,omitempty"`
 	// ClientAddress is the address of a caller identified otherwise (a
 	// verified JWT subject), so that per-address rules count it too.
 	ClientAddress string `json:"client_address,omitempty"`
@@ -94,19 +94,20 @@ type Lease struct {
 	// spends one of Granted and one of these, and its response's cost is
 	// paid from these first. A lease under such a rule has both or none.
 	ChargeGranted int64 `json:"charge_granted,omitempty"`
-	// ReturnBy is opaque to the caller: it sends it back with the tokens it
-	// hands back (CheckRequest.ReturnBy). It is the earliest hand-back
-	// deadline among the counters that granted Granted, in Unix ms on the
-	// Redis server's clock: a window's end, a bucket's time to be full
-	// again; tokens handed back later are not credited. ChargeReturnBy is
-	// the same for ChargeGranted (its rule's counter alone).
-	ReturnBy       int64 `json:"return_by,omitempty"`
-	ChargeReturnBy int64 `json:"charge_return_by,omitempty"`
+	// LeasedAt is opaque to the caller: it sends it back with the tokens it
+	// hands back (CheckRequest.LeasedAt). It is a moment inside the current
+	// stretch of every counter that granted the lease (a window; a
+	// bucket's time since it was last full), in Unix microseconds on the
+	// Redis server's clock, so that each credits a hand-back only into the
+	// stretch its tokens came from. ChargeLeasedAt is the same for
+	// ChargeGranted, whose counter is its rule's alone.
+	LeasedAt       int64 `json:"leased_at,omitempty"`
+	ChargeLeasedAt int64 `json:"charge_leased_at,omitempty"`
 }
 
-// MaxReturnBy bounds a return_by: Unix ms that Redis's Lua numbers hold
-// exactly.
-const MaxReturnBy = 1 << 53
+// MaxLeasedAt bounds a leased_at: Unix microseconds that Redis's Lua
+// numbers hold exactly.
+const MaxLeasedAt = 1 << 53
 
 // CheckResponse is the decision. The HTTP status is 200 when Allowed and 429
 // when not; the body is the same shape either way.

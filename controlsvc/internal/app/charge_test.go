@@ -129,8 +129,8 @@ func TestTokenBudgetLease(t *testing.T) {
 	// The filter admitted one request on the lease and paid its answer
 	// (60 tokens) from the pool: 60 spent; 4 and 39 handed back.
 	check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
-	check["return_by"] = int64(m["lease"].(map[string]any)["return_by"].(float64))
-	check["charge_return_by"] = int64(m["lease"].(map[string]any)["charge_return_by"].(float64))
+	check["leased_at"] = int64(m["lease"].(map[string]any)["leased_at"].(float64))
+	check["charge_leased_at"] = int64(m["lease"].(map[string]any)["charge_leased_at"].(float64))
 	m = s.check(check).json(t)
 	if g, cg := lease(m); g != 5 || cg != 93 || num(t, m, "remaining") != 844 {
 		t.Fatalf("refill: granted %d and %d, remaining %d; want 5, 93 (of 938-1) and 844", g, cg, num(t, m, "remaining"))
@@ -345,14 +345,13 @@ func TestRedisDownResponseCostAdmissions(t *testing.T) {
 	}
 }
 
-// A lease's pool (charge_granted) goes back by its own rule's deadline
-// (charge_return_by), whichever rule decided: beside a request rule that
-// decides (fewer left), an LLM pool's tokens handed back after the pool's
-// window ended must not come back into the next one (an outsider drained
-// the request rule to push its reset out and got 20,600 tokens of a 15,000
-// budget), and the tier's own deadline (a bucket's time to be full again,
-// return_by) must not cut the pool's short. A hand-back with a deadline
-// already past credits nothing.
+// A lease's pool goes back only to the window it came from, by its own
+// stamp (charge_leased_at), whichever rule decided: beside a request rule
+// that decides (fewer left), an LLM pool's tokens handed back after the
+// pool's window ended must not come back into the next one (an outsider
+// drained the request rule to push its reset out and got 20,600 tokens of
+// a 15,000 budget), and the tier's buckets, full again within moments,
+// must not take the pool's hand-back with them.
 func TestLeaseHandBackAfterItsWindow(t *testing.T) {
 	s := startService(t, `
 [[tiers]]
@@ -363,33 +362,33 @@ algorithm = "token_bucket"
 `+tokenRules[strings.Index(tokenRules, "[[rules]]"):], nil)
 	for _, tc := range []struct {
 		name   string
-		shift  int64 // added to the lease's charge_return_by when handing back
+		shift  int64 // added to the pool's stamp (µs) when handing back
 		wantCG int64
 	}{
-		{"in its window", 0, 93},             // the 39 come back: a tenth of 938-1
-		{"after its window", -3_600_000, 89}, // nothing comes back: a tenth of 899-1
+		{"in its window", 0, 93},                // the 39 come back: a tenth of 938-1
+		{"after its window", 3_600_000_000, 89}, // nothing comes back: a tenth of 899-1
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			check := map[string]any{"user_id": "erin-" + tc.name, "endpoint": "/v1/chat/completions", "method": "POST", "lease": 5, "lease_charges": true}
 			s.check(check)
 			m := s.check(check).json(t)
 			l := m["lease"].(map[string]any)
-			by, _ := l["return_by"].(float64)
-			chargeBy, _ := l["charge_return_by"].(float64)
+			at, _ := l["leased_at"].(float64)
+			chargeAt, _ := l["charge_leased_at"].(float64)
 			if m["rule_id"] == "tokens" || l["charge_granted"] != 99.0 {
 				t.Fatalf("want a lease decided by the tier, with 99 of the pool: %v", m)
 			}
-			now := time.Now().UnixMilli()
-			if int64(chargeBy)%3_600_000 != 0 || int64(chargeBy) <= now || int64(chargeBy) > now+3_600_000 {
-				t.Fatalf("charge_return_by %v: want the end of the pool's hour", chargeBy)
+			now := time.Now().UnixMicro()
+			if int64(chargeAt)%3_600_000_000 != 0 || int64(chargeAt) > now || int64(chargeAt) <= now-3_600_000_000 {
+				t.Fatalf("charge_leased_at %v at %d: want the start of the pool's hour", chargeAt, now)
 			}
-			// The tier's buckets (its path's, its total's): full again
-			// within seconds.
-			if int64(by) <= now || int64(by) > now+10_000 {
-				t.Fatalf("return_by %v at %d: want the tier's buckets full again, seconds on", by, now)
+			if int64(at) > now || int64(at) < now-10_000_000 {
+				t.Fatalf("leased_at %v at %d: want the moment the tier's buckets were last full", at, now)
 			}
+			// The stamp of the hour after: a later window's (the service
+			// chose the hour by its clock) credits nothing either.
 			check["returned"], check["charge_returned"], check["spent"] = 4, 39, 60
-			check["return_by"], check["charge_return_by"] = int64(by), int64(chargeBy)+tc.shift
+			check["leased_at"], check["charge_leased_at"] = int64(at), int64(chargeAt)+tc.shift
 			m = s.check(check).json(t)
 			if cg, _ := m["lease"].(map[string]any)["charge_granted"].(float64); int64(cg) != tc.wantCG {
 				t.Fatalf("the next lease's pool: %v; want %d", m, tc.wantCG)

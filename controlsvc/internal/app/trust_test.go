@@ -262,8 +262,8 @@ func TestUntrustedCallerPlainShapeOnly(t *testing.T) {
 		{plain(`,"lease":10`), 403, "lease"},
 		{plain(`,"returned":10`), 403, "returned"},
 		{plain(`,"charge_returned":10`), 403, "charge_returned"},
-		{plain(`,"return_by":1795676400000`), 403, "return_by"},
-		{plain(`,"charge_return_by":1795676400000`), 403, "charge_return_by"},
+		{plain(`,"leased_at":1795676400000`), 403, "leased_at"},
+		{plain(`,"charge_leased_at":1795676400000`), 403, "charge_leased_at"},
 		{`{"user_id":"key:k_victim","endpoint":"/api/v1/items"}`, 403, "user_id"},
 	} {
 		before := s.countersExcept("\x00") // every counter, alice's too
@@ -370,13 +370,13 @@ func TestRefundsOnlyGiveBackLeases(t *testing.T) {
 			if r.status != 200 || lease["granted"] != 9.0 || num(t, r.json(t), "remaining") != 89 {
 				t.Fatalf("lease: %d %s", r.status, r.body)
 			}
-			// A window's lease comes with its return_by, sent back with
+			// A window's lease comes with its leased_at, sent back with
 			// the tokens (TestLeaseHandBackAfterItsWindow).
 			back := `,"returned":1000`
-			if by, ok := lease["return_by"].(float64); ok {
-				back += fmt.Sprintf(`,"return_by":%d`, int64(by))
+			if at, ok := lease["leased_at"].(float64); ok {
+				back += fmt.Sprintf(`,"leased_at":%d`, int64(at))
 			} else if a == "fixed_window" || a == "sliding_window" {
-				t.Fatalf("a window's lease without a return_by: %s", r.body)
+				t.Fatalf("a window's lease without a leased_at: %s", r.body)
 			}
 			before := filter.countersExcept("\x00")
 			if r := check(open, `,"returned":1000`); r.status != 403 || r.errorCode(t) != "FORBIDDEN" {

@@ -33,8 +33,8 @@ type subject struct {
 	methodOverride                         string
 	overrideOnly                           bool
 	cost, lease, returned, spent           int64
-	chargeReturned, returnBy               int64
-	chargeReturnBy                         int64
+	chargeReturned, leasedAt               int64
+	chargeLeasedAt                         int64
 	address                                string // client_address
 }
 
@@ -92,9 +92,9 @@ type caller struct {
 	// an earlier one.
 	leaseCharges   bool
 	chargeReturned int64
-	// returnBy and chargeReturnBy are the lease's deadlines the
-	// hand-backs come with (limiter.Request.ReturnBy).
-	returnBy, chargeReturnBy int64
+	// leasedAt and chargeLeasedAt are the stamps of the lease the
+	// hand-backs come from (limiter.Request.LeasedAt).
+	leasedAt, chargeLeasedAt int64
 	adhoc                    *rules.Rule // the check's own limit, if it gave one
 	// refused: the request is answered with its key's refusal whatever the
 	// rules say, so it is counted but never recorded as admitted usage.
@@ -248,10 +248,10 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 		return apierr.Forbidden("spent")
 	case in.chargeReturned != 0:
 		return apierr.Forbidden("charge_returned")
-	case in.returnBy != 0:
-		return apierr.Forbidden("return_by")
-	case in.chargeReturnBy != 0:
-		return apierr.Forbidden("charge_return_by")
+	case in.leasedAt != 0:
+		return apierr.Forbidden("leased_at")
+	case in.chargeLeasedAt != 0:
+		return apierr.Forbidden("charge_leased_at")
 	case in.overrideOnly:
 		// Would count a request under fewer rules than its own.
 		return apierr.Forbidden("override_only")
@@ -267,7 +267,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, overrideOnly: req.OverrideOnly, tier: req.Tier, tenant: req.Tenant,
-		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, returnBy: req.ReturnBy, chargeReturnBy: req.ChargeReturnBy, address: req.ClientAddress}, trust)
+		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, leasedAt: req.LeasedAt, chargeLeasedAt: req.ChargeLeasedAt, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -283,10 +283,10 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		return nil, apierr.Invalid("spent", fmt.Sprintf("must be in 0..%d", MaxReturned))
 	case req.ChargeReturned < 0 || req.ChargeReturned > MaxReturned:
 		return nil, apierr.Invalid("charge_returned", fmt.Sprintf("must be in 0..%d", MaxReturned))
-	case req.ReturnBy < 0 || req.ReturnBy > wire.MaxReturnBy:
-		return nil, apierr.Invalid("return_by", fmt.Sprintf("must be in 0..%d (the lease's own return_by, sent back as it came)", int64(wire.MaxReturnBy)))
-	case req.ChargeReturnBy < 0 || req.ChargeReturnBy > wire.MaxReturnBy:
-		return nil, apierr.Invalid("charge_return_by", fmt.Sprintf("must be in 0..%d (the lease's own charge_return_by, sent back as it came)", int64(wire.MaxReturnBy)))
+	case req.LeasedAt < 0 || req.LeasedAt > wire.MaxLeasedAt:
+		return nil, apierr.Invalid("leased_at", fmt.Sprintf("must be in 0..%d (the lease's own leased_at, sent back as it came)", int64(wire.MaxLeasedAt)))
+	case req.ChargeLeasedAt < 0 || req.ChargeLeasedAt > wire.MaxLeasedAt:
+		return nil, apierr.Invalid("charge_leased_at", fmt.Sprintf("must be in 0..%d (the lease's own charge_leased_at, sent back as it came)", int64(wire.MaxLeasedAt)))
 	}
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
@@ -295,7 +295,7 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	}
 	c.returned, c.spent = req.Returned, req.Spent
 	c.leaseCharges, c.chargeReturned = req.LeaseCharges, req.ChargeReturned
-	c.returnBy, c.chargeReturnBy = req.ReturnBy, req.ChargeReturnBy
+	c.leasedAt, c.chargeLeasedAt = req.LeasedAt, req.ChargeLeasedAt
 	if req.BodyBytes != nil && (*req.BodyBytes < 0 || *req.BodyBytes > rules.MaxQuantity) {
 		return nil, apierr.Invalid("body_bytes", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 	}

@@ -509,9 +509,9 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		if i < len(costs) {
 			lr.Cost, lr.Admit = costs[i], admits[i]
 		}
-		lr.Lease, lr.Returned, lr.ReturnBy, lr.WarmLeaseOnly = want, c.returned, c.returnBy, len(rs) > 1
+		lr.Lease, lr.Returned, lr.LeasedAt, lr.WarmLeaseOnly = want, c.returned, c.leasedAt, len(rs) > 1
 		if i == pool {
-			lr.Lease, lr.Returned, lr.ReturnBy = poolWant, c.chargeReturned, c.chargeReturnBy
+			lr.Lease, lr.Returned, lr.LeasedAt = poolWant, c.chargeReturned, c.chargeLeasedAt
 		}
 		if !a.req.Rule.Scope.Shared() {
 			lr.Penalty = p.Penalty
@@ -560,7 +560,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			keep = poolGranted
 		}
 		if excess := a.res.Granted - keep; excess > 0 {
-			s.giveBack(ctx, a.req, excess, a.res.RefundBy)
+			s.giveBack(ctx, a.req, excess, a.res.WindowStart)
 			a.res.Granted = keep
 		}
 	}
@@ -615,11 +615,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // giveBack returns tokens a counter granted beyond the lease the filter
-// gets, as the lease they came from (returnBy: the grant's RefundBy). A
-// failure only leaves them spent until the counter refills: the limiter
+// gets, to the window they came from (leasedAt: the grant's WindowStart).
+// A failure only leaves them spent until the counter refills: the limiter
 // under-admits, never over-admits.
-func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, returnBy int64) {
-	r.Returned, r.ReturnBy = n, returnBy
+func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, leasedAt int64) {
+	r.Returned, r.LeasedAt = n, leasedAt
 	if _, err := s.limit(ctx, r); err != nil {
 		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
 	}
@@ -788,25 +788,38 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 	// its own).
 	if g := granted; g > 0 && !denied && !logOnly {
 		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
-		var returnBy, chargeReturnBy int64
+		// leased_at is a moment inside the stretch of every counter that
+		// granted the lease (a window; a bucket's time since it was last
+		// full), for each to credit its hand-back only there (prelude.lua):
+		// the latest of their starts, before the earliest of their ends.
+		// The pool's tokens came from its rule's counter alone: its own
+		// start (two fast buckets' stretches, a fraction of a millisecond
+		// each, often share no moment, and took the pool's hand-backs
+		// with them).
+		var leasedAt, firstEnd, chargeLeasedAt int64
 		for i, a := range rs {
 			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
 				// Tokens of a window must not be spent in the next one.
 				ttl = min(ttl, a.res.ResetAfter)
 			}
-			// Nor handed back past their counter's deadline (prelude.lua):
-			// the earliest bounds a grant every rule made; the pool is
-			// its rule's own (a tier's bucket full again in a millisecond
-			// would otherwise take every LLM token handed back).
 			if i == pool {
-				chargeReturnBy = a.res.RefundBy
-			} else if by := a.res.RefundBy; by > 0 && (returnBy == 0 || by < returnBy) {
-				returnBy = by
+				chargeLeasedAt = a.res.WindowStart
+			} else if a.res.WindowStart > 0 {
+				leasedAt = max(leasedAt, a.res.WindowStart)
+				if firstEnd == 0 || a.res.WindowEnd < firstEnd {
+					firstEnd = a.res.WindowEnd
+				}
 			}
 		}
-		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), ReturnBy: returnBy}
+		if leasedAt >= firstEnd {
+			// No moment shared (counters on Redis servers whose clocks
+			// disagree; a bucket that may be full again before another
+			// counter's stretch began): its hand-backs credit nothing.
+			leasedAt = 0
+		}
+		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), LeasedAt: leasedAt}
 		if chargeGranted > 0 {
-			resp.Lease.ChargeGranted, resp.Lease.ChargeReturnBy = chargeGranted, chargeReturnBy
+			resp.Lease.ChargeGranted, resp.Lease.ChargeLeasedAt = chargeGranted, chargeLeasedAt
 		}
 	}
 	return resp, result

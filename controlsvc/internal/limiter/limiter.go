@@ -60,10 +60,11 @@ type Request struct {
 	// Returned gives back unspent tokens of an earlier lease.
 	Lease    int64
 	Returned int64
-	// ReturnBy is the return_by of the lease Returned comes from: the
-	// counter credits the hand-back only before it and, a window, only if
-	// it is this window's (prelude.lua); nothing without it.
-	ReturnBy int64
+	// LeasedAt is the leased_at of the lease Returned comes from: the
+	// counter credits the hand-back only when it falls in its current
+	// stretch (a window; a bucket's time since it was last full:
+	// prelude.lua), nothing without it.
+	LeasedAt int64
 	// LeaseFraction caps a lease at this share of what is left.
 	LeaseFraction float64
 	// Peek reads without writing anything (status queries).
@@ -137,11 +138,12 @@ type Result struct {
 	// Charged is what a Charge spent: its cost, less what would have taken
 	// the balance below minus the capacity.
 	Charged int64
-	// RefundBy is until when the counter takes back tokens of a lease
-	// granted now (Request.ReturnBy), in Unix ms on the Redis server's
-	// clock: a window's end, a bucket's time to be full again (0 for the
-	// sliding log, which leases nothing).
-	RefundBy int64
+	// WindowStart and WindowEnd bound the counter's stretch for a lease
+	// granted now, in Unix microseconds on the Redis server's clock (0 for
+	// the sliding log): a window's bounds; a bucket's from when it was
+	// last full to when it could first be full again. What a lease's
+	// leased_at is made of (Request.LeasedAt).
+	WindowStart, WindowEnd int64
 }
 
 // Limiter runs the scripts against one Redis client.
@@ -321,7 +323,7 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	// The optional arguments are positional: one sent needs those before it.
 	last := 12
 	switch {
-	case r.Returned > 0 && r.ReturnBy > 0:
+	case r.Returned > 0 && r.LeasedAt > 0:
 		last = 15
 	case r.Admit > r.Cost:
 		last = 14
@@ -338,7 +340,7 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 		args = append(args, r.Admit) // ARGV[14]: the script takes the larger of it and the cost
 	}
 	if last >= 15 {
-		args = append(args, r.ReturnBy) // ARGV[15]
+		args = append(args, r.LeasedAt) // ARGV[15]
 	}
 	return s, args, nil
 }
@@ -420,24 +422,25 @@ func (l *Limiter) Ping(ctx context.Context) error {
 
 func parseResult(v any) (Result, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 8 {
-		return Result{}, fmt.Errorf("script returned %T %v, want 8 integers", v, v)
+	if !ok || len(vals) != 9 {
+		return Result{}, fmt.Errorf("script returned %T %v, want 9 integers", v, v)
 	}
-	var n [8]int64
+	var n [9]int64
 	for i, x := range vals {
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("script result %d is %T, want an integer", i, x)
 		}
 	}
 	return Result{
-		Allowed:    n[0] == 1,
-		Remaining:  max(n[1], 0),
-		ResetAfter: time.Duration(max(n[2], 0)) * time.Millisecond,
-		RetryAfter: time.Duration(max(n[3], 0)) * time.Millisecond,
-		Granted:    max(n[4], 0),
-		Penalized:  n[5] == 1,
-		Credited:   max(n[6], 0),
-		RefundBy:   max(n[7], 0),
+		Allowed:     n[0] == 1,
+		Remaining:   max(n[1], 0),
+		ResetAfter:  time.Duration(max(n[2], 0)) * time.Millisecond,
+		RetryAfter:  time.Duration(max(n[3], 0)) * time.Millisecond,
+		Granted:     max(n[4], 0),
+		Penalized:   n[5] == 1,
+		Credited:    max(n[6], 0),
+		WindowStart: max(n[7], 0),
+		WindowEnd:   max(n[8], 0),
 	}, nil
 }
 

@@ -218,7 +218,7 @@ func TestLease(t *testing.T) {
 				t.Fatalf("near the limit: %+v; want no lease, 5 remaining", res)
 			}
 			// Handing back leased tokens restores them, never more than leased.
-			r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, 100, res.RefundBy
+			r.Cost, r.Lease, r.Returned, r.LeasedAt = 0, 0, 100, res.WindowStart
 			res, _ = l.Do(ctx, r)
 			if res.Remaining != 14 {
 				t.Fatalf("after returning: %+v; want the 9 leased tokens back (14 remaining)", res)
@@ -491,7 +491,7 @@ func TestRefundNeverExceedsLeased(t *testing.T) {
 			if err != nil || res.Granted != 8 || res.Remaining != 81 {
 				t.Fatalf("lease: %+v %v; want 8 granted, 81 remaining", res, err)
 			}
-			r.Lease, r.ReturnBy = 0, res.RefundBy
+			r.Lease, r.LeasedAt = 0, res.WindowStart
 			for i, tc := range []struct{ returned, remaining int64 }{
 				{3, 83},   // 3 of 8 back, minus this call's cost
 				{100, 87}, // only the 5 still leased
@@ -561,7 +561,7 @@ func TestDenialWritesNothing(t *testing.T) {
 			if err != nil || !res.Allowed || res.Granted != 2 {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
-			r.Lease, r.ReturnBy = 0, res.RefundBy
+			r.Lease, r.LeasedAt = 0, res.WindowStart
 			for range 2 {
 				if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
 					t.Fatalf("spend: %+v %v", res, err)
@@ -664,64 +664,26 @@ func TestHashStateOfEarlierVersionsIsUpgraded(t *testing.T) {
 	}
 }
 
-// A counter credits a hand-back only before the return_by its lease came
-// with, and a window only its own window's: tokens of a window that has
-// ended came off that window's leases, and credited against the next
-// one's they would take from leases other buckets of the same counter were
-// granted there (an outsider's LLM pool: 20,600 tokens admitted in a
-// window of 15,000); a bucket's tokens handed back once it was full again
-// come on top of the refill its cap had cut (an outsider: 201 admitted in
-// a burst of 100). Without a return_by nothing is credited.
-func TestHandBackOnlyBeforeReturnBy(t *testing.T) {
+// A counter credits a hand-back only into the stretch its lease came from
+// (leased_at, a moment inside it): a window into its window, a bucket only
+// if it has not been full again since. Tokens of a window that has ended
+// came off that window's leases, and credited against the next one's they
+// would take from leases other buckets of the same counter were granted
+// there (an outsider's LLM pool: 20,600 tokens admitted in a window of
+// 15,000); a bucket's, handed back after it was full again, would come on
+// top of the refill its cap cut (an outsider: 201 admitted in a burst of
+// 100). Without a stamp nothing is credited.
+func TestHandBackOnlyInItsWindow(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
-	redisMs := func() int64 {
+	redisUs := func() int64 {
 		tm, err := rdb.Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tm.UnixMilli()
+		return tm.UnixMicro()
 	}
-	for _, a := range rules.Algorithms {
-		if a == rules.SlidingLog {
-			continue // no leases
-		}
-		window := a == rules.FixedWindow || a == rules.SlidingWindow
-		t.Run(string(a), func(t *testing.T) {
-			r := req(a, "return-by-"+string(a), 100, 3600)
-			r.Lease, r.LeaseFraction = 50, 0.1
-			res, err := l.Do(ctx, r) // 1 spent, 9 leased
-			if err != nil || res.Granted != 9 {
-				t.Fatalf("lease: %+v %v", res, err)
-			}
-			now, by := redisMs(), res.RefundBy
-			// A window's deadline is its end; a bucket's its time to be
-			// full again: 10 tokens at 100 an hour, 6 minutes.
-			if window && (by <= now || by%3_600_000 != 0) || !window && (by < now+359_000 || by > now+361_000) {
-				t.Fatalf("refund_by %d at %d", by, now)
-			}
-			r.Cost, r.Lease = 0, 0
-			for _, tc := range []struct {
-				name             string
-				returnBy, credit int64
-			}{
-				{"none", 0, 0},
-				{"a deadline past", now - 1, 0},
-				{"a window already over", by - 3_600_000, 0},
-				{"the next window's", by + 3_600_000, 0},
-				{"this lease's", by, 4},
-			} {
-				if !window && tc.name == "the next window's" {
-					continue // a bucket has no windows: any deadline to come
-				}
-				r.Returned, r.ReturnBy = 4, tc.returnBy
-				res, err := l.Do(ctx, r)
-				if err != nil || res.Credited != tc.credit {
-					t.Fatalf("%s: %+v %v; want %d credited", tc.name, res, err, tc.credit)
-				}
-			}
-		})
-	}
+	redisMs := func() int64 { return redisUs() / 1000 }
 	awaitRedis := func(ms int64) {
 		for i := 0; redisMs() < ms; i++ {
 			if i == 1000 {
@@ -730,41 +692,105 @@ func TestHandBackOnlyBeforeReturnBy(t *testing.T) {
 			time.Sleep(5 * time.Millisecond) // the Redis clock is the signal
 		}
 	}
+	for _, a := range rules.Algorithms {
+		if a == rules.SlidingLog {
+			continue // no leases
+		}
+		window := a == rules.FixedWindow || a == rules.SlidingWindow
+		t.Run(string(a), func(t *testing.T) {
+			r := req(a, "leased-at-"+string(a), 100, 3600)
+			r.Lease, r.LeaseFraction = 50, 0.1
+			res, err := l.Do(ctx, r) // 1 spent, 9 leased
+			if err != nil || res.Granted != 9 {
+				t.Fatalf("lease: %+v %v", res, err)
+			}
+			start, end, now := res.WindowStart, res.WindowEnd, redisUs()
+			// A window's bounds; a bucket's stretch from when it was full
+			// (its first call) to when it could be full again (9 + 1 taken
+			// at 100 an hour: 6 minutes on).
+			if window && (start > now || start%3_600_000_000 != 0 || end != start+3_600_000_000) ||
+				!window && (start > now || start < now-1_000_000 || end < now+350_000_000 || end > now+370_000_000) {
+				t.Fatalf("stretch %d-%d at %d", start, end, now)
+			}
+			r.Cost, r.Lease = 0, 0
+			for _, tc := range []struct {
+				name             string
+				leasedAt, credit int64
+			}{
+				{"none", 0, 0},
+				{"the stretch before", start - 1, 0},
+				{"the next window", start + 3_600_000_000, 0},
+				{"this stretch", start, 4},
+				{"a moment in this stretch", start + 1234, 4},
+			} {
+				if !window && tc.name == "the next window" {
+					continue // a bucket's stretch has no end until it is full again
+				}
+				r.Returned, r.LeasedAt = 4, tc.leasedAt
+				if res, err := l.Do(ctx, r); err != nil || res.Credited != tc.credit {
+					t.Fatalf("%s: %+v %v; want %d credited", tc.name, res, err, tc.credit)
+				}
+			}
+		})
+	}
 
 	// One bucket's lease outlives its window, another bucket of the
 	// counter is leased in the next, and the first hands back: the new
 	// window keeps its count.
-	r := req(rules.FixedWindow, "return-by-across", 100, 1)
+	r := req(rules.FixedWindow, "leased-at-across", 100, 1)
 	r.Lease, r.LeaseFraction = 50, 0.5
 	first, err := l.Do(ctx, r)
-	if err != nil || first.Granted == 0 || first.RefundBy == 0 {
+	if err != nil || first.Granted == 0 || first.WindowStart == 0 {
 		t.Fatalf("first lease: %+v %v", first, err)
 	}
-	awaitRedis(first.RefundBy)
+	awaitRedis(first.WindowEnd / 1000)
 	next, err := l.Do(ctx, r)
-	if err != nil || next.Granted == 0 || next.RefundBy <= first.RefundBy {
+	if err != nil || next.Granted == 0 || next.WindowStart <= first.WindowStart {
 		t.Fatalf("the next window's lease: %+v %v", next, err)
 	}
-	r.Cost, r.Lease, r.Returned, r.ReturnBy = 0, 0, first.Granted, first.RefundBy
+	r.Cost, r.Lease, r.Returned, r.LeasedAt = 0, 0, first.Granted, first.WindowStart
 	if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 || back.Remaining != next.Remaining {
 		t.Fatalf("the old window's hand-back: %+v %v; want nothing credited, %d remaining", back, err, next.Remaining)
+	}
+
+	// A lease of a short window and a long one: past the short one's end
+	// the long one still takes its tokens back (one deadline for both, the
+	// earlier end, took them from a slow client: 29 admitted of 100).
+	short, long := req(rules.FixedWindow, "leased-at-two", 100, 1), req(rules.FixedWindow, "leased-at-two", 100, 3600)
+	short.Rule = &rules.Rule{ID: "short", Algorithm: rules.FixedWindow, Limit: 100, WindowSeconds: 1}
+	short.Lease, short.LeaseFraction, long.Lease, long.LeaseFraction = 10, 0.5, 10, 0.5
+	s1, err1 := l.Do(ctx, short)
+	l1, err2 := l.Do(ctx, long)
+	if err1 != nil || err2 != nil || s1.Granted != 10 || l1.Granted != 10 {
+		t.Fatalf("leases: %+v %v, %+v %v", s1, err1, l1, err2)
+	}
+	leasedAt := max(s1.WindowStart, l1.WindowStart) // as the service makes it
+	awaitRedis(s1.WindowEnd / 1000)
+	long.Cost, long.Lease, long.Returned, long.LeasedAt = 0, 0, 10, leasedAt
+	short.Cost, short.Lease, short.Returned, short.LeasedAt = 0, 0, 10, leasedAt
+	if back, err := l.Do(ctx, long); err != nil || back.Credited != 10 {
+		t.Fatalf("the long window's hand-back: %+v %v; want 10 credited", back, err)
+	}
+	if back, err := l.Do(ctx, short); err != nil || back.Credited != 0 {
+		t.Fatalf("the short window's hand-back past its end: %+v %v; want nothing", back, err)
 	}
 
 	// A bucket leased, full again, drained: the lease's tokens do not come
 	// back on top.
 	for _, a := range []rules.Algorithm{rules.TokenBucket, rules.GCRA} {
-		r := req(a, "return-by-refilled-"+string(a), 10, 1)
+		r := req(a, "leased-at-refilled-"+string(a), 10, 1)
 		r.Lease, r.LeaseFraction = 50, 0.5
+		at := redisMs()
 		lease, err := l.Do(ctx, r)
 		if err != nil || lease.Granted != 4 {
 			t.Fatalf("%s lease: %+v %v", a, lease, err)
 		}
-		awaitRedis(lease.RefundBy + 2) // whole again (RefundBy is floored to the ms)
+		awaitRedis(at + 600) // 5 taken at 10 a second: full again in half a second
 		r.Lease, r.Cost = 0, 10
 		if drained, err := l.Do(ctx, r); err != nil || !drained.Allowed || drained.Remaining != 0 {
 			t.Fatalf("%s drain: %+v %v", a, drained, err)
 		}
-		r.Cost, r.Returned, r.ReturnBy = 0, lease.Granted, lease.RefundBy
+		r.Cost, r.Returned, r.LeasedAt = 0, lease.Granted, lease.WindowStart
 		if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 {
 			t.Fatalf("%s hand-back once full again: %+v %v; want nothing credited", a, back, err)
 		}

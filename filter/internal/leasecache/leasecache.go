@@ -118,10 +118,10 @@ type Entry struct {
 	// the bucket's requests call out rather than wait for a refill that
 	// will likely bring none either.
 	RefillUntilMs, RefillID, RefillBare int64
-	// ReturnBy and ChargeReturnBy are the lease's deadlines (wire.Lease),
+	// LeasedAt and ChargeLeasedAt are the lease's stamps (wire.Lease),
 	// opaque here: Take hands them back with the tokens of each pool for
 	// the check to send.
-	ReturnBy, ChargeReturnBy int64
+	LeasedAt, ChargeLeasedAt int64
 }
 
 // Outcome of Take.
@@ -337,13 +337,13 @@ func (c *Cache) place(owner Owner, nowMs int64) (k string, data []byte, cas uint
 // when it has that pool). On a Miss, returned is the count of expired lease
 // tokens taken out of the slot, to be handed back to the control service
 // with the next check (its returned field), and the Entry holds only Spent,
-// ChargeTokens and ReturnBy: the lease tokens spent locally since the last
+// ChargeTokens and LeasedAt: the lease tokens spent locally since the last
 // Miss, for the same check to report (each is handed out once), the pool's
-// tokens to hand back (charge_returned), and the lease's deadlines to send
-// with them (ReturnBy, ChargeReturnBy); on Refilling, RefillID and RefillBare. The whole Entry is
+// tokens to hand back (charge_returned), and the lease's stamps to send
+// with them (LeasedAt, ChargeLeasedAt); on Refilling, RefillID and RefillBare. The whole Entry is
 // meaningful on a Hit or Denied.
 func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned int64) {
-	var spent, chargeReturned, returnBy, chargeReturnBy int64
+	var spent, chargeReturned, leasedAt, chargeLeasedAt int64
 	for i := 0; i < maxCASRetries; i++ {
 		k, data, cas := c.find(owner, false)
 		if k == "" {
@@ -371,12 +371,12 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return e, Denied, 0
 		case e.Tokens > 0 || e.ChargeTokens > 0 || e.Spent > 0:
 			// Expired or used up: the check this Miss leads to hands back
-			// the tokens left, with the lease's return_by, and reports
+			// the tokens left, with the lease's leased_at, and reports
 			// those spent, once. Whether the tokens still count is the
 			// service's to say, by Redis's clock: a window credits them
-			// only before return_by (prelude.lua).
+			// only in the window they came from (prelude.lua).
 			returned, chargeReturned, spent = e.Tokens, e.ChargeTokens, e.Spent
-			returnBy, chargeReturnBy = e.ReturnBy, e.ChargeReturnBy
+			leasedAt, chargeLeasedAt = e.LeasedAt, e.ChargeLeasedAt
 			e.Tokens, e.ChargeTokens, e.Spent = 0, 0, 0
 		case e.RefillUntilMs > nowMs:
 			return Entry{RefillID: e.RefillID, RefillBare: e.RefillBare}, Refilling, 0
@@ -396,7 +396,7 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 			return Entry{}, Miss, 0
 		}
 		if returned > 0 || chargeReturned > 0 || spent > 0 {
-			return Entry{Spent: spent, ChargeTokens: chargeReturned, ReturnBy: returnBy, ChargeReturnBy: chargeReturnBy}, Miss, returned
+			return Entry{Spent: spent, ChargeTokens: chargeReturned, LeasedAt: leasedAt, ChargeLeasedAt: chargeLeasedAt}, Miss, returned
 		}
 		viewStrings(data, &e)
 		return e, Hit, 0
@@ -487,16 +487,16 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 				viewStrings(data, &old)
 				next.ChargeRule, next.CostFrom = old.ChargeRule, old.CostFrom
 			}
-			next.ExpiresMs, next.ReturnBy, next.ChargeReturnBy = old.ExpiresMs, old.ReturnBy, old.ChargeReturnBy
+			next.ExpiresMs, next.LeasedAt, next.ChargeLeasedAt = old.ExpiresMs, old.LeasedAt, old.ChargeLeasedAt
 			if e.Tokens > 0 {
-				// The merged tokens go back by the earlier deadline: the
+				// The merged tokens go back with the earlier stamp: the
 				// later one would let the earlier window's tokens be
 				// credited to the next (under-admission the other way).
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
-				next.ReturnBy = earlier(next.ReturnBy, e.ReturnBy)
+				next.LeasedAt = earlier(next.LeasedAt, e.LeasedAt)
 			}
 			if e.ChargeTokens > 0 {
-				next.ChargeReturnBy = earlier(next.ChargeReturnBy, e.ChargeReturnBy)
+				next.ChargeLeasedAt = earlier(next.ChargeLeasedAt, e.ChargeLeasedAt)
 			}
 		case live && e.Tokens == 0:
 			return nil // a denial never evicts another bucket's live lease
@@ -512,7 +512,7 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 	return ErrCasMismatch
 }
 
-// earlier is the earlier of two deadlines, 0 being none.
+// earlier is the earlier of two stamps, 0 being none.
 func earlier(a, b int64) int64 {
 	if a == 0 || b != 0 && b < a {
 		return b
@@ -726,7 +726,7 @@ func (c *Cache) keyReplaced() bool {
 // A slot holds: the owner (16 bytes); Tokens, ExpiresMs, DeniedUntilMs,
 // Limit, Remaining, ResetAt, WindowSeconds, RetryAfter, Quota, Spent,
 // FallbackStartMs, FallbackCount, ChargeTokens, RefillUntilMs, RefillID,
-// RefillBare, ReturnBy, ChargeReturnBy (int64 each, little endian:
+// RefillBare, LeasedAt, ChargeLeasedAt (int64 each, little endian:
 // Entry.ints);
 // then RuleID,
 // Identity, Tier, Strategy, ChargeRule, CostFrom and Refusal, each as a uint16 length
@@ -753,7 +753,7 @@ const (
 func (e *Entry) ints() [numInts]*int64 {
 	return [numInts]*int64{&e.Tokens, &e.ExpiresMs, &e.DeniedUntilMs, &e.Limit, &e.Remaining,
 		&e.ResetAt, &e.WindowSeconds, &e.RetryAfter, &e.Quota, &e.Spent, &e.FallbackStartMs,
-		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare, &e.ReturnBy, &e.ChargeReturnBy}
+		&e.FallbackCount, &e.ChargeTokens, &e.RefillUntilMs, &e.RefillID, &e.RefillBare, &e.LeasedAt, &e.ChargeLeasedAt}
 }
 
 func (e *Entry) strs() [numStrings]*string {

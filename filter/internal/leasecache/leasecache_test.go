@@ -112,39 +112,35 @@ func TestTakeLifecycle(t *testing.T) {
 	if _, _, left := c.Take(a, 2500); left != 0 {
 		t.Fatal("expired tokens were handed back twice")
 	}
-	// The tokens go back with the lease's return_by, whenever (whether a
+	// The tokens go back with the lease's leased_at, whenever (whether a
 	// window still counts them is Redis's to say, by its clock); what was
 	// spent is reported with them.
 	w := c.Bucket("user:w", "GET", "/x")
-	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 3, ReturnBy: 1_795_676_400_000}, 0)
+	c.Put(Entry{Owner: w, Tokens: 3, ExpiresMs: 2000, ResetAt: 3, LeasedAt: 1_795_676_400_000}, 0)
 	if _, out, _ := c.Take(w, 1500); out != Hit {
 		t.Fatalf("a live lease: %v", out)
 	}
-	if e, out, left := c.Take(w, 1_795_676_500_000); out != Miss || left != 2 || e.Spent != 1 || e.ReturnBy != 1_795_676_400_000 {
-		t.Fatalf("an expired lease: %v, returned %d, %+v; want 2 returned with their return_by, 1 spent", out, left, e)
+	if e, out, left := c.Take(w, 1_795_676_500_000); out != Miss || left != 2 || e.Spent != 1 || e.LeasedAt != 1_795_676_400_000 {
+		t.Fatalf("an expired lease: %v, returned %d, %+v; want 2 returned with their leased_at, 1 spent", out, left, e)
 	}
-	// Two leases merged in one slot go back by the earlier return_by: the
-	// later would let the earlier window's tokens count in the next.
+	// Two leases merged in one slot go back with the earlier stamp (a
+	// pool's tokens with theirs): the later would let the earlier
+	// window's tokens count in the next.
 	for _, tc := range []struct{ first, second, want int64 }{
 		{200, 100, 100}, {100, 200, 100}, {0, 100, 100}, {100, 0, 100}, {0, 0, 0},
 	} {
-		c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: tc.first}, 0)
-		c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: tc.second}, 0)
-		if e, out, left := c.Take(w, 2000); out != Miss || left != 2 || e.ReturnBy != tc.want {
-			t.Fatalf("merged %d and %d: %v, returned %d, return_by %d; want %d", tc.first, tc.second, out, left, e.ReturnBy, tc.want)
+		c.Put(Entry{Owner: w, Tokens: 1, ChargeTokens: 2, ExpiresMs: 2000, LeasedAt: tc.first, ChargeLeasedAt: tc.first + 7}, 0)
+		c.Put(Entry{Owner: w, Tokens: 1, ChargeTokens: 5, ExpiresMs: 2000, LeasedAt: tc.second, ChargeLeasedAt: tc.second + 7}, 0)
+		if e, out, left := c.Take(w, 2000); out != Miss || left != 2 || e.ChargeTokens != 7 || e.LeasedAt != tc.want ||
+			e.ChargeLeasedAt != min(tc.first+7, tc.second+7) {
+			t.Fatalf("merged %d and %d: %v, returned %d, %+v; want leased_at %d", tc.first, tc.second, out, left, e, tc.want)
 		}
 	}
-	// A pool's deadline is its own, merged the same way.
-	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 50, ChargeTokens: 7, ChargeReturnBy: 900}, 0)
-	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 40, ChargeTokens: 3, ChargeReturnBy: 800}, 0)
-	if e, _, left := c.Take(w, 2000); left != 2 || e.ReturnBy != 40 || e.ChargeTokens != 10 || e.ChargeReturnBy != 800 {
-		t.Fatalf("a merged pool: returned %d, %+v; want 2 by 40 and 10 by 800", left, e)
-	}
-	// A denial put over a live lease keeps the lease's return_by.
-	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, ReturnBy: 300}, 0)
+	// A denial put over a live lease keeps the lease's leased_at.
+	c.Put(Entry{Owner: w, Tokens: 1, ExpiresMs: 2000, LeasedAt: 300}, 0)
 	c.Put(Entry{Owner: w, DeniedUntilMs: 1000}, 0)
-	if e, _, left := c.Take(w, 2000); left != 1 || e.ReturnBy != 300 {
-		t.Fatalf("after a denial: returned %d, return_by %d; want 1 and 300", left, e.ReturnBy)
+	if e, _, left := c.Take(w, 2000); left != 1 || e.LeasedAt != 300 {
+		t.Fatalf("after a denial: returned %d, leased_at %d; want 1 and 300", left, e.LeasedAt)
 	}
 	c.Put(Entry{Owner: a, DeniedUntilMs: 3000, RetryAfter: 1, Identity: "user:a"}, 0)
 	if e, out, _ := c.Take(a, 2999); out != Denied || e.Identity != "user:a" {

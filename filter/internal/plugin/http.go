@@ -209,9 +209,9 @@ func (h *httpContext) bucketOf(method, override, path string) leasecache.Owner {
 }
 
 // handBack is what a check reports of the bucket's last lease: its expired
-// tokens of each pool, handed back with the lease's return_by, and those
+// tokens of each pool, handed back with the lease's leased_at, and those
 // spent locally.
-type handBack struct{ returned, chargeReturned, spent, returnBy, chargeReturnBy int64 }
+type handBack struct{ returned, chargeReturned, spent, leasedAt, chargeLeasedAt int64 }
 
 // overrideHeaders are the method override headers upstream frameworks
 // honour; an underscore spelling counts as the same header (headerIs).
@@ -452,7 +452,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 	// The service takes at most maxHandBack of each: more (leases merged
 	// in one slot) is dropped, which only under-admits.
 	return handBack{returned: min(returned, maxHandBack), chargeReturned: min(e.ChargeTokens, maxHandBack), spent: min(e.Spent, maxHandBack),
-		returnBy: e.ReturnBy, chargeReturnBy: e.ChargeReturnBy}, 0, false, refillSeen{}
+		leasedAt: e.LeasedAt, chargeLeasedAt: e.ChargeLeasedAt}, 0, false, refillSeen{}
 }
 
 // cachedDenial is the verdict of a denial the lease cache holds, with the
@@ -511,7 +511,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 		// Every request admitted on a lease reads its response when the
 		// lease says so (allowLeased).
 		LeaseCharges: p.cfg.Lease.Request > 0, ChargeReturned: back.chargeReturned,
-		ReturnBy: back.returnBy, ChargeReturnBy: back.chargeReturnBy,
+		LeasedAt: back.leasedAt, ChargeLeasedAt: back.chargeLeasedAt,
 	})
 	p.bodyBuf = body[:0] // keep what it grew to
 	h.start = now.UnixNano()
@@ -844,7 +844,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 		return false
 	}
 	if d.Lease.Granted < 0 || d.Lease.TTLMs < 0 || d.Lease.ChargeGranted < 0 || len(d.Charges) > wire.MaxCharges ||
-		d.Lease.ReturnBy < 0 || d.Lease.ReturnBy > wire.MaxReturnBy || d.Lease.ChargeReturnBy < 0 || d.Lease.ChargeReturnBy > wire.MaxReturnBy {
+		d.Lease.LeasedAt < 0 || d.Lease.LeasedAt > wire.MaxLeasedAt || d.Lease.ChargeLeasedAt < 0 || d.Lease.ChargeLeasedAt > wire.MaxLeasedAt {
 		return false
 	}
 	d.Lease.Granted = min(d.Lease.Granted, h.p.cfg.Lease.Request)
@@ -945,11 +945,11 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 		return false
 	}
 	e := v.entry(h.bucket)
-	e.Tokens, e.ExpiresMs, e.ReturnBy = l.Granted, now.UnixMilli()+l.TTLMs, l.ReturnBy
+	e.Tokens, e.ExpiresMs, e.LeasedAt = l.Granted, now.UnixMilli()+l.TTLMs, l.LeasedAt
 	if l.ChargeGranted > 0 {
 		// plausible checked there is one charge.
 		e.ChargeTokens, e.ChargeRule, e.CostFrom = l.ChargeGranted, charges[0].RuleID, charges[0].CostFrom
-		e.ChargeReturnBy = l.ChargeReturnBy
+		e.ChargeLeasedAt = l.ChargeLeasedAt
 	}
 	_ = h.p.cache.Put(e, now.UnixMilli())
 	return true

@@ -15,11 +15,9 @@ local function decide()
   elseif idx < w then
     idx = w -- the clock moved back: stay in the stored window, never reopen an old one
   end
-  local start = idx * window + origin
-  refund_by = start + window
-  -- A return_by of another window credits nothing either: a calendar
-  -- period's counter is the one the service's clock chose.
-  if return_by <= start or return_by > refund_by or now >= return_by then returned = 0 end
+  window_start = (idx * window + origin) * 1000
+  window_end = window_start + window * 1000
+  if leased_at < window_start or leased_at >= window_end then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r

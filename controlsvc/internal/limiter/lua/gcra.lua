@@ -1,14 +1,17 @@
 -- GCRA: the theoretical arrival time (tat) of the next conforming request.
--- One token every window/limit ms; capacity tokens of burst. State: tat, and
--- the leased tokens that may still be given back (capped at capacity).
+-- One token every window/limit ms; capacity tokens of burst. State: tat, the
+-- leased tokens that may still be given back (at most capacity), and when
+-- the whole burst was last back (tat reached): a lease's tokens come back
+-- only if it has not been since (token_bucket.lua).
 local function decide()
   local interval = window / limit
   local tau = capacity * interval
   local eps = 1e-6
-  local tat, lg = load('<dd', 'tat', 'lg')
-  tat, lg = tat or now, lg or 0
-  if tat < now then tat = now end
-  if now >= return_by then returned = 0 end
+  local tat, lg, full = load('<ddd', 'tat', 'lg', 'full')
+  tat, lg, full = tat or now, lg or 0, full or 0
+  if tat <= now then tat, lg, full = now, 0, now_us end
+  window_start = full
+  if leased_at < full then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
@@ -18,7 +21,7 @@ local function decide()
     local n = math.max(0, math.min(cost, math.floor((now + 2 * tau - tat) / interval + eps)))
     credited = n
     tat = tat + n * interval
-    save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)
+    save('<ddd', math.max(1000, math.ceil(tat - now + tau)), tat, lg, full)
     return 1, math.floor((now + tau - tat) / interval + eps), math.ceil(tat - now), 0, 0
   end
   local new_tat = tat + cost * interval
@@ -32,9 +35,9 @@ local function decide()
     retry = math.ceil(needed_tat - tau - now)
   end
   if changed(allowed) then
-    save('<dd', math.max(1000, math.ceil(tat - now + tau)), tat, lg)
+    save('<ddd', math.max(1000, math.ceil(tat - now + tau)), tat, lg, full)
   end
   local remaining = math.max(0, math.floor((now + tau - tat) / interval + eps))
-  refund_by = math.floor(tat) -- the bucket is whole again once tat has come
+  window_end = math.max(now_us + 1, math.floor(tat * 1000)) -- whole again at tat (token_bucket.lua)
   return allowed, remaining, math.ceil(tat - now), retry, granted
 end

@@ -12,10 +12,10 @@
 -- penalties only KEYS[1] and ARGV 1..8 are sent. ARGV[13] is a calendar
 -- period's start (fixed_window.lua); ARGV[14], when sent, is what must be
 -- left to admit (an estimate of a cost known after the response), when
--- more than the cost spent now. ARGV[15], when sent, is the return_by of
+-- more than the cost spent now. ARGV[15], when sent, is the leased_at of
 -- the lease that `returned` hands back (below).
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
--- credited, refund_by}.
+-- credited, window_start, window_end}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])
@@ -27,20 +27,28 @@ local cost = tonumber(ARGV[4])
 local admit = math.max(cost, tonumber(ARGV[14] or '0'))
 local want = tonumber(ARGV[5])
 local returned = tonumber(ARGV[6])
--- A counter takes back a lease's tokens (returned) only before return_by:
--- the earliest of the hand-back deadlines (refund_by below) of the
--- counters the lease came out of, which the service sent with the lease
--- and the filter sends back with the tokens; without it, none. A window's
--- deadline is its end: its tokens came off that window's leases, and
--- credited against the next one's they would take from leases other
--- buckets were granted there (a tier's total across paths, an LLM pool:
--- outsiders admitted 328 in a window of 200). A bucket's is when it would
--- be full again: past it, tokens leased before would come back on top of
--- the refill the cap had cut (an outsider: 201 admitted in a burst of 100).
-local return_by = tonumber(ARGV[15] or '0')
--- refund_by is this counter's deadline for a lease granted now (ms, this
--- server's clock), set by decide().
-local refund_by = 0
+-- A counter takes back a lease's tokens (returned) only into the stretch
+-- of time they came from: a window into its window, a bucket only if it
+-- has not been full again since (its stretch runs from the moment it was
+-- last full). ARGV[15] is the lease's leased_at, a moment (microseconds,
+-- Redis's clock) inside the stretch of every counter that granted it as it
+-- was then (window_start and window_end below: the latest of the starts,
+-- before the earliest of the ends), which the service sent with the lease
+-- and the filter sends back with the tokens; without it, none.
+-- Tokens of a stretch that has ended came off its leases, and credited
+-- against the next one's they would take from leases other buckets of the
+-- counter were granted there (a tier's total across paths, an LLM pool:
+-- outsiders admitted 328 in a window of 200; on a bucket refilled and
+-- drained, 201 in a burst of 100). One deadline for all the lease's
+-- counters (the earliest end) took every hand-back from a long window
+-- beside a short one or a fast bucket: a slow client got 29 of its 100.
+local leased_at = tonumber(ARGV[15] or '0')
+-- window_start and window_end bound the counter's stretch for a lease
+-- granted now (microseconds, this server's clock), set by decide(): a
+-- window's own bounds; a bucket's from when it was last full to now (a
+-- later stamp could come after the bucket was full again). What the
+-- service makes leased_at of.
+local window_start, window_end = 0, 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'
@@ -57,6 +65,9 @@ local credited = 0
 -- fractions: never a client's or a replica's clock.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+-- The same in whole microseconds (exact in a double until 2255): a lease's
+-- stamp must tell apart two calls of one millisecond.
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- Times in milliseconds that reach Redis (a TTL, a block) or the caller are
 -- whole numbers of at most MAX_MS (about 139 years: a Go time.Duration holds
@@ -102,6 +113,11 @@ end
 local function load(fmt, ...)
   local v = redis.pcall('GET', KEYS[1])
   if type(v) == 'string' then
+    -- A state an earlier version stored with fewer numbers reads the
+    -- missing ones as 0 (anything else that does not fit is damage: the
+    -- script fails, for this counter alone).
+    local size = struct.size(fmt)
+    if #v < size and #v % 8 == 0 then v = v .. string.rep('\0', size - #v) end
     return struct.unpack(fmt, v)
   end
   if type(v) == 'table' and v.err then

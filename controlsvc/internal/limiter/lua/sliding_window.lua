@@ -13,9 +13,9 @@ local function decide()
   elseif idx < w then
     idx = w
   end
-  local start = idx * window
-  refund_by = start + window
-  if return_by <= start or return_by > refund_by or now >= return_by then returned = 0 end
+  window_start = idx * window * 1000
+  window_end = window_start + window * 1000
+  if leased_at < window_start or leased_at >= window_end then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r

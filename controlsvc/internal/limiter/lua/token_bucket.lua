@@ -1,19 +1,25 @@
 -- Token bucket: capacity tokens, refilled at limit per window. State: tokens,
--- the time of the last refill, and the leased tokens that may still be given
--- back (capped at capacity).
+-- the time of the last refill, the leased tokens that may still be given
+-- back (at most capacity), and when the bucket was last full: a lease's
+-- tokens come back only if it has not been full since they were leased (a
+-- hand-back then would come on top of the refill the cap cut: an outsider
+-- banked leases on 40 paths, waited, drained the bucket and had them
+-- credited, 201 admitted in a burst of 100).
 local function decide()
   local rate = limit / window -- tokens per millisecond
-  local tokens, ts, lg = load('<ddd', 't', 'ts', 'lg')
-  lg = lg or 0
+  local tokens, ts, lg, full = load('<dddd', 't', 'ts', 'lg', 'full')
+  lg, full = lg or 0, full or 0
   if tokens == nil or ts == nil then
-    tokens, ts = capacity, now
+    tokens, ts, full = capacity, now, now_us
   end
   if now > ts then
     -- A clock that moved back (failover to a replica) refills nothing.
-    tokens = math.min(capacity, tokens + (now - ts) * rate)
+    tokens = tokens + (now - ts) * rate
+    if tokens >= capacity then tokens, lg, full = capacity, 0, now_us end
     ts = now
   end
-  if now >= return_by then returned = 0 end
+  window_start = full
+  if leased_at < full then returned = 0 end
   if returned > 0 then
     -- Giving back unspent leased tokens before the bucket was full again
     -- is the same as never taking them; never more than was leased.
@@ -25,7 +31,7 @@ local function decide()
     local n = math.max(0, math.min(cost, math.floor(tokens + capacity)))
     credited = n
     tokens = tokens - n
-    save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
+    save('<dddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg, full)
     return 1, math.floor(tokens), math.ceil((capacity - tokens) / rate), 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
@@ -38,8 +44,10 @@ local function decide()
     retry = math.ceil((admit - tokens) / rate)
   end
   if changed(allowed) then
-    save('<ddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg)
+    save('<dddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg, full)
   end
-  refund_by = math.floor(now + (capacity - tokens) / rate)
+  -- The stretch ends when the bucket could first be full again: a stamp
+  -- after that might come after it was.
+  window_end = now_us + math.max(1, math.floor((capacity - tokens) / rate * 1000))
   return allowed, math.floor(tokens), math.ceil((capacity - tokens) / rate), retry, granted
 end

@@ -36,6 +36,11 @@ type Store struct {
 	rdb redis.UniversalClient
 	mu  sync.RWMutex
 	m   map[string]Override
+	// writes counts this replica's own writes: a refresh that read Redis
+	// before one of them is older than memory, and is dropped (a delete
+	// came back: the refresh its PUT's announcement started had read the
+	// hash before the delete, and replaced memory after it).
+	writes uint64
 }
 
 // New returns an empty store; call Refresh to load it.
@@ -72,6 +77,7 @@ func (o *Store) Set(ctx context.Context, identity, endpoint string, ov Override)
 	}
 	o.mu.Lock()
 	o.m[field] = ov
+	o.writes++
 	o.mu.Unlock()
 	if o.rdb == nil {
 		return nil
@@ -91,6 +97,7 @@ func (o *Store) Delete(ctx context.Context, identity, endpoint string) error {
 	}
 	o.mu.Lock()
 	delete(o.m, field)
+	o.writes++
 	o.mu.Unlock()
 	if o.rdb == nil {
 		return nil
@@ -127,6 +134,9 @@ func (o *Store) Refresh(ctx context.Context) error {
 	if o.rdb == nil {
 		return nil
 	}
+	o.mu.RLock()
+	writes := o.writes
+	o.mu.RUnlock()
 	all, err := o.rdb.HGetAll(ctx, keys.Overrides).Result()
 	if err != nil {
 		return fmt.Errorf("read overrides: %w", err)
@@ -140,7 +150,11 @@ func (o *Store) Refresh(ctx context.Context) error {
 		m[field] = ov
 	}
 	o.mu.Lock()
-	o.m = m
+	if o.writes == writes {
+		// Otherwise a write of ours came after the read; the refresh its
+		// announcement starts reads after it.
+		o.m = m
+	}
 	o.mu.Unlock()
 	return nil
 }
