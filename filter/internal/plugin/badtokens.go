@@ -29,12 +29,15 @@ import (
 // 128 IPv4 addresses, a second per VM; a network locks out no one but
 // itself.
 // An address (or network) whose two slots count others in the second is
-// checked as a first failure would be, its failures counted in an
-// overflow total of badTokenOverflow a second that every such client
-// shares: never refused for its slots alone (16 addresses filling a
-// victim's two slots locked it out), and never uncounted either (an
-// outsider's 64 to 96 addresses, some without a slot, failed again and
-// again as first failures and spent the first failures' total alone).
+// checked as any first failure is, once: a set of the addresses that
+// failed in the second (a Bloom filter over their keyed hashes, which has
+// no slots to take) tells its later failures apart, and those share an
+// overflow of badTokenOverflow a second. So it is never refused for its
+// slots alone (16 addresses filling a victim's two slots locked it out;
+// with the overflow alone, 64 addresses locked out the tenth of everyone
+// whose slots they held), and never uncounted either (an outsider's 64 to
+// 96 addresses, some without a slot, failed again and again as first
+// failures and spent the first failures' total alone).
 // A VM checks at most badTokenFresh + badTokenTotal bad signatures a
 // second (ES256, the dearest: about 0.13 CPU-seconds).
 const (
@@ -45,6 +48,7 @@ const (
 	badTokenOverflow    = 16
 	badTokenSlots       = 256
 	badTokenNetSlots    = 256
+	badTokenFailBits    = 8192 // the Bloom filter: 1 KiB, 3 bits an address
 )
 
 // badTokens counts failed token checks per client address and per network,
@@ -57,9 +61,44 @@ type badTokens struct {
 	slots [badTokenSlots]badTokenSlot
 	nets  [badTokenNetSlots]badTokenSlot
 	// again counts the failures this second of addresses that had failed
-	// before in it, first their first ones, overflow those of clients
-	// without a slot of their own.
+	// before in it, first their first ones, overflow the later ones of
+	// clients without a slot of their own.
 	again, first, overflow badTokenSlot
+	// failing holds the addresses that failed this second (failSec).
+	failing [badTokenFailBits / 64]uint64
+	failSec int64
+}
+
+// failedBefore reports whether c's address failed a check in second sec
+// (a false yes now and then: an address with no slot then shares the
+// overflow at once).
+func (b *badTokens) failedBefore(c tokenClient, sec int64) bool {
+	if b.failSec != sec {
+		return false
+	}
+	for _, bit := range failBits(c.h) {
+		if b.failing[bit/64]&(1<<(bit%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// markFailed adds c's address to the second's failing set.
+func (b *badTokens) markFailed(c tokenClient, sec int64) {
+	if b.failSec != sec {
+		b.failing, b.failSec = [badTokenFailBits / 64]uint64{}, sec
+	}
+	for _, bit := range failBits(c.h) {
+		b.failing[bit/64] |= 1 << (bit % 64)
+	}
+}
+
+// failBits are the Bloom filter's bits for keyed hash h: three of its
+// 13-bit pieces (the slots' indices use its low bits and bits 32 up).
+func failBits(h uint64) [3]uint64 {
+	const mask = badTokenFailBits - 1
+	return [3]uint64{(h >> 13) & mask, (h >> 45) & mask, (h>>26 ^ h) & mask}
 }
 
 type badTokenSlot struct {
@@ -107,7 +146,7 @@ func (b *badTokens) allow(c tokenClient, nowMs int64) bool {
 		return false
 	}
 	n, live := find(b.nets[:], c.hNet, c.net, sec)
-	if (s == nil || n == nil) && b.overflow.spent(sec) >= badTokenOverflow {
+	if (s == nil || n == nil) && b.failedBefore(c, sec) && b.overflow.spent(sec) >= badTokenOverflow {
 		return false
 	}
 	return !live || n.n < badTokenFreshPerNet
@@ -139,11 +178,13 @@ func (b *badTokens) failed(c tokenClient, nowMs int64) {
 		s.n++
 		return
 	}
-	b.first.count(netip.Addr{}, sec)
 	n, _ := find(b.nets[:], c.hNet, c.net, sec)
-	if s == nil || n == nil {
+	if (s == nil || n == nil) && b.failedBefore(c, sec) {
 		b.overflow.count(netip.Addr{}, sec)
+	} else {
+		b.first.count(netip.Addr{}, sec)
 	}
+	b.markFailed(c, sec)
 	if s != nil {
 		s.count(c.addr, sec)
 	}

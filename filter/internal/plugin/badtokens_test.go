@@ -49,10 +49,13 @@ func TestBadTokensCollidingAddresses(t *testing.T) {
 }
 
 // Clients without a slot of their own in the second (both of their slots
-// count others) share badTokenOverflow first failures: an outsider's 64 to
-// 96 addresses, those without a slot failing as "first" again and again,
-// spent the first failures' total alone and refused everyone's new tokens
-// (a 503 loop); counted in the overflow, they leave the total to the rest.
+// count others) are checked once, as any first failure, and their later
+// failures share badTokenOverflow: an outsider's 64 to 96 addresses, those
+// without a slot failing as "first" again and again, spent the first
+// failures' total alone and refused everyone's new tokens (a 503 loop);
+// with the overflow alone, 64 addresses taking victims' slots and one
+// slotless address spending the overflow refused a tenth of all clients,
+// who had never failed.
 func TestBadTokensWithoutASlot(t *testing.T) {
 	var b badTokens
 	const h, now = 777, 5_000_000
@@ -63,23 +66,32 @@ func TestBadTokensWithoutASlot(t *testing.T) {
 		}
 		b.failed(c, now)
 	}
+	slotless := func(k int) tokenClient {
+		c := tc(h, uint64(200+k), netip.AddrFrom4([4]byte{198, 51, 100, byte(k)}).String())
+		// The same two slots (h's bits 0-7 and 32-39), the rest of the
+		// hash another client's.
+		c.h = h | (uint64(k+1)*0x9E3779B97F4A7C15)&^(0xFF|0xFF<<32)
+		return c
+	}
 	checked := 0
 	for k := range 50 {
-		x := tc(h, uint64(200+k), netip.AddrFrom4([4]byte{198, 51, 100, byte(k)}).String())
 		for range 10 {
-			if b.allow(x, now) {
+			if x := slotless(k); b.allow(x, now) {
 				checked++
 				b.failed(x, now)
 			}
 		}
 	}
-	if checked != badTokenOverflow {
-		t.Fatalf("50 addresses without a slot got %d checks; want %d between them", checked, badTokenOverflow)
+	if want := 50 + badTokenOverflow; checked != want {
+		t.Fatalf("50 addresses without a slot got %d checks; want one each and %d between them", checked, badTokenOverflow)
+	}
+	if victim := slotless(77); !b.allow(victim, now) {
+		t.Fatal("a client without a slot that never failed refused: the overflow is spent by others")
 	}
 	if other := tc(999, 999, "203.0.113.9"); !b.allow(other, now) {
 		t.Fatal("an address with a slot of its own refused: the slotless spent the first failures' total")
 	}
-	if x := tc(h, 300, "198.51.100.200"); !b.allow(x, now+1000) {
+	if x := slotless(3); !b.allow(x, now+1000) {
 		t.Fatal("the next second does not check a slotless address again")
 	}
 }
