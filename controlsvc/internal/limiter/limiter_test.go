@@ -775,6 +775,32 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 		t.Fatalf("the short window's hand-back past its end: %+v %v; want nothing", back, err)
 	}
 
+	// A bucket filled by a hand-back starts a new stretch as by a refill:
+	// another lease of before is not credited after it was drained.
+	for _, a := range []rules.Algorithm{rules.TokenBucket, rules.GCRA} {
+		r := req(a, "leased-at-refunded-full-"+string(a), 10, 1)
+		r.Lease, r.LeaseFraction = 50, 0.5
+		at := redisMs()
+		first, err1 := l.Do(ctx, r)  // 9 left, 4 leased: 5
+		second, err2 := l.Do(ctx, r) // 4 left, 2 leased: 2
+		if err1 != nil || err2 != nil || first.Granted != 4 || second.Granted != 2 {
+			t.Fatalf("%s leases: %+v %v, %+v %v", a, first, err1, second, err2)
+		}
+		awaitRedis(at + 450) // 4 more at 10 a second: 6, not full
+		r.Cost, r.Lease, r.Returned, r.LeasedAt = 0, 0, 4, first.WindowStart
+		if back, err := l.Do(ctx, r); err != nil || back.Credited != 4 || back.Remaining != 10 {
+			t.Fatalf("%s hand-back that fills it: %+v %v", a, back, err)
+		}
+		r.Cost, r.Returned, r.LeasedAt = 10, 0, 0
+		if drained, err := l.Do(ctx, r); err != nil || !drained.Allowed {
+			t.Fatalf("%s drain: %+v %v", a, drained, err)
+		}
+		r.Cost, r.Returned, r.LeasedAt = 0, 2, second.WindowStart
+		if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 {
+			t.Fatalf("%s hand-back of a lease from before the fill: %+v %v; want nothing credited", a, back, err)
+		}
+	}
+
 	// A bucket leased, full again, drained: the lease's tokens do not come
 	// back on top.
 	for _, a := range []rules.Algorithm{rules.TokenBucket, rules.GCRA} {

@@ -10,13 +10,14 @@ local function decide()
   local tat, lg, full = load('<ddd', 'tat', 'lg', 'full')
   tat, lg, full = tat or now, lg or 0, full or 0
   if tat <= now then tat, lg, full = now, 0, now_us end
-  window_start = full
   if leased_at < full then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
-    tat, lg = math.max(now, tat - r * interval), lg - r
+    tat, lg = tat - r * interval, lg - r
+    if tat <= now then tat, lg, full = now, 0, now_us end -- whole again (token_bucket.lua)
   end
+  window_start = full
   if charge then
     local n = math.max(0, math.min(cost, math.floor((now + 2 * tau - tat) / interval + eps)))
     credited = n

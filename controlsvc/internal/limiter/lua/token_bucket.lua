@@ -18,15 +18,18 @@ local function decide()
     if tokens >= capacity then tokens, lg, full = capacity, 0, now_us end
     ts = now
   end
-  window_start = full
   if leased_at < full then returned = 0 end
   if returned > 0 then
     -- Giving back unspent leased tokens before the bucket was full again
     -- is the same as never taking them; never more than was leased.
     local r = math.min(returned, lg)
     credited = r
-    tokens, lg = math.min(capacity, tokens + r), lg - r
+    tokens, lg = tokens + r, lg - r
+    -- Filled by it, the bucket starts a new stretch as by a refill: what
+    -- others leased before would have been cut by the cap now.
+    if tokens >= capacity then tokens, lg, full = capacity, 0, now_us end
   end
+  window_start = full
   if charge then
     local n = math.max(0, math.min(cost, math.floor(tokens + capacity)))
     credited = n
