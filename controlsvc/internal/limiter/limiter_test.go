@@ -705,11 +705,11 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
 			start, end, now := res.WindowStart, res.WindowEnd, redisUs()
-			// A window's bounds; a bucket's stretch from when it was full
-			// (its first call) to when it could be full again (9 + 1 taken
-			// at 100 an hour: 6 minutes on).
+			// A window's bounds; a new bucket's stretch from the start of
+			// time (it was never anything but full) to when it could be
+			// full again (9 + 1 taken at 100 an hour: 6 minutes on).
 			if window && (start > now || start%3_600_000_000 != 0 || end != start+3_600_000_000) ||
-				!window && (start > now || start < now-1_000_000 || end < now+350_000_000 || end > now+370_000_000) {
+				!window && (start != 0 || end < now+350_000_000 || end > now+370_000_000) {
 				t.Fatalf("stretch %d-%d at %d", start, end, now)
 			}
 			r.Cost, r.Lease = 0, 0
@@ -723,8 +723,8 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 				{"this stretch", start, 4},
 				{"a moment in this stretch", start + 1234, 4},
 			} {
-				if !window && tc.name == "the next window" {
-					continue // a bucket's stretch has no end until it is full again
+				if !window && tc.name != "this stretch" {
+					continue // a new bucket's stretch began before any stamp (the refills below)
 				}
 				r.Returned, r.LeasedAt = 4, tc.leasedAt
 				if res, err := l.Do(ctx, r); err != nil || res.Credited != tc.credit {
@@ -773,6 +773,31 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 	}
 	if back, err := l.Do(ctx, short); err != nil || back.Credited != 0 {
 		t.Fatalf("the short window's hand-back past its end: %+v %v; want nothing", back, err)
+	}
+
+	// Two fast buckets of one chain, asked a millisecond apart, share a
+	// moment for the lease's stamp: a bucket's stretch starts when its
+	// refill reached capacity, not when a call saw it (starting at the
+	// calls, stretches of microseconds did not overlap, the stamp was
+	// dropped, and a slow client's window lost every hand-back).
+	fast := func(id string) Request {
+		return Request{Owner: keys.NewOwner("user", "leased-at-fast"), Cost: 1, Lease: 10, LeaseFraction: 0.5,
+			Rule: &rules.Rule{ID: id, Algorithm: rules.TokenBucket, Limit: 1_000_000, WindowSeconds: 1}}
+	}
+	for _, id := range []string{"a", "b"} { // a state to refill from
+		if _, err := l.Do(ctx, fast(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitRedis(redisMs() + 2) // both full again within microseconds
+	fa, errA := l.Do(ctx, fast("a"))
+	awaitRedis(redisMs() + 1)
+	fb, errB := l.Do(ctx, fast("b"))
+	if errA != nil || errB != nil || fa.Granted != 10 || fb.Granted != 10 {
+		t.Fatalf("fast leases: %+v %v, %+v %v", fa, errA, fb, errB)
+	}
+	if at := max(fa.WindowStart, fb.WindowStart); at >= min(fa.WindowEnd, fb.WindowEnd) {
+		t.Fatalf("stretches %d-%d and %d-%d share no moment", fa.WindowStart, fa.WindowEnd, fb.WindowStart, fb.WindowEnd)
 	}
 
 	// A bucket filled by a hand-back starts a new stretch as by a refill:

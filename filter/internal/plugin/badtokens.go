@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/binary"
+	"math"
 	"net/netip"
 )
 
@@ -28,8 +29,12 @@ import (
 // allocation) filled it every second. Filling it now takes 16 /56s, or
 // 128 IPv4 addresses, a second per VM; a network locks out no one but
 // itself.
-// An address (or network) whose two slots count others in the second is
-// checked as any first failure is, once: a set of the addresses that
+// Networks are counted in a count-min sketch (4 rows of 1,024 counters
+// over the network's keyed hash), which has no slots to take: with a
+// two-way table, an outsider's networks held another /56's two slots and
+// each of its new /64s escaped the cap (three /56s spent the first
+// failures' total). An address whose two slots count others in the
+// second is checked as any first failure is, once: a set of the addresses that
 // failed in the second (a Bloom filter over their keyed hashes, which has
 // no slots to take) tells its later failures apart, and those share an
 // overflow of badTokenOverflow a second. So it is never refused for its
@@ -47,7 +52,8 @@ const (
 	badTokenFreshPerNet = 8
 	badTokenOverflow    = 16
 	badTokenSlots       = 256
-	badTokenNetSlots    = 256
+	badTokenNetRows     = 4
+	badTokenNetWidth    = 1024 // the networks' sketch: 8 KiB
 	badTokenFailBits    = 8192 // the Bloom filter: 1 KiB, 3 bits an address
 )
 
@@ -59,7 +65,9 @@ const (
 // each other's count on every request, and the budget never bound.
 type badTokens struct {
 	slots [badTokenSlots]badTokenSlot
-	nets  [badTokenNetSlots]badTokenSlot
+	// nets counts each network's first failures of second netSec.
+	nets   [badTokenNetRows][badTokenNetWidth]uint16
+	netSec int64
 	// again counts the failures this second of addresses that had failed
 	// before in it, first their first ones, overflow the later ones of
 	// clients without a slot of their own.
@@ -145,12 +153,40 @@ func (b *badTokens) allow(c tokenClient, nowMs int64) bool {
 	if b.first.spent(sec) >= badTokenFresh {
 		return false
 	}
-	n, live := find(b.nets[:], c.hNet, c.net, sec)
-	if (s == nil || n == nil) && b.failedBefore(c, sec) && b.overflow.spent(sec) >= badTokenOverflow {
+	if s == nil && b.failedBefore(c, sec) && b.overflow.spent(sec) >= badTokenOverflow {
 		return false
 	}
-	return !live || n.n < badTokenFreshPerNet
+	return b.netFailures(c.hNet, sec) < badTokenFreshPerNet
 }
+
+// netFailures is what the sketch counts for the network of keyed hash h
+// in second sec: at least its first failures (more when every row it
+// takes is shared with others).
+func (b *badTokens) netFailures(h uint64, sec int64) int {
+	if b.netSec != sec {
+		return 0
+	}
+	n := uint16(math.MaxUint16)
+	for row := range b.nets {
+		n = min(n, b.nets[row][netColumn(h, row)])
+	}
+	return int(n)
+}
+
+// countNet adds a failure of the network of keyed hash h in second sec.
+func (b *badTokens) countNet(h uint64, sec int64) {
+	if b.netSec != sec {
+		b.nets, b.netSec = [badTokenNetRows][badTokenNetWidth]uint16{}, sec
+	}
+	for row := range b.nets {
+		if c := &b.nets[row][netColumn(h, row)]; *c < math.MaxUint16 {
+			*c++
+		}
+	}
+}
+
+// netColumn is h's counter in a row: 10 of its bits, other ones each row.
+func netColumn(h uint64, row int) uint64 { return (h >> (16 * row)) % badTokenNetWidth }
 
 // spent is what a total counts in second sec.
 func (t *badTokenSlot) spent(sec int64) int {
@@ -178,8 +214,7 @@ func (b *badTokens) failed(c tokenClient, nowMs int64) {
 		s.n++
 		return
 	}
-	n, _ := find(b.nets[:], c.hNet, c.net, sec)
-	if (s == nil || n == nil) && b.failedBefore(c, sec) {
+	if s == nil && b.failedBefore(c, sec) {
 		b.overflow.count(netip.Addr{}, sec)
 	} else {
 		b.first.count(netip.Addr{}, sec)
@@ -188,9 +223,7 @@ func (b *badTokens) failed(c tokenClient, nowMs int64) {
 	if s != nil {
 		s.count(c.addr, sec)
 	}
-	if n != nil {
-		n.count(c.net, sec)
-	}
+	b.countNet(c.hNet, sec)
 }
 
 // tokenAddr is the address a's failed checks count under: an IPv6 client

@@ -96,6 +96,37 @@ func TestBadTokensWithoutASlot(t *testing.T) {
 	}
 }
 
+// A network's first failures are capped whatever other networks do: the
+// sketch has no slots to take (with a two-way table, three /56s held
+// another's two slots, each of its new /64s escaped the cap, and they
+// spent the first failures' total).
+func TestBadTokensNetworkCapHasNoSlots(t *testing.T) {
+	var b badTokens
+	const now = 9_000_000
+	mix := func(i uint64) uint64 { return (i + 1) * 0x9E3779B97F4A7C15 }
+	for i := range uint64(100) { // 100 other networks fail first
+		c := tokenClient{addr: netip.AddrFrom4([4]byte{10, 0, byte(i), 1}), h: mix(i), hNet: mix(i + 1000)}
+		if !b.allow(c, now) {
+			t.Fatalf("network %d refused", i)
+		}
+		b.failed(c, now)
+	}
+	checked := 0
+	for i := range uint64(40) { // one /56's /64s, each an address of its own
+		c := tokenClient{addr: netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 7, 0, byte(i)}), h: mix(i + 5000), hNet: 0xabcdef}
+		if b.allow(c, now) {
+			checked++
+			b.failed(c, now)
+		}
+	}
+	if checked != badTokenFreshPerNet {
+		t.Fatalf("one network's new addresses got %d first checks; want %d", checked, badTokenFreshPerNet)
+	}
+	if other := (tokenClient{addr: netip.MustParseAddr("203.0.113.7"), h: mix(9999), hNet: mix(8888)}); !b.allow(other, now) {
+		t.Fatal("another network refused")
+	}
+}
+
 // Addresses failing again within a second share badTokenTotal failed
 // checks; an address with no failure in the second is still checked past
 // that total (an outsider's five addresses filled one shared total at each

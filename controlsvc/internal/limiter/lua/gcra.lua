@@ -9,7 +9,12 @@ local function decide()
   local eps = 1e-6
   local tat, lg, full = load('<ddd', 'tat', 'lg', 'full')
   tat, lg, full = tat or now, lg or 0, full or 0
-  if tat <= now then tat, lg, full = now, 0, now_us end
+  if tat <= now then
+    -- Whole again since tat, not since this call saw it (token_bucket.lua);
+    -- a new counter has been whole for ever.
+    if not fresh then full = math.ceil(tat * 1000) end
+    tat, lg = now, 0
+  end
   if leased_at < full then returned = 0 end
   if returned > 0 then
     local r = math.min(returned, lg)

@@ -10,13 +10,21 @@ local function decide()
   local tokens, ts, lg, full = load('<dddd', 't', 'ts', 'lg', 'full')
   lg, full = lg or 0, full or 0
   if tokens == nil or ts == nil then
-    tokens, ts, full = capacity, now, now_us
+    tokens, ts = capacity, now
   end
   if now > ts then
     -- A clock that moved back (failover to a replica) refills nothing.
-    tokens = tokens + (now - ts) * rate
-    if tokens >= capacity then tokens, lg, full = capacity, 0, now_us end
-    ts = now
+    local filled = tokens + (now - ts) * rate
+    if filled >= capacity then
+      -- Full since the refill reached capacity, not since this call saw
+      -- it: a fast bucket's stretch would otherwise start now and end
+      -- microseconds later, and two of them in one chain shared no
+      -- moment for the lease's stamp (a slow client lost its window's
+      -- hand-backs: 81 counted of the 15 it made).
+      if tokens < capacity then full = math.ceil((ts + (capacity - tokens) / rate) * 1000) end
+      filled, lg = capacity, 0
+    end
+    tokens, ts = filled, now
   end
   if leased_at < full then returned = 0 end
   if returned > 0 then
