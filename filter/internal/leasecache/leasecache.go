@@ -492,11 +492,12 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 				// The merged tokens go back with the earlier stamp: the
 				// later one would let the earlier window's tokens be
 				// credited to the next (under-admission the other way).
+				// No stamp (the service dropped it) is the earliest.
 				next.ExpiresMs = min(old.ExpiresMs, e.ExpiresMs)
-				next.LeasedAt = earlier(next.LeasedAt, e.LeasedAt)
+				next.LeasedAt = min(next.LeasedAt, e.LeasedAt)
 			}
 			if e.ChargeTokens > 0 {
-				next.ChargeLeasedAt = earlier(next.ChargeLeasedAt, e.ChargeLeasedAt)
+				next.ChargeLeasedAt = min(next.ChargeLeasedAt, e.ChargeLeasedAt)
 			}
 		case live && e.Tokens == 0:
 			return nil // a denial never evicts another bucket's live lease
@@ -510,14 +511,6 @@ func (c *Cache) Put(e Entry, nowMs int64) error {
 		}
 	}
 	return ErrCasMismatch
-}
-
-// earlier is the earlier of two stamps, 0 being none.
-func earlier(a, b int64) int64 {
-	if a == 0 || b != 0 && b < a {
-		return b
-	}
-	return a
 }
 
 // MarkRefill records in owner's slot that this VM's callout for the bucket

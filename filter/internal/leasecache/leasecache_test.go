@@ -127,12 +127,12 @@ func TestTakeLifecycle(t *testing.T) {
 	// pool's tokens with theirs): the later would let the earlier
 	// window's tokens count in the next.
 	for _, tc := range []struct{ first, second, want int64 }{
-		{200, 100, 100}, {100, 200, 100}, {0, 100, 100}, {100, 0, 100}, {0, 0, 0},
+		{200, 100, 100}, {100, 200, 100}, {0, 100, 0}, {100, 0, 0}, {0, 0, 0},
 	} {
 		c.Put(Entry{Owner: w, Tokens: 1, ChargeTokens: 2, ExpiresMs: 2000, LeasedAt: tc.first, ChargeLeasedAt: tc.first + 7}, 0)
 		c.Put(Entry{Owner: w, Tokens: 1, ChargeTokens: 5, ExpiresMs: 2000, LeasedAt: tc.second, ChargeLeasedAt: tc.second + 7}, 0)
 		if e, out, left := c.Take(w, 2000); out != Miss || left != 2 || e.ChargeTokens != 7 || e.LeasedAt != tc.want ||
-			e.ChargeLeasedAt != min(tc.first+7, tc.second+7) {
+			e.ChargeLeasedAt != tc.want+7 {
 			t.Fatalf("merged %d and %d: %v, returned %d, %+v; want leased_at %d", tc.first, tc.second, out, left, e, tc.want)
 		}
 	}
