@@ -705,11 +705,12 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 				t.Fatalf("lease: %+v %v", res, err)
 			}
 			start, end, now := res.WindowStart, res.WindowEnd, redisUs()
-			// A window's bounds; a new bucket's stretch from the start of
-			// time (it was never anything but full) to when it could be
-			// full again (9 + 1 taken at 100 an hour: 6 minutes on).
+			// A window's bounds; a new bucket's stretch from its creation
+			// (no lease of a counter of that name before it comes back
+			// into it) to when it could be full again (9 + 1 taken at 100
+			// an hour: 6 minutes on).
 			if window && (start > now || start%3_600_000_000 != 0 || end != start+3_600_000_000) ||
-				!window && (start != 0 || end < now+350_000_000 || end > now+370_000_000) {
+				!window && (start > now || start < now-1_000_000 || end < now+350_000_000 || end > now+370_000_000) {
 				t.Fatalf("stretch %d-%d at %d", start, end, now)
 			}
 			r.Cost, r.Lease = 0, 0
@@ -723,8 +724,8 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 				{"this stretch", start, 4},
 				{"a moment in this stretch", start + 1234, 4},
 			} {
-				if !window && tc.name != "this stretch" {
-					continue // a new bucket's stretch began before any stamp (the refills below)
+				if !window && tc.name == "the next window" {
+					continue // a bucket's stretch has no end until it is full again
 				}
 				r.Returned, r.LeasedAt = 4, tc.leasedAt
 				if res, err := l.Do(ctx, r); err != nil || res.Credited != tc.credit {
@@ -798,6 +799,26 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 	}
 	if at := max(fa.WindowStart, fb.WindowStart); at >= min(fa.WindowEnd, fb.WindowEnd) {
 		t.Fatalf("stretches %d-%d and %d-%d share no moment", fa.WindowStart, fa.WindowEnd, fb.WindowStart, fb.WindowEnd)
+	}
+
+	// A bucket whose key expired (full long since) starts anew: a lease of
+	// the counter before is not credited against the new one's leases.
+	for _, a := range []rules.Algorithm{rules.TokenBucket, rules.GCRA} {
+		r := req(a, "leased-at-expired-"+string(a), 10, 3600)
+		r.Lease, r.LeaseFraction = 50, 0.5
+		old, err := l.Do(ctx, r)
+		if err != nil || old.Granted != 4 {
+			t.Fatalf("%s lease: %+v %v", a, old, err)
+		}
+		rdb.Del(ctx, r.Key()) // as its TTL would
+		now, err := l.Do(ctx, r)
+		if err != nil || now.Granted != 4 {
+			t.Fatalf("%s the new counter's lease: %+v %v", a, now, err)
+		}
+		r.Cost, r.Lease, r.Returned, r.LeasedAt = 0, 0, 4, old.WindowStart
+		if back, err := l.Do(ctx, r); err != nil || back.Credited != 0 {
+			t.Fatalf("%s the old counter's hand-back: %+v %v; want nothing credited", a, back, err)
+		}
 	}
 
 	// A bucket filled by a hand-back starts a new stretch as by a refill:

@@ -10,9 +10,10 @@ local function decide()
   local tat, lg, full = load('<ddd', 'tat', 'lg', 'full')
   tat, lg, full = tat or now, lg or 0, full or 0
   if tat <= now then
-    -- Whole again since tat, not since this call saw it (token_bucket.lua);
-    -- a new counter has been whole for ever.
-    if not fresh then full = math.ceil(tat * 1000) end
+    -- Whole again since tat, not since this call saw it; a new counter
+    -- since now (token_bucket.lua).
+    full = math.ceil(tat * 1000)
+    if fresh then full = now_us end
     tat, lg = now, 0
   end
   if leased_at < full then returned = 0 end

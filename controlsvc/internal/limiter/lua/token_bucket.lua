@@ -10,7 +10,9 @@ local function decide()
   local tokens, ts, lg, full = load('<dddd', 't', 'ts', 'lg', 'full')
   lg, full = lg or 0, full or 0
   if tokens == nil or ts == nil then
-    tokens, ts = capacity, now
+    -- A new counter (or one that expired, full long since): its stretch
+    -- starts now, so that no lease of an earlier one comes back into it.
+    tokens, ts, full = capacity, now, now_us
   end
   if now > ts then
     -- A clock that moved back (failover to a replica) refills nothing.
