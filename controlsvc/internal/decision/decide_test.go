@@ -696,6 +696,54 @@ action = "throttle"
 	}
 }
 
+// A throttled rule's wait comes out of the lease's time: the counters asked
+// before it answered before the wait, and their windows' ends are that
+// much nearer (an outsider's leases, granted 70 ms before a window's end
+// and throttled into the next, were spent there: 254 admitted of 200).
+// A window that ended during the wait leaves no lease at all.
+func TestThrottledLeaseEndsWithItsWindow(t *testing.T) {
+	const rule = `
+[[rules]]
+id = "slow_down"
+path = "/**"
+scope = "global"
+algorithm = "fixed_window"
+limit = 12
+window_seconds = 1
+action = "throttle"
+`
+	for _, tc := range []struct {
+		name    string
+		left    time.Duration // of the tier's window when it answered
+		wantTTL int64
+	}{
+		{"the window outlasts the wait", 5 * time.Second, 5000 - 1000 - 10},
+		{"the window ends during the wait", 700 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "default_tier = \"flat\"\n[lease]\nfraction = 0.5\nmax = 10\nttl_ms = 60000\n\n[[tiers]]\nname = \"flat\"\nlimit = 50\nwindow_seconds = 60\nalgorithm = \"fixed_window\"\nper_endpoint = false\n"+rule,
+				func(c *config.Config) { c.ThrottleMaxWaitMs = 2000 })
+			clock := time.Unix(1_800_000_000, 0)
+			f.svc.now = func() time.Time { return clock }
+			sleep := f.svc.sleep
+			f.svc.sleep = func(ctx context.Context, d time.Duration) bool { clock = clock.Add(d); return sleep(ctx, d) }
+			f.counters.windowLeft = map[string]time.Duration{"tier_flat": tc.left, "slow_down": time.Minute}
+			req := wire.CheckRequest{UserID: "bob", Tier: "flat", Endpoint: "/api/v1/items"}
+			for range 12 { // the global rule's second, spent
+				f.check(t, req)
+			}
+			req.Lease = 10
+			resp, err := f.check(t, req)
+			if err != nil || !resp.Allowed || len(f.slept) != 1 {
+				t.Fatalf("a throttled request: %+v %v, slept %v", resp, err, f.slept)
+			}
+			if resp.Lease.TTLMs != tc.wantTTL || (tc.wantTTL == 0) != (resp.Lease.Granted == 0) {
+				t.Fatalf("lease %+v; want a TTL of %d ms (asked %v)", resp.Lease, tc.wantTTL, f.counters.ruleIDs())
+			}
+		})
+	}
+}
+
 // retry_after_jitter spreads refused callers' Retry-After evenly over
 // [wait, wait x (1 + jitter)]: never sooner than admitted, no value favoured
 // (a chi-square test over the whole seconds it can land on).

@@ -39,6 +39,9 @@ type memCounters struct {
 	// retryExtra lengthens a denial's wait past the window's end, as a
 	// sliding window's weighted count or a penalty does.
 	retryExtra time.Duration
+	// windowLeft, when set for a rule id, is how long that rule's window
+	// has left (its ResetAfter) instead of the whole window.
+	windowLeft map[string]time.Duration
 }
 
 func newMemCounters() *memCounters {
@@ -79,6 +82,9 @@ func (m *memCounters) Do(_ context.Context, r limiter.Request) (limiter.Result, 
 		res.RetryAfter = window + m.retryExtra
 	}
 	res.Remaining, res.ResetAfter = left, window
+	if d, ok := m.windowLeft[r.Rule.ID]; ok {
+		res.ResetAfter = d
+	}
 	return res, nil
 }
 

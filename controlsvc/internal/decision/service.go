@@ -44,6 +44,10 @@ const (
 	MaxReturned = 1_000_000_000
 )
 
+// leaseTransit is what a window's lease TTL leaves for the answer's way to
+// the filter, which counts the TTL from when the answer arrives.
+const leaseTransit = 10 * time.Millisecond
+
 // Counters runs rules' counters (the limiter).
 type Counters interface {
 	Do(ctx context.Context, r limiter.Request) (limiter.Result, error)
@@ -264,6 +268,7 @@ func maskKey(raw string) string {
 type applied struct {
 	req limiter.Request
 	res limiter.Result
+	at  time.Time // when res came back (its ResetAfter counts from then)
 }
 
 // selectRules returns the rules of a caller, with their counters.
@@ -533,7 +538,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			}
 			degraded = degraded || local
 		}
-		a.res = res
+		a.res, a.at = res, s.now()
 		if i == pool {
 			poolGranted = res.Granted
 		} else {
@@ -799,8 +804,13 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 		var leasedAt, firstEnd, chargeLeasedAt int64
 		for i, a := range rs {
 			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
-				// Tokens of a window must not be spent in the next one.
-				ttl = min(ttl, a.res.ResetAfter)
+				// Tokens of a window must not be spent in the next one: its
+				// end is ResetAfter from when the counter answered (a
+				// throttled rule after it slept up to its wait, and an
+				// outsider's leases lived 65 ms into the next window: 254
+				// admitted of 200), less the answer's way to the filter,
+				// which counts the TTL from receipt (12-14 over without).
+				ttl = min(ttl, a.res.ResetAfter-now.Sub(a.at)-leaseTransit)
 			}
 			if i == pool {
 				chargeLeasedAt = a.res.WindowStart
@@ -816,6 +826,12 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 			// disagree; a bucket that may be full again before another
 			// counter's stretch began): its hand-backs credit nothing.
 			leasedAt = 0
+		}
+		if ttl <= 0 {
+			// The window ended while the request waited: the lease's
+			// tokens cannot be spent, nor handed back (under-admission
+			// by the lease, as a lease unspent).
+			g, ttl, chargeGranted = 0, 0, 0
 		}
 		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), LeasedAt: leasedAt}
 		if chargeGranted > 0 {

@@ -754,6 +754,25 @@ func TestHandBackOnlyInItsWindow(t *testing.T) {
 		t.Fatalf("the old window's hand-back: %+v %v; want nothing credited, %d remaining", back, err, next.Remaining)
 	}
 
+	// A sliding window's lease handed back in the next window comes off the
+	// previous window's count, which still weighs in the sliding estimate
+	// (kept, it took 132 of a client's next 200).
+	sw := req(rules.SlidingWindow, "leased-at-sliding", 100, 1)
+	sw.Lease, sw.LeaseFraction = 50, 0.5
+	swLease, err := l.Do(ctx, sw) // 1 spent, 49 leased
+	if err != nil || swLease.Granted != 49 {
+		t.Fatalf("sliding lease: %+v %v", swLease, err)
+	}
+	awaitRedis(swLease.WindowEnd / 1000)
+	sw.Cost, sw.Lease, sw.Returned, sw.LeasedAt = 0, 0, 49, swLease.WindowStart-1_000_000 // the window before that
+	if back, err := l.Do(ctx, sw); err != nil || back.Credited != 0 {
+		t.Fatalf("a hand-back of two windows back: %+v %v; want nothing", back, err)
+	}
+	sw.LeasedAt = swLease.WindowStart
+	if back, err := l.Do(ctx, sw); err != nil || back.Credited != 49 {
+		t.Fatalf("the previous window's hand-back: %+v %v; want 49 off its count", back, err)
+	}
+
 	// A lease of a short window and a long one: past the short one's end
 	// the long one still takes its tokens back (one deadline for both, the
 	// earlier end, took them from a slow client: 29 admitted of 100).
