@@ -700,7 +700,8 @@ action = "throttle"
 // before it answered before the wait, and their windows' ends are that
 // much nearer (an outsider's leases, granted 70 ms before a window's end
 // and throttled into the next, were spent there: 254 admitted of 200).
-// A window that ended during the wait leaves no lease at all.
+// A window that ended during the wait leaves no lease at all, and the
+// counters take back what they granted.
 func TestThrottledLeaseEndsWithItsWindow(t *testing.T) {
 	const rule = `
 [[rules]]
@@ -739,6 +740,15 @@ action = "throttle"
 			}
 			if resp.Lease.TTLMs != tc.wantTTL || (tc.wantTTL == 0) != (resp.Lease.Granted == 0) {
 				t.Fatalf("lease %+v; want a TTL of %d ms (asked %v)", resp.Lease, tc.wantTTL, f.counters.ruleIDs())
+			}
+			if tc.wantTTL == 0 {
+				back := map[string]int64{}
+				for _, c := range f.counters.calls[len(f.counters.calls)-2:] {
+					back[c.Rule.ID] = c.Returned
+				}
+				if back["tier_flat"] != 10 || back["slow_down"] != 5 {
+					t.Fatalf("given back %v; want each counter's whole grant (10 and 5)", back)
+				}
 			}
 		})
 	}

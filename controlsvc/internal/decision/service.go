@@ -558,6 +558,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// A request is admitted on the lease only with a token of each.
 		want, poolGranted = 0, 0
 	}
+	if leaseTTL(p, rs, s.now()) <= 0 {
+		// A window ended while the request waited (a throttled rule): the
+		// lease could not be spent; the counters take it back below.
+		want, poolGranted = 0, 0
+	}
 	for i := range rs {
 		a := &rs[i]
 		keep := want
@@ -792,7 +797,7 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 	// decide gave every rule the same grant (a response-cost rule's pool
 	// its own).
 	if g := granted; g > 0 && !denied && !logOnly {
-		ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
+		ttl := max(leaseTTL(p, rs, now), 0)
 		// leased_at is a moment inside the stretch of every counter that
 		// granted the lease (a window; a bucket's time since it was last
 		// full), for each to credit its hand-back only there (prelude.lua):
@@ -803,15 +808,6 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 		// with them).
 		var leasedAt, firstEnd, chargeLeasedAt int64
 		for i, a := range rs {
-			if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
-				// Tokens of a window must not be spent in the next one: its
-				// end is ResetAfter from when the counter answered (a
-				// throttled rule after it slept up to its wait, and an
-				// outsider's leases lived 65 ms into the next window: 254
-				// admitted of 200), less the answer's way to the filter,
-				// which counts the TTL from receipt (12-14 over without).
-				ttl = min(ttl, a.res.ResetAfter-now.Sub(a.at)-leaseTransit)
-			}
 			if i == pool {
 				chargeLeasedAt = a.res.WindowStart
 			} else if a.res.WindowStart > 0 {
@@ -827,18 +823,28 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 			// counter's stretch began): its hand-backs credit nothing.
 			leasedAt = 0
 		}
-		if ttl <= 0 {
-			// The window ended while the request waited: the lease's
-			// tokens cannot be spent, nor handed back (under-admission
-			// by the lease, as a lease unspent).
-			g, ttl, chargeGranted = 0, 0, 0
-		}
 		resp.Lease = wire.Lease{Granted: g, TTLMs: ttl.Milliseconds(), LeasedAt: leasedAt}
 		if chargeGranted > 0 {
 			resp.Lease.ChargeGranted, resp.Lease.ChargeLeasedAt = chargeGranted, chargeLeasedAt
 		}
 	}
 	return resp, result
+}
+
+// leaseTTL is how long a lease of rs's counters may be spent: the
+// configured TTL, and never past a window's end, which is ResetAfter from
+// when its counter answered (a throttled rule after it slept up to its
+// wait, and an outsider's leases lived 65 ms into the next window: 254
+// admitted of 200), less the answer's way to the filter, which counts the
+// TTL from receipt (12-14 over without).
+func leaseTTL(p *view, rs []applied, now time.Time) time.Duration {
+	ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
+	for _, a := range rs {
+		if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
+			ttl = min(ttl, a.res.ResetAfter-now.Sub(a.at)-leaseTransit)
+		}
+	}
+	return ttl
 }
 
 // failure applies the failure mode to a Redis error.
