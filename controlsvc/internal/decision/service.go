@@ -558,7 +558,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// A request is admitted on the lease only with a token of each.
 		want, poolGranted = 0, 0
 	}
-	if leaseTTL(p, rs, s.now()) <= 0 {
+	if (want > 0 || poolGranted > 0) && leaseTTL(p, rs, s.now()) <= 0 {
 		// A window ended while the request waited (a throttled rule): the
 		// lease could not be spent; the counters take it back below.
 		want, poolGranted = 0, 0

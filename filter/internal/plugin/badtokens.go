@@ -58,8 +58,9 @@ const (
 )
 
 // badTokens counts failed token checks per client address and per network,
-// in one-second windows, in two-way tables indexed by a keyed hash (the
-// lease cache's, secret per process). An address's count lives in either
+// in one-second windows: addresses in a two-way table, networks in the
+// sketch, both indexed by a keyed hash (the lease cache's, secret per
+// process). An address's count lives in either
 // of its two slots and nothing resets it within its second: an outsider's
 // two addresses that shared the single slot of an unkeyed table reset
 // each other's count on every request, and the budget never bound.
@@ -115,24 +116,23 @@ type badTokenSlot struct {
 	n     int
 }
 
-// tokenClient is who a token's check counts for: its address and network,
-// with their keyed hashes.
+// tokenClient is who a token's check counts for: its address with its
+// keyed hash, and its network's keyed hash.
 type tokenClient struct {
-	addr, net netip.Addr
-	h, hNet   uint64
+	addr    netip.Addr
+	h, hNet uint64
 }
 
-// find returns a's slot among slots counting in second sec (live), else
-// the first of its two slots free in sec (nil when neither is).
-func find(slots []badTokenSlot, h uint64, a netip.Addr, sec int64) (s *badTokenSlot, live bool) {
-	n := uint64(len(slots))
-	i, j := h%n, (h>>32)%n
+// find returns a's slot counting in second sec (live), else the first of
+// its two slots free in sec (nil when neither is).
+func (b *badTokens) find(h uint64, a netip.Addr, sec int64) (s *badTokenSlot, live bool) {
+	i, j := h%badTokenSlots, (h>>32)%badTokenSlots
 	if i == j {
-		j = (i + 1) % n
+		j = (i + 1) % badTokenSlots
 	}
 	var free *badTokenSlot
 	for _, k := range [2]uint64{i, j} {
-		s := &slots[k]
+		s := &b.slots[k]
 		switch {
 		case s.start == sec && s.addr == a:
 			return s, true
@@ -146,7 +146,7 @@ func find(slots []badTokenSlot, h uint64, a netip.Addr, sec int64) (s *badTokenS
 // allow reports whether c's next token may be checked at nowMs.
 func (b *badTokens) allow(c tokenClient, nowMs int64) bool {
 	sec := nowMs / 1000
-	s, live := find(b.slots[:], c.h, c.addr, sec)
+	s, live := b.find(c.h, c.addr, sec)
 	if live {
 		return s.n < badTokenBudget && b.again.spent(sec) < badTokenTotal
 	}
@@ -208,7 +208,7 @@ func (t *badTokenSlot) count(a netip.Addr, sec int64) {
 // failed counts a failed check of c's token at nowMs.
 func (b *badTokens) failed(c tokenClient, nowMs int64) {
 	sec := nowMs / 1000
-	s, live := find(b.slots[:], c.h, c.addr, sec)
+	s, live := b.find(c.h, c.addr, sec)
 	if live {
 		b.again.count(netip.Addr{}, sec)
 		s.n++
@@ -254,8 +254,8 @@ func tokenNet(a netip.Addr) netip.Addr {
 
 // tokenClient is the client a check of a token from address a counts for.
 func (p *pluginContext) tokenClient(a netip.Addr) tokenClient {
-	c := tokenClient{addr: tokenAddr(a), net: tokenNet(a)}
-	c.h, c.hNet = p.tokenAddrHash(c.addr), p.tokenAddrHash(c.net)
+	c := tokenClient{addr: tokenAddr(a), hNet: p.tokenAddrHash(tokenNet(a))}
+	c.h = p.tokenAddrHash(c.addr)
 	return c
 }
 

@@ -8,7 +8,7 @@ import (
 // tc is a client with the given hashes (tests choose the slots).
 func tc(h, hNet uint64, addr string) tokenClient {
 	a := netip.MustParseAddr(addr)
-	return tokenClient{addr: tokenAddr(a), net: tokenNet(a), h: h, hNet: hNet}
+	return tokenClient{addr: tokenAddr(a), h: h, hNet: hNet}
 }
 
 // Two addresses in one slot keep their own counts: neither resets the
@@ -139,8 +139,7 @@ func TestBadTokensTotals(t *testing.T) {
 	// i*odd is a bijection mod 256: distinct i below 256 take distinct
 	// first slots; each i its own /24 unless said otherwise.
 	addr := func(i int) tokenClient {
-		return tokenClient{addr: netip.AddrFrom4([4]byte{10, byte(i), 0, 1}), net: netip.AddrFrom4([4]byte{10, byte(i), 0, 0}),
-			h: uint64(i) * 2654435761, hNet: uint64(i) * 40503}
+		return tokenClient{addr: netip.AddrFrom4([4]byte{10, byte(i), 0, 1}), h: uint64(i) * 2654435761, hNet: uint64(i) * 40503}
 	}
 	failures := 0
 	for i := 200; i < 205; i++ {
@@ -157,7 +156,7 @@ func TestBadTokensTotals(t *testing.T) {
 	// One network's addresses: its share of first failures, then no more.
 	net := func(i int) tokenClient {
 		c := addr(i)
-		c.net, c.hNet = netip.AddrFrom4([4]byte{10, 99, 0, 0}), 99
+		c.hNet = 99 // one network
 		return c
 	}
 	for i := 0; i < badTokenFreshPerNet; i++ {

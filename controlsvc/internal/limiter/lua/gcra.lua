@@ -12,8 +12,7 @@ local function decide()
   if tat <= now then
     -- Whole again since tat, not since this call saw it; a new counter
     -- since now (token_bucket.lua).
-    full = math.ceil(tat * 1000)
-    if fresh then full = now_us end
+    if fresh then full = now_us else full = math.ceil(tat * 1000) end
     tat, lg = now, 0
   end
   if leased_at < full then returned = 0 end

@@ -45,9 +45,9 @@ local returned = tonumber(ARGV[6])
 local leased_at = tonumber(ARGV[15] or '0')
 -- window_start and window_end bound the counter's stretch for a lease
 -- granted now (microseconds, this server's clock), set by decide(): a
--- window's own bounds; a bucket's from when it was last full to now (a
--- later stamp could come after the bucket was full again). What the
--- service makes leased_at of.
+-- window's own bounds; a bucket's from when it was last full to when it
+-- could first be full again (a later stamp could come after it was). What
+-- the service makes leased_at of.
 local window_start, window_end = 0, 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
