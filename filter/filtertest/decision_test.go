@@ -187,6 +187,33 @@ func TestExpiredLeaseIsReturned(t *testing.T) {
 	}
 }
 
+// A lease's TTL counts from when its check was sent, not from the answer:
+// the service measured the TTL (up to a window's end) after the send, so an
+// answer slow on its way (here 600 ms of a 1,000 ms TTL) cannot carry the
+// lease past the end the service meant.
+func TestLeaseTTLCountsFromTheSend(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		advance time.Duration // after the answer
+		spent   bool
+	}{
+		{"inside the TTL from the send", 399 * time.Millisecond, true},
+		{"at the TTL from the send", 400 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
+			e.start(req{})
+			e.clock.Advance(600 * time.Millisecond) // the answer's way back
+			e.answer(0, "200", decision(true, 50, 5, 0))
+			e.clock.Advance(tc.advance)
+			if _, act := e.start(req{}); (act == wasmhost.Continue) != tc.spent {
+				t.Fatalf("%v after the answer (%v after the send, TTL 1s): lease spent %v, want %v",
+					tc.advance, 600*time.Millisecond+tc.advance, act == wasmhost.Continue, tc.spent)
+			}
+		})
+	}
+}
+
 // Different callers and paths never share a lease.
 func TestLeaseIsPerBucket(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)

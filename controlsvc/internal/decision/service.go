@@ -44,10 +44,6 @@ const (
 	MaxReturned = 1_000_000_000
 )
 
-// leaseTransit is what a window's lease TTL leaves for the answer's way to
-// the filter, which counts the TTL from when the answer arrives.
-const leaseTransit = 10 * time.Millisecond
-
 // Counters runs rules' counters (the limiter).
 type Counters interface {
 	Do(ctx context.Context, r limiter.Request) (limiter.Result, error)
@@ -835,13 +831,15 @@ func (s *Service) verdict(p *view, t *target, rs []applied, granted, chargeGrant
 // configured TTL, and never past a window's end, which is ResetAfter from
 // when its counter answered (a throttled rule after it slept up to its
 // wait, and an outsider's leases lived 65 ms into the next window: 254
-// admitted of 200), less the answer's way to the filter, which counts the
-// TTL from receipt (12-14 over without).
+// admitted of 200). The caller counts it from when it sent the check,
+// before any counter answered (the decision API says so; the filter's
+// keepLease): the answer's way back costs the lease nothing of its window.
+// A script rounds ResetAfter up to a whole millisecond: that one comes off.
 func leaseTTL(p *view, rs []applied, now time.Time) time.Duration {
 	ttl := time.Duration(p.Lease.TTLMs) * time.Millisecond
 	for _, a := range rs {
 		if a.req.Rule.Algorithm != rules.TokenBucket && a.req.Rule.Algorithm != rules.GCRA {
-			ttl = min(ttl, a.res.ResetAfter-now.Sub(a.at)-leaseTransit)
+			ttl = min(ttl, a.res.ResetAfter-now.Sub(a.at)-time.Millisecond)
 		}
 	}
 	return ttl

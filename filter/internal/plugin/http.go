@@ -90,7 +90,8 @@ type httpContext struct {
 	localReply bool
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
-	// start is when the callout left, in Unix nanoseconds: a time.Time
+	// start is when the callout left, in Unix nanoseconds (a lease it
+	// brings counts its TTL from then: keepLease): a time.Time
 	// field here (the context is held behind an interface) would keep
 	// time's formatting code in the module.
 	start int64
@@ -939,13 +940,18 @@ func (h *httpContext) cacheDenial(owner leasecache.Owner, v verdict, now time.Ti
 }
 
 // keepLease caches the tokens of a granted lease for this request's bucket,
-// spendable for the lease's TTL; it reports whether there were any.
+// spendable for the lease's TTL; it reports whether there were any. The TTL
+// counts from when the check was sent, not from the answer: the service
+// measured it (up to a window's end) at some moment after the send, so the
+// lease ends by then however long the answer took on its way, a stalled
+// proxy or a slow network included, with no clock shared.
 func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge, now time.Time) bool {
 	if h.p.cfg.Lease.Request == 0 || l.Granted == 0 {
 		return false
 	}
 	e := v.entry(h.bucket)
-	e.Tokens, e.ExpiresMs, e.LeasedAt = l.Granted, now.UnixMilli()+l.TTLMs, l.LeasedAt
+	sentMs := min(h.start/1e6, now.UnixMilli())
+	e.Tokens, e.ExpiresMs, e.LeasedAt = l.Granted, sentMs+l.TTLMs, l.LeasedAt
 	if l.ChargeGranted > 0 {
 		// plausible checked there is one charge.
 		e.ChargeTokens, e.ChargeRule, e.CostFrom = l.ChargeGranted, charges[0].RuleID, charges[0].CostFrom
