@@ -187,6 +187,27 @@ func (m multi) End() Overrides {
 	return o
 }
 
+// OtherUnicode reports whether a Content-Type header among contentTypes
+// names a charset that is a Unicode encoding other than UTF-8 (UTF-16,
+// UTF-32, UTF-7): Express's body-parser decodes a body from any "utf-"
+// charset before it parses it, and the scanners here read bytes as UTF-8
+// (a _method in UTF-16 is not one to them). The filter refuses such a
+// body rather than count it as its own method.
+func OtherUnicode(contentTypes ...string) bool {
+	for _, ct := range contentTypes {
+		_, params, _ := strings.Cut(ct, ";")
+		cs, ok := param(params, "charset")
+		if !ok {
+			continue
+		}
+		l := strings.ToLower(strings.TrimSpace(cs))
+		if strings.HasPrefix(l, "utf") && l != "utf-8" && l != "utf8" {
+			return true
+		}
+	}
+	return false
+}
+
 // isJSON reports whether a Content-Type header is JSON as Laravel's isJson
 // reads it: one containing "/json" or "+json" anywhere (compared without
 // case: counting more, never less).

@@ -289,7 +289,16 @@ func TestJSON(t *testing.T) {
 		{`{"_method":"DELETE"}`, Overrides{First: "DELETE", Count: 1}},
 		{` { "a" : {"_method":"PUT", "b":["_method", "}"]}, "\u005fmethod" : "del\u0065te" } `, Overrides{First: "delete", Count: 1}},
 		{`{"x":"\"_method\":\"PUT\"","_method":"PATCH","y":1}`, Overrides{First: "PATCH", Count: 1}},
-		{`{"_method":1,"_method":null,"_method":["DELETE"],"_method":{"a":"DELETE"}}`, Overrides{}},
+		{`{"_method":1,"_method":null,"_method":true}`, Overrides{}},
+		// An array or an object is no method to count, but method-override
+		// (Express) takes an array's first element: refused (no method).
+		{`{"_method":["DELETE"]}`, Overrides{First: containerValue, Count: 1}},
+		{`{"_method" : {"a":"DELETE"}, "b":1}`, Overrides{First: containerValue, Count: 1}},
+		{`{"_method":"PUT","_method":["PUT"]}`, Overrides{First: "PUT", Count: 2, Conflict: true}},
+		{`{"a":["_method"],"b":{"_method":["DELETE"]},"_method":"PATCH"}`, Overrides{First: "PATCH", Count: 1}},
+		// body-parser strips a UTF-8 byte order mark before JSON.parse.
+		{"\xEF\xBB\xBF{\"_method\":\"DELETE\"}", Overrides{First: "DELETE", Count: 1}},
+		{"\xEF\xBB\xBF [{\"_method\":\"DELETE\"}]", Overrides{}},
 		{`{"_method":"PUT","_method":"DELETE"}`, Overrides{First: "PUT", Count: 2, Conflict: true}},
 		{`[{"_method":"DELETE"}]`, Overrides{}},
 		{`{"_METHOD":"DELETE","_methods":"DELETE"," _method":"DELETE"}`, Overrides{}},
@@ -299,6 +308,27 @@ func TestJSON(t *testing.T) {
 			if got := scan(t, "application/vnd.api+json", c.body, n); got != c.want {
 				t.Fatalf("%s in chunks of %d: %+v, want %+v", c.body, n, got, c.want)
 			}
+		}
+	}
+}
+
+// A charset that is a Unicode encoding other than UTF-8, in any spelling
+// of the parameter, is told apart from UTF-8 and the charsets no decoder
+// reads as anything but bytes.
+func TestOtherUnicode(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/json":                                 false,
+		"application/json; charset=utf-8":                  false,
+		"application/json;charset=UTF8":                    false,
+		"application/json; charset=iso-8859-1":             false,
+		"application/json; charset=utf-16":                 true,
+		"application/json;CHARSET=\"UTF-16LE\"":            true,
+		"application/json; x=1; charset=utf-32":            true,
+		"application/x-www-form-urlencoded; charset=utf-7": true,
+		"text/plain; x=/json; charset = utf-16be":          true,
+	} {
+		if got := OtherUnicode("text/plain", ct); got != want {
+			t.Errorf("%q: %v, want %v", ct, got, want)
 		}
 	}
 }
@@ -313,6 +343,13 @@ func FuzzJSON(f *testing.F) {
 		got := scan(t, "application/json", body, int(n))
 		var doc map[string]json.RawMessage
 		if json.Unmarshal([]byte(body), &doc) != nil {
+			return
+		}
+		if raw := bytes.TrimSpace(doc["_method"]); len(raw) > 0 && (raw[0] == '[' || raw[0] == '{') {
+			// An array or an object: refused, never counted as a method.
+			if got.Count == 0 || !got.Conflict && rules.ValidMethod(strings.ToUpper(got.First)) {
+				t.Fatalf("%q in chunks of %d: _method is %s, the scanner %+v", body, n, raw, got)
+			}
 			return
 		}
 		var v string

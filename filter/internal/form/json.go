@@ -7,12 +7,19 @@ import (
 
 // jsonBody reads a JSON body for a top-level "_method" string: Laravel
 // reads a JSON POST's fields as its form (its request bag is the JSON
-// input), and Symfony's method override reads _method from that bag. Only
+// input), and Symfony's method override reads _method from that bag, as
+// Express's method-override does from body-parser's req.body. Only
 // the top-level object's members are fields; the key is compared decoded
 // (escapes too), exactly, as PHP's json_decode names it. Every other value
 // is skipped, at any depth, in bounded memory: strings are followed
-// through their escapes so that no brace or quote in one is misread.
+// through their escapes so that no brace or quote in one is misread. A
+// UTF-8 byte order mark before the body is passed over (body-parser
+// strips it), and a "_method" that is an array or an object reads as an
+// override naming no method (method-override takes an array's first
+// element): the request is refused rather than counted as one method
+// while an upstream routes it as another.
 type jsonBody struct {
+	bom      int // bytes of a leading byte order mark read
 	started  bool
 	object   bool // the body is an object: it has fields
 	depth    int  // containers open
@@ -32,6 +39,15 @@ type jsonBody struct {
 	value   []byte
 	out     Overrides
 }
+
+// bom is UTF-8's byte order mark.
+const bom = "\xEF\xBB\xBF"
+
+// containerValue stands for a "_method" that is an array or an object: a
+// value no method is (longer than maxValue).
+const containerValue = "(array or object)"
+
+const _ = uint(len(containerValue) - maxValue - 1)
 
 const (
 	jsonKey = iota
@@ -75,6 +91,10 @@ func (j *jsonBody) byte(c byte) {
 	case ' ', '\t', '\r', '\n':
 		return
 	}
+	if !j.started && j.bom < len(bom) && c == bom[j.bom] {
+		j.bom++
+		return
+	}
 	if !j.started {
 		j.started = true
 		j.object = c == '{'
@@ -85,6 +105,9 @@ func (j *jsonBody) byte(c byte) {
 	switch c {
 	case '{', '[':
 		if j.depth == 1 && j.next == jsonValue {
+			if j.match {
+				j.out.add(containerValue)
+			}
 			j.next = jsonComma
 		}
 		j.depth++

@@ -215,7 +215,7 @@ func TestTokenNet(t *testing.T) {
 // reads: a name whose length it lacks would be passed over unread.
 func TestReadLengthsOfFixedNames(t *testing.T) {
 	names := append([]string{":path", ":method", "authorization", "x-forwarded-for", "x-real-ip",
-		"content-length", "content-type", "x-request-id"}, overrideHeaders[:]...)
+		"content-length", "content-type", "content-encoding", "x-request-id"}, overrideHeaders[:]...)
 	for _, name := range names {
 		if fixedReadLengths&(1<<len(name)) == 0 {
 			t.Errorf("%s (%d bytes) is not among the lengths read", name, len(name))

@@ -165,7 +165,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 	// response-cost rule charges its response as this caller.
 	h.path, h.method, h.override = path, rq.method, override
 	if !endOfStream {
-		h.readsForm(&rq)
+		if act, settled := h.readsForm(&rq); settled {
+			return act
+		}
 	}
 	now := h.now()
 	var back handBack
@@ -298,8 +300,11 @@ type request struct {
 	// (formbody.go).
 	contentType  [4]string
 	contentTypes int
-	cost         [pluginconf.MaxCostHeaders]string
-	costSeen     [pluginconf.MaxCostHeaders]bool
+	// contentEncoding holds the Content-Encoding headers' values, joined
+	// with ",": a compressed form body is one the filter cannot read.
+	contentEncoding string
+	cost            [pluginconf.MaxCostHeaders]string
+	costSeen        [pluginconf.MaxCostHeaders]bool
 }
 
 // length is the request's Content-Length when it is one plain number
@@ -376,6 +381,9 @@ func (h *httpContext) readRequest() (request, error) {
 				rq.contentType[rq.contentTypes] = v
 			}
 			rq.contentTypes++
+		case headerIs(k, "content-encoding"):
+			// content_encoding too: a CGI-style upstream reads both as one.
+			rq.contentEncoding = join(rq.contentEncoding, rq.contentEncoding != "", v)
 		case equalFold(k, "x-request-id"):
 			if ascii.Printable.Match(v, 1, maxRequestID) {
 				h.requestID = v
@@ -416,10 +424,11 @@ func readLengths(apiKeyHeader string, costHeaders []string) uint64 {
 
 // fixedReadLengths are the lengths of the names readRequest always reads:
 // :path, :method, authorization, x-forwarded-for, x-real-ip,
-// content-length, content-type and x-request-id, and the override headers
+// content-length, content-type, content-encoding and x-request-id, and the
+// override headers
 // (TestReadLengthsOfFixedNames spells them out).
 const fixedReadLengths = 1<<len(":path") | 1<<len(":method") | 1<<len("authorization") | 1<<len("x-forwarded-for") |
-	1<<len("x-real-ip") | 1<<len("content-length") | 1<<len("content-type") | 1<<len("x-request-id") |
+	1<<len("x-real-ip") | 1<<len("content-length") | 1<<len("content-type") | 1<<len("content-encoding") | 1<<len("x-request-id") |
 	1<<len("x-http-method-override") | 1<<len("x-method-override") | 1<<len("x-http-method")
 
 func isOverrideHeader(k string) bool {
