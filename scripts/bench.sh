@@ -26,6 +26,9 @@ ratio() {
 }
 ratio "lease hit" "$(nsop "$run/wasm.txt" BenchmarkRequestLeaseHit)" "$(nsop "$run/native.txt" BenchmarkNativeLeaseHit)"
 ratio "callout  " "$(nsop "$run/wasm.txt" BenchmarkRequestCallout)" "$(nsop "$run/native.txt" BenchmarkNativeRequestCallout)"
+# The same lease hit after the caches were swept: the request's own time.
+metric() { awk -v b="$2" -v m="$3" '$1 ~ "^"b"-[0-9]+$" {for (i = 2; i < NF; i++) if ($(i+1) == m) {print $i; exit}}' "$1"; }
+ratio "lease hit, caches cold" "$(metric "$run/wasm.txt" BenchmarkRequestLeaseHitCold ns-request)" "$(metric "$run/native.txt" BenchmarkNativeLeaseHitCold ns-request)"
 echo
 echo "== What the module's size is made of"
 make -s build wasm-names
