@@ -142,8 +142,8 @@ func TestFormBodyMethodOverride(t *testing.T) {
 // A POST body the filter would read for a method override, but cannot
 // read as an upstream may, is refused on its headers, before anything is
 // counted: compressed (Express's body-parser inflates gzip and deflate),
-// in a Unicode charset other than UTF-8 (body-parser decodes any "utf-"
-// one), or with more Content-Type headers than are read.
+// in a charset a decoder may read as other than ASCII (body-parser decodes
+// any "utf-" one), or with more Content-Type headers than are read.
 func TestUnreadableFormBodyRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -158,6 +158,9 @@ func TestUnreadableFormBodyRefused(t *testing.T) {
 		{"UTF-16 JSON", wasmhost.Headers{{"content-type", "application/json; charset=utf-16"}}, 415},
 		{"UTF-7 in a second Content-Type", wasmhost.Headers{{"content-type", "text/plain"}, {"content-type", "application/json;charset=\"UTF-7\""}}, 415},
 		{"UTF-8 JSON", wasmhost.Headers{{"content-type", "application/json; charset=UTF-8"}}, 0},
+		{"UCS-2 (iconv's name for UTF-16LE)", wasmhost.Headers{{"content-type", "application/x-www-form-urlencoded; charset=ucs2"}}, 415},
+		{"Latin-1 form", wasmhost.Headers{{"content-type", "application/x-www-form-urlencoded; charset=ISO-8859-1"}}, 0},
+		{"ISO-8859-2: refused with the sets no client needs", wasmhost.Headers{{"content-type", "application/x-www-form-urlencoded; charset=iso-8859-2"}}, 415},
 		{"a compressed body no framework reads a method from", wasmhost.Headers{{"content-type", "image/png"}, {"content-encoding", "gzip"}}, 0},
 		{"five Content-Type headers", wasmhost.Headers{{"content-type", "text/plain"}, {"content-type", "text/plain"}, {"content-type", "text/plain"},
 			{"content-type", "text/plain"}, {"content-type", "application/x-www-form-urlencoded"}}, 400},

@@ -187,23 +187,50 @@ func (m multi) End() Overrides {
 	return o
 }
 
-// OtherUnicode reports whether a Content-Type header among contentTypes
-// names a charset that is a Unicode encoding other than UTF-8 (UTF-16,
-// UTF-32, UTF-7): Express's body-parser decodes a body from any "utf-"
-// charset before it parses it, and the scanners here read bytes as UTF-8
-// (a _method in UTF-16 is not one to them). The filter refuses such a
-// body rather than count it as its own method.
-func OtherUnicode(contentTypes ...string) bool {
+// OtherCharset reports whether a Content-Type header among contentTypes
+// names a charset whose bytes a decoder may read other than as ASCII:
+// anything but UTF-8, US-ASCII, ISO-8859-1 and Windows-1252. Express's
+// body-parser decodes a body from any "utf-" charset before it parses it
+// (a _method in UTF-16 or UTF-7), other parsers from any charset iconv
+// knows, and the scanners here read bytes as they come.
+// The filter refuses such a body rather than count it as its own method.
+//
+// Every "charset=" in a header is read, as boundaries are (a parser that
+// takes a repeated parameter's last value, or finds one by searching, reads
+// one a parameter-wise reading passes over): one that is no such set,
+// escapes and empty values included, is refused.
+func OtherCharset(contentTypes ...string) bool {
 	for _, ct := range contentTypes {
-		_, params, _ := strings.Cut(ct, ";")
-		cs, ok := param(params, "charset")
-		if !ok {
-			continue
+		lower := strings.ToLower(ct)
+		for i := strings.Index(lower, "charset"); i >= 0; i = strings.Index(lower, "charset") {
+			lower = lower[i+len("charset"):]
+			v, ok := strings.CutPrefix(strings.TrimLeft(lower, space), "=")
+			if !ok {
+				continue
+			}
+			v = strings.TrimLeft(v, space+"\"'")
+			if k := strings.IndexAny(v, space+"\"';,"); k >= 0 {
+				v = v[:k]
+			}
+			if !asciiCharset(v) {
+				return true
+			}
 		}
-		l := strings.ToLower(strings.TrimSpace(cs))
-		if strings.HasPrefix(l, "utf") && l != "utf-8" && l != "utf8" {
-			return true
-		}
+	}
+	return false
+}
+
+// space is every byte a header parser may take for white space.
+const space = " \t\r\n\f\v"
+
+// asciiCharset reports whether a lower-case charset name is one whose
+// ASCII bytes every decoder reads as ASCII, and one a client may name: the
+// others (ISO-8859-2 and the like) are refused too, which costs no client
+// that sends UTF-8.
+func asciiCharset(cs string) bool {
+	switch cs {
+	case "utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin1", "windows-1252":
+		return true
 	}
 	return false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	gomime "mime"
 	mime "mime/multipart"
 	"strings"
 	"testing"
@@ -312,25 +313,54 @@ func TestJSON(t *testing.T) {
 	}
 }
 
-// A charset that is a Unicode encoding other than UTF-8, in any spelling
-// of the parameter, is told apart from UTF-8 and the charsets no decoder
-// reads as anything but bytes.
-func TestOtherUnicode(t *testing.T) {
+// A charset a decoder may read as other than ASCII, in any spelling of
+// the parameter, is told apart from UTF-8 and the one-byte sets.
+func TestOtherCharset(t *testing.T) {
 	for ct, want := range map[string]bool{
 		"application/json":                                 false,
 		"application/json; charset=utf-8":                  false,
 		"application/json;charset=UTF8":                    false,
 		"application/json; charset=iso-8859-1":             false,
+		"application/json; charset=\"Windows-1252\"":       false,
+		"application/json; charset=US-ASCII":               false,
 		"application/json; charset=utf-16":                 true,
 		"application/json;CHARSET=\"UTF-16LE\"":            true,
 		"application/json; x=1; charset=utf-32":            true,
 		"application/x-www-form-urlencoded; charset=utf-7": true,
 		"text/plain; x=/json; charset = utf-16be":          true,
+		"application/json; charset=ucs2":                   true,
+		"application/json; charset=unicode-1-1-utf-7":      true,
+		"application/json; charset=iso-8859-":              true,
+		"application/json; charset=iso-8859-1x":            true,
+		"application/json; charset=":                       true,
+		"application/json; charset=cp037":                  true, // EBCDIC
+		"application/json; charset=utf-8; charset=utf-16":  true, // Node's content-type takes the last
+		"application/json; a=b charset=utf-16":             true,
+		"application/json; a=\"charset=utf-16\"":           true, // counting more
+		"application/json; charset=\"utf\\-16\"":           true,
+		"application/json; charset\f=utf-16":               true,
+		"application/json; charset=utf-8, text/plain":      false,
 	} {
-		if got := OtherUnicode("text/plain", ct); got != want {
+		if got := OtherCharset("text/plain", ct); got != want {
 			t.Errorf("%q: %v, want %v", ct, got, want)
 		}
 	}
+}
+
+// Every charset a standard parser of the header finds (Go's, as strict as
+// Node's content-type) is one OtherCharset reads: none slips past it.
+func FuzzOtherCharset(f *testing.F) {
+	f.Add("application/json; charset=utf-16")
+	f.Add(`application/json; a="x;charset=utf-8"; charset="UTF-7"`)
+	f.Fuzz(func(t *testing.T, ct string) {
+		_, params, err := gomime.ParseMediaType(ct)
+		if err != nil {
+			return
+		}
+		if cs, ok := params["charset"]; ok && !asciiCharset(strings.ToLower(strings.TrimSpace(cs))) && !OtherCharset(ct) {
+			t.Fatalf("%q: a parser reads charset %q, OtherCharset does not refuse it", ct, cs)
+		}
+	})
 }
 
 // A JSON body's override is found wherever encoding/json (which, like

@@ -32,9 +32,10 @@ import (
 // reads one without a content type as a form too). Such a body the
 // scanners cannot read as an upstream may is refused (settled): one
 // compressed (Express's body-parser inflates gzip and deflate bodies
-// before method-override reads them) or in a Unicode encoding other than
-// UTF-8 (body-parser decodes any "utf-" charset). An outsider's DELETEs
-// sent as such POSTs ran 50 of 50 past a DELETE rule of 2 a minute.
+// before method-override reads them) or in a charset a decoder may read
+// as other than ASCII (body-parser decodes any "utf-" charset:
+// form.OtherCharset). An outsider's DELETEs sent as such POSTs ran 50 of
+// 50 past a DELETE rule of 2 a minute.
 func (h *httpContext) readsForm(rq *request) (act types.Action, settled bool) {
 	if rq.method != "POST" {
 		return 0, false
@@ -49,11 +50,11 @@ func (h *httpContext) readsForm(rq *request) (act types.Action, settled bool) {
 	}
 	if !identityEncoding(rq.contentEncoding) {
 		h.form = nil
-		return h.refuse(415, "a form or JSON request body must not be compressed (Content-Encoding): an upstream that decodes it could read a method override in it that the rate limiter cannot"), true
+		return h.refuse(415, "a form or JSON POST body must not be compressed (Content-Encoding): the rate limiter reads it for a method override"), true
 	}
-	if form.OtherUnicode(cts...) {
+	if form.OtherCharset(cts...) {
 		h.form = nil
-		return h.refuse(415, "a form or JSON request body must be UTF-8 (its Content-Type names another Unicode charset): an upstream that decodes it could read a method override in it that the rate limiter cannot"), true
+		return h.refuse(415, "a form or JSON POST body must be UTF-8, US-ASCII, ISO-8859-1 or Windows-1252: the rate limiter reads it for a method override"), true
 	}
 	h.formLeft = -1
 	if n, ok := rq.length(); ok {
