@@ -154,8 +154,10 @@ func TestMethodOverrideInTheFormBodyThroughTheGateway(t *testing.T) {
 	up := newUpstream(t)
 	gw := startGateway(t, ctl, up, `{"control_cluster":"controlsvc","decision_token":"`+decisionToken+`","timeout_ms":2000,"lease":{"request":0}}`)
 	const multipart = "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\ndelete\r\n--b--\r\n"
+	sent := map[string]bool{}
 	post := func(contentType, body string) int {
 		t.Helper()
+		sent[body] = true
 		req, err := http.NewRequest(http.MethodPost, gw+"/api/v1/items", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -178,15 +180,24 @@ func TestMethodOverrideInTheFormBodyThroughTheGateway(t *testing.T) {
 		post("multipart/form-data; boundary=b", multipart),
 		post(form, "a=1"),
 	}
-	if fmt.Sprint(got) != "[200 200 429 429 200]" {
-		t.Errorf("form POSTs naming DELETE, then a plain POST: %v; want [200 200 429 429 200] (two DELETEs allowed)", got)
+	// A form body past the proxy's buffer limit (Envoy's default 1 MiB)
+	// is not held whole, so not read: 413, as from Envoy.
+	got = append(got, post(form, "_method=DELETE&x="+strings.Repeat("a", 1<<20)))
+	if fmt.Sprint(got) != "[200 200 429 429 200 413]" {
+		t.Errorf("form POSTs naming DELETE, then a plain POST, then a large one: %v; want [200 200 429 429 200 413] (two DELETEs allowed)", got)
 	}
-	// A refused request is given up before its body ends: the upstream
-	// never reads a whole one.
+	// The body is held whole until it is decided: a refused request's
+	// upstream gets its headers and none of it (an upstream that acts on a
+	// prefix when reset, as Django's development server does, routed one
+	// as DELETE).
 	whole := 0
 	for _, h := range up.since(before) {
-		if h.Get("X-Test-Body") != "" {
+		switch b := h.Get("X-Test-Body"); {
+		case b == "":
+		case sent[b]:
 			whole++
+		default:
+			t.Errorf("the upstream read part of a body: %.40q", b)
 		}
 	}
 	if whole != 3 {

@@ -10,11 +10,12 @@ import (
 )
 
 // A POST's form body may name its method (_method: Rails, Laravel,
-// Symfony). The request is decided on its headers as a POST; its body
-// goes on as it streams, but its end waits while the rules the named
-// method adds are checked (override_only): refused, the client gets 429
-// (Envoy resets the upstream request); admitted, the end goes on. An
-// override that names no method, or disagrees with a header's, is a 400.
+// Symfony, Express). The request is decided on its headers as a POST; its
+// body is held whole, and waits while the rules the named method adds are
+// checked (override_only): refused, the client gets 429 (Envoy resets the
+// upstream request, which got none of the body); admitted, the body goes
+// on. An override that names no method, or disagrees with a header's, is
+// a 400.
 func TestFormBodyMethodOverride(t *testing.T) {
 	const urlencoded = "application/x-www-form-urlencoded"
 	const multipartCT = "multipart/form-data; boundary=XyZ"
@@ -86,8 +87,11 @@ func TestFormBodyMethodOverride(t *testing.T) {
 					t.Fatal(err)
 				}
 				sent = append(sent, out...)
-				if i < len(tc.chunks)-1 && act != wasmhost.Continue {
-					t.Fatalf("chunk %d held: only the end waits", i)
+				// A body read for an override is held whole: an upstream
+				// given a prefix may act on it when a refusal resets it
+				// (Django's development server did).
+				if streams := tc.method != "POST" || tc.contentType == "text/plain" && tc.headers == nil; i < len(tc.chunks)-1 && streams != (act == wasmhost.Continue && len(out) == len(c)) {
+					t.Fatalf("chunk %d: action %v, %d bytes released; the body is read: %v", i, act, len(out), !streams)
 				}
 			}
 			if tc.envoy {
@@ -248,12 +252,15 @@ func TestFormBodyOfPartHeadersStaysSmall(t *testing.T) {
 	ctx := context.Background()
 	const body = 24 << 20
 	for sent := 0; sent < body; sent += len(chunk) {
-		act, _, err := s.OnRequestBody(ctx, chunk, sent+len(chunk) >= body)
+		end := sent+len(chunk) >= body
+		act, out, err := s.OnRequestBody(ctx, chunk, end)
 		if err != nil {
 			t.Fatalf("after %d MiB: %v (VM: %v)", sent>>20, err, vm.Broken())
 		}
-		if act != wasmhost.Continue {
-			t.Fatalf("after %d MiB: the body was held", sent>>20)
+		// Held whole (Envoy would answer 413 past its buffer limit; the
+		// guest reads each byte once however large the host lets it grow).
+		if end != (act == wasmhost.Continue) || end && len(out) != sent+len(chunk) {
+			t.Fatalf("after %d MiB: action %v, %d bytes released", sent>>20, act, len(out))
 		}
 	}
 	if mem := vm.MemorySize(); mem > 32<<20 {

@@ -153,6 +153,10 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 				writeLocal(w, l)
 				return
 			}
+			if errors.Is(err, errBufferLimit) {
+				writeError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the proxy buffers for its filters")
+				return
+			}
 			g.log.Warn("upstream failed", "err", err)
 			writeError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream did not answer")
 		},
@@ -197,13 +201,21 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Close releases the VMs.
+// Close releases the VMs. Each is closed under its lock: a callout's
+// answer or a request still in flight afterwards gets the closed VM's
+// error rather than run the guest in memory already unmapped (a late
+// answer crashed the process).
 func (g *Gateway) Close(ctx context.Context) error {
 	if g.host == nil {
 		return nil
 	}
 	g.stop()
 	g.ticks.Wait()
+	for _, wk := range g.vms {
+		wk.mu.Lock()
+		_ = wk.vm.Close(ctx)
+		wk.mu.Unlock()
+	}
 	return g.host.Close(ctx)
 }
 
@@ -663,6 +675,9 @@ func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadClo
 			return nil, err
 		}
 		g.perform(w, calls)
+		if act == wasmhost.Pause && !end && !local && len(s.RequestBody) > bufferLimit {
+			return nil, errBufferLimit
+		}
 		if act == wasmhost.Pause && end && !local {
 			if !g.await(ctx, w, func() bool { return s.Local != nil || s.Resumed }) {
 				return nil, errors.New("the client went away while the filter held the request")
@@ -681,6 +696,14 @@ func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadClo
 }
 
 var errAnswered = errors.New("the filter answered the request itself")
+
+// bufferLimit is what the proxy holds of a request body the filter
+// buffers (a form POST it reads for a method override): Envoy's default
+// per_connection_buffer_limit_bytes, past which Envoy answers 413 and
+// resets the upstream request.
+const bufferLimit = 1 << 20
+
+var errBufferLimit = errors.New("request body over the buffer limit")
 
 // deliver hands the VM a callout's answer, or its failure; wk.mu is held.
 func (wk *worker) deliver(res calloutResult) error {

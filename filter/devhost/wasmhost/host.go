@@ -240,8 +240,13 @@ func (vm *VM) Close(ctx context.Context) error {
 
 var errClosed = errors.New("the VM is closed")
 
-// MemorySize is the guest's linear memory in bytes.
-func (vm *VM) MemorySize() uint32 { return vm.mod.Memory().Size() }
+// MemorySize is the guest's linear memory in bytes (0 once closed).
+func (vm *VM) MemorySize() uint32 {
+	if vm.broken == errClosed {
+		return 0
+	}
+	return vm.mod.Memory().Size()
+}
 
 // HostCalls is how many times the guest called a host function (by its
 // import name, "proxy_remove_header_map_value"): tests bound the work a hostile

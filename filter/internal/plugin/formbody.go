@@ -17,12 +17,16 @@ import (
 // Laravel and Symfony route a POST with a _method field as the method it
 // names. Envoy hands the filter the body only after the headers went on
 // (a filter that holds them gets none: hostmodel.ErrRequestHeld), so the
-// request is decided on its headers as a POST, the body is read as it
-// streams (each chunk goes on but the last: the upstream cannot act on a
-// form it has not read whole), and when it names another method the
-// request is checked again, for the rules that method adds
-// (wire.CheckRequest.OverrideOnly), its last chunk held meanwhile: refused,
-// the filter answers 429 and Envoy resets the upstream request. A body
+// request is decided on its headers as a POST, the body is held whole
+// (Envoy buffers it, up to its buffer limit, 413 past it) and read as it
+// comes, and when it names another method the request is checked again,
+// for the rules that method adds (wire.CheckRequest.OverrideOnly), the body
+// held meanwhile: refused, the filter answers 429 and Envoy resets the
+// upstream request, which got the headers and none of the body. (Until
+// 2026-11-26 each chunk went on but the last, as an upstream cannot act on
+// a form it has not read whole; Django's development server did, on the
+// prefix a reset left it: an outsider's DELETEs ran 20 of 20 past a rule
+// of 2.) A body
 // override that names no method, or disagrees with a header's or the
 // query's, is refused (400), as those are. method_override: strip cannot
 // take a field out of a body already partly sent, so it counts one too.
@@ -90,7 +94,9 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Ac
 	if sc == nil || h.localReply || h.done {
 		return types.ActionContinue
 	}
-	for off := 0; off < bodySize; off += maxBodyRead {
+	// The body is held (Pause buffers it): each call sees all of it so
+	// far, of which the first formRead bytes were read before.
+	for off := h.formRead; off < bodySize; off += maxBodyRead {
 		b, err := proxywasm.GetHttpRequestBodyScratch(off, min(maxBodyRead, bodySize-off))
 		if err != nil {
 			break
@@ -98,13 +104,14 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) types.Ac
 		sc.Feed(b)
 	}
 	if h.formLeft >= 0 {
-		h.formLeft -= int64(bodySize)
+		h.formLeft -= int64(bodySize - h.formRead)
 	}
-	// The chunk that completes a Content-Length body is held, not only the
-	// end: Envoy's HTTP/1 codec passes the bytes, then the end alone, and
-	// an upstream that has all Content-Length bytes runs the request.
+	h.formRead = max(h.formRead, bodySize)
+	// A Content-Length body is decided when its last byte came, not only
+	// at the end: Envoy's HTTP/1 codec passes the bytes, then the end
+	// alone.
 	if !endOfStream && h.formLeft != 0 {
-		return types.ActionContinue
+		return types.ActionPause
 	}
 	h.form = nil
 	return h.bodyOverride(sc.End())

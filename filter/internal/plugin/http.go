@@ -74,11 +74,12 @@ type httpContext struct {
 
 	// The request as checked, for a charge after its response.
 	path, method, override string
-	// form reads the request's form body for a method override, while it
-	// goes on (formbody.go); bodyHeld: its end waits for the override's
-	// check.
+	// form reads the request's form body for a method override, held
+	// until read whole (formbody.go); bodyHeld: it waits for the
+	// override's check.
 	form     form.Scanner
 	formLeft int64 // Content-Length bytes the scanner has yet to see (-1: unknown)
+	formRead int   // bytes of the held body read
 	bodyHeld bool
 	// overrideBucket is the bucket of the body's override (checkOverride).
 	overrideBucket leasecache.Owner
