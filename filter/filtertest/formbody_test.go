@@ -57,6 +57,11 @@ func TestFormBodyMethodOverride(t *testing.T) {
 		// of 50 past a DELETE rule of 2 either way).
 		{"JSON after a byte order mark", "POST", "application/json", nil, []string{"\xEF\xBB", "\xBF{\"_method\":\"DELETE\"}"}, "DELETE", "429", 429, false},
 		{"JSON: an array for _method is refused", "POST", "application/json", nil, []string{`{"_method":["DELETE"]}`}, "", "", 400, false},
+		// koa-bodyparser reads application/csp-report as JSON, and its
+		// form parser reads _method.0 as an array of _method (qs
+		// allowDots): 20 of 20 past a DELETE rule of 2 either way.
+		{"Koa: csp-report is JSON", "POST", "application/csp-report", nil, []string{`{"_method":"DELETE"}`}, "DELETE", "429", 429, false},
+		{"Koa: _method.0", "POST", urlencoded, nil, []string{"_method.0=DELETE"}, "DELETE", "429", 429, false},
 		{"JSON named in a parameter (Laravel's isJson reads the whole header)", "POST", "text/plain; x=/json", nil, []string{`{"_method":"DELETE"}`}, "DELETE", "429", 429, false},
 		// An outsider's four headers of four boundaries each had sixteen
 		// scanners read every byte; more than four readings are refused.

@@ -237,16 +237,18 @@ func asciiCharset(cs string) bool {
 
 // isJSON reports whether a Content-Type header is JSON as Laravel's isJson
 // reads it: one containing "/json" or "+json" anywhere (compared without
-// case: counting more, never less).
+// case: counting more, never less), or as koa-bodyparser reads it by
+// default, application/csp-report too.
 func isJSON(ct string) bool {
 	m := strings.ToLower(ct)
-	return strings.Contains(m, "/json") || strings.Contains(m, "+json")
+	return strings.Contains(m, "/json") || strings.Contains(m, "+json") || strings.Contains(m, "csp-report")
 }
 
 // A name is matched as the frameworks read it, one decoded byte at a time:
 // PHP drops its leading spaces, cuts it at a NUL and reads a first ' ', '.'
 // or '[' as '_'; Rack 2 strips the brackets around it ("[_method]",
-// "]]_method"); the core left, compared without case, is "_method",
+// "]]_method"); qs with allowDots (Koa's co-body) reads "_method.0" as an
+// array of _method; the core left, compared without case, is "_method",
 // ".method" or, after a dropped '[', "method".
 type nameMatch struct {
 	buf     [8]byte
@@ -264,7 +266,7 @@ func (m *nameMatch) add(c byte) {
 	case m.cut || m.long:
 	case m.lead && (c == ' ' || c == '[' || c == ']'):
 		m.bracket = m.bracket || c == '['
-	case c == 0 || c == '[' || c == ']':
+	case c == 0 || c == '[' || c == ']' || c == '.' && m.n > 0:
 		m.cut = true
 	case m.n == len(m.buf)-1:
 		m.long = true

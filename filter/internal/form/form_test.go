@@ -59,6 +59,10 @@ func TestURLEncoded(t *testing.T) {
 		{"]]_method=DELETE&_method]=DELETE", Overrides{First: "DELETE", Count: 2}},
 		{"[method=PUT", Overrides{First: "PUT", Count: 1}}, // PHP reads a first '[' as '_'
 		{"_method[x]=PUT", Overrides{First: "PUT", Count: 1}},
+		// qs with allowDots (Koa's co-body) reads these as _method arrays.
+		{"_method.0=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"_method%2E0=DELETE&a.b=1", Overrides{First: "DELETE", Count: 1}},
+		{"_me.thod=DELETE&_methodx.0=DELETE", Overrides{}},
 	} {
 		for n := 0; n <= len(c.body); n++ {
 			if got := scan(t, "application/x-www-form-urlencoded; charset=UTF-8", c.body, n); got != c.want {
@@ -181,7 +185,9 @@ func TestNew(t *testing.T) {
 		"application/json": true, "text/plain": false, "": true, // Rack reads a POST without one as a form
 		"multipart/mixed; boundary=b": true, "multipart/related; boundary=\"a;b\"": true, "multipart/alternative; boundary=b": true, "application/x-www-form-urlencoded,x": true,
 		// Laravel's isJson looks for "/json" or "+json" in the whole header.
-		"text/plain; x=/json": true, "text/plain;/json": true, "text/html; charset=a+json": true} {
+		"text/plain; x=/json": true, "text/plain;/json": true, "text/html; charset=a+json": true,
+		// koa-bodyparser reads it as JSON by default.
+		"application/csp-report": true} {
 		if got := New(ct) != nil; got != want {
 			t.Errorf("New(%q): %v, want %v", ct, got, want)
 		}
