@@ -18,11 +18,22 @@ func charges(rs []applied) []wire.Charge {
 	var out []wire.Charge
 	for _, a := range rs {
 		r := a.req.Rule
-		if src, _ := rules.CostSourceOf(r.CostFrom); src.AfterResponse() && len(out) < wire.MaxCharges {
-			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom})
+		if src, _ := rules.CostSourceOf(r.CostFrom); src.AfterResponse() {
+			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom}) // at most wire.MaxCharges: decide
 		}
 	}
 	return out
+}
+
+// afterResponse counts the rules of rs whose cost the response reports.
+func afterResponse(rs []applied) int {
+	n := 0
+	for _, a := range rs {
+		if src, _ := rules.CostSourceOf(a.req.Rule.CostFrom); src.AfterResponse() {
+			n++
+		}
+	}
+	return n
 }
 
 // chargeLease finds the rule whose tokens a lease may hold as a second pool

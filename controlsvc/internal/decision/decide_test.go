@@ -830,6 +830,51 @@ headers = {x-why = "quota"}
 	}
 }
 
+// Every rule a request matches is charged its own cost, however many
+// match: an outsider's policy matched ten (a verified user's scopes, trial
+// rules, the tier's two), and the tenth, a budget taking its cost from a
+// header, charged 1 a request: 100 requests of 100 units each spent a
+// budget of 100.
+func TestCostOfEveryMatchedRule(t *testing.T) {
+	var toml strings.Builder
+	for _, scope := range []string{"user", "ip", "identity", "global"} {
+		// An enforced rule and a trial (log_only) of each scope.
+		fmt.Fprintf(&toml, "[[rules]]\nid = \"%s_act\"\npath = \"/x/**\"\nscope = \"%s\"\nalgorithm = \"fixed_window\"\nlimit = 100000\nwindow_seconds = 60\n", scope, scope)
+		fmt.Fprintf(&toml, "[[rules]]\nid = \"%s_trial\"\npath = \"/x/**\"\nscope = \"%s\"\naction = \"log_only\"\nalgorithm = \"fixed_window\"\nlimit = 100000\nwindow_seconds = 60\n", scope, scope)
+	}
+	toml.WriteString("[[rules]]\nid = \"budget\"\npath = \"/x/**\"\nscope = \"endpoint\"\nalgorithm = \"fixed_window\"\nlimit = 100\nwindow_seconds = 60\ncost_from = \"request_header:x-units\"\n")
+	f := newFixture(t, toml.String(), nil)
+	req := wire.CheckRequest{UserID: "user:alice", ClientAddress: "203.0.113.9", Endpoint: "/x/a", CostHeaders: map[string]string{"x-units": "100"}}
+	if r, err := f.check(t, req); err != nil || !r.Allowed {
+		t.Fatalf("the first 100 units: %+v %v", r, err)
+	}
+	if rules := f.counters.ruleIDs(); len(rules) <= 8 || rules[len(rules)-1] != "budget" {
+		t.Fatalf("asked %v; want more than eight rules, the budget last", rules)
+	}
+	req.CostHeaders["x-units"] = "1"
+	if r, err := f.check(t, req); err != nil || r.Allowed || r.RuleID != "budget" {
+		t.Fatalf("a unit past the budget of 100: %+v %v; want refused by budget", r, err)
+	}
+}
+
+// A request that more rules take their cost from the response of than the
+// filter reads charges of (wire.MaxCharges) is not decided: a rule past
+// them would admit at 1 and never be charged.
+func TestTooManyResponseCostRules(t *testing.T) {
+	var toml strings.Builder
+	for _, scope := range []string{"user", "ip", "identity", "global", "endpoint"} {
+		for _, action := range []string{"reject", "log_only"} {
+			fmt.Fprintf(&toml, "[[rules]]\nid = \"%s_%s\"\npath = \"/x/**\"\nscope = \"%s\"\naction = \"%s\"\nalgorithm = \"fixed_window\"\nlimit = 100000\nwindow_seconds = 60\ncost_from = \"response_header:x-cost\"\n", scope, action, scope, action)
+		}
+	}
+	f := newFixture(t, toml.String(), nil)
+	_, err := f.check(t, wire.CheckRequest{UserID: "user:alice", ClientAddress: "203.0.113.9", Endpoint: "/x/a"})
+	var ae *apierr.Error
+	if !errors.As(err, &ae) || ae.Kind != apierr.KindInternal || len(f.counters.calls) != 0 {
+		t.Fatalf("%v (%d counters asked); want a failure before anything is counted", err, len(f.counters.calls))
+	}
+}
+
 // A rule's cost_from takes each request's cost from the request: a header's
 // integer or the body's size, never less than 1, never a lease (each such
 // request is counted here), and bad or unknown values refused with their

@@ -453,8 +453,17 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// but an empty answer must still be a decision.
 		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
-	var costs, admits [8]int64
+	// Each rule's cost (and a metered rule's admission threshold) is set
+	// on its request here, for every rule the request matches: until
+	// 2026-11-26 they were kept for the first eight only, and a ninth
+	// metered rule charged 1 whatever the request declared (an outsider's
+	// 100 requests of 100 units each spent a budget of 100).
 	metered := false // a rule takes its cost from the request
+	if n := afterResponse(rs); n > wire.MaxCharges {
+		// The filter reads at most that many charges from an answer: a
+		// rule past them would admit at 1 and never be charged.
+		return wire.CheckResponse{}, apierr.Failed(fmt.Errorf("%d rules take this request's cost from its response; at most %d can be charged: the rule set needs changing", n, wire.MaxCharges))
+	}
 	for i := range rs {
 		// Refuse before anything is spent: a rejected request touches
 		// nothing. Compared by division: the product of a request's cost
@@ -473,17 +482,13 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			if aerr != nil {
 				return wire.CheckResponse{}, aerr
 			}
-			if i < len(costs) {
-				costs[i], admits[i] = n, admit
-			}
+			rs[i].req.Cost, rs[i].req.Admit = n, admit
 			continue
 		}
 		if c.cost > r.Capacity()/r.EffectiveCost() {
 			return wire.CheckResponse{}, apierr.Invalid("cost", fmt.Sprintf("%d (times the rule's cost %d) is more than rule %s can ever allow (%d)", c.cost, r.EffectiveCost(), r.ID, r.Capacity()))
 		}
-		if i < len(costs) {
-			costs[i] = c.cost * r.EffectiveCost()
-		}
+		rs[i].req.Cost = c.cost * r.EffectiveCost()
 	}
 	// A lease is one bucket of the filter's, spent only on requests every
 	// rule here counts: each rule grants it from its own counter, asked for
@@ -506,10 +511,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	for i := range rs {
 		a := &rs[i]
 		lr := a.req
-		lr.Cost, lr.LeaseFraction = c.cost*a.req.Rule.EffectiveCost(), p.Lease.Fraction
-		if i < len(costs) {
-			lr.Cost, lr.Admit = costs[i], admits[i]
-		}
+		lr.LeaseFraction = p.Lease.Fraction
 		lr.Lease, lr.Returned, lr.LeasedAt, lr.WarmLeaseOnly = want, c.returned, c.leasedAt, len(rs) > 1
 		if i == pool {
 			lr.Lease, lr.Returned, lr.LeasedAt = poolWant, c.chargeReturned, c.chargeLeasedAt
@@ -588,8 +590,8 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	}
 	var refused int64 // what a refused request asked of a rule that counts tokens
 	for i := range rs {
-		if r := rs[i].req.Rule; !resp.Allowed && r.ID == resp.RuleID && r.CostFrom != "" && i < len(costs) {
-			refused = max(costs[i], admits[i])
+		if r := rs[i].req.Rule; !resp.Allowed && r.ID == resp.RuleID && r.CostFrom != "" {
+			refused = max(rs[i].req.Cost, rs[i].req.Admit)
 		}
 	}
 	s.record(c, &resp, refused)
