@@ -78,9 +78,18 @@ type KeyList struct {
 // CreateKey issues a key. An unknown tier is refused, never replaced by the
 // default.
 func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView, error) {
-	if _, err := identity.User(req.UserID.Value); err != nil {
+	// Read as every identity is (identity.Parse): "user:bob" is bob, whom
+	// user rules count with his own logins, not a user named "user:bob"
+	// (an outsider's key for "user:bob" got bob's user-scope allowance
+	// again); an address or a key is no user.
+	uid, err := identity.Parse(req.UserID.Value)
+	switch {
+	case err != nil:
 		return KeyView{}, apierr.Invalid("user_id", "must be 1..255 printable characters or an integer")
+	case uid.Kind != identity.KindUser:
+		return KeyView{}, apierr.Invalid("user_id", "names a user (bob or user:bob); "+string(uid.Kind)+": identities are not users")
 	}
+	req.UserID.Value = uid.Value
 	p := s.live()
 	var tier *policy.Tier
 	switch {

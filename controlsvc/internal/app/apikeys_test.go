@@ -117,3 +117,56 @@ func TestMissingAPIKey(t *testing.T) {
 		t.Fatalf("a path that needs no key: %d %s", r.status, r.body)
 	}
 }
+
+// A key's user_id is read as every identity is: a key made for "user:bob"
+// is bob's, and user rules count its requests with bob's own (an
+// outsider's key for "user:bob" got a user-scope allowance of its own); an
+// address or a key id is no user.
+func TestAPIKeyUserIsReadAsAnIdentity(t *testing.T) {
+	s := startService(t, `
+[[tiers]]
+name = "free"
+limit = 1000
+window_seconds = 60
+
+[[rules]]
+id = "per_user"
+path = "/x"
+scope = "user"
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+`, nil)
+	created := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "user:bob"})
+	raw, _ := created.json(t)["api_key"].(string)
+	if created.status != 201 || created.json(t)["user_id"] != "bob" {
+		t.Fatalf("create for user:bob: %d %s", created.status, created.body)
+	}
+	for i := range 3 {
+		if c := s.check(map[string]any{"user_id": "user:bob", "endpoint": "/x"}); c.status != 200 {
+			t.Fatalf("bob's login %d: %d %s", i+1, c.status, c.body)
+		}
+	}
+	if c := s.check(map[string]any{"user_id": "ip:192.0.2.7", "endpoint": "/x", "api_key": raw}); c.status != 429 {
+		t.Fatalf("bob's key after bob's three: %d %s; want 429 (one user)", c.status, c.body)
+	}
+	// A key made before, its user_id stored as typed, reads the same.
+	old := "ak_live_" + strings.Repeat("C", 43)
+	oh := sha256.Sum256([]byte(old))
+	s.rdb.HSet(context.Background(), "rl:apikey:"+hex.EncodeToString(oh[:]), map[string]any{"id": "k_carol", "user_id": "user:carol", "tier": "free", "status": "active", "created_at": "2026-01-01T00:00:00Z"})
+	for i := range 3 {
+		if c := s.check(map[string]any{"user_id": "user:carol", "endpoint": "/x"}); c.status != 200 {
+			t.Fatalf("carol's login %d: %d %s", i+1, c.status, c.body)
+		}
+	}
+	if c := s.check(map[string]any{"user_id": "ip:192.0.2.8", "endpoint": "/x", "api_key": old}); c.status != 429 {
+		t.Fatalf("carol's older key after carol's three: %d %s; want 429 (one user)", c.status, c.body)
+	}
+	for _, id := range []string{"ip:192.0.2.7", "key:k_0123456789abcdef", "user:", "user:a\nb"} {
+		r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": id})
+		f, _ := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"].(string)
+		if r.status != 400 || f != "user_id" {
+			t.Errorf("create for %q: %d %s; want 400 naming user_id", id, r.status, r.body)
+		}
+	}
+}

@@ -231,8 +231,10 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		if c.id.Kind == identity.KindIP && c.id.Value != identity.UnknownIP.Value {
 			c.address = c.id.Value
 		}
-		if _, err := identity.User(rec.UserID); err == nil {
-			c.keyUser = rec.UserID
+		// Read as the admin API reads it when the key is made (keys made
+		// before it did keep "user:bob" as typed: still bob).
+		if uid, err := identity.Parse(rec.UserID); err == nil && uid.Kind == identity.KindUser {
+			c.keyUser = uid.Value
 		}
 	}
 	c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
