@@ -923,6 +923,7 @@ cost_from = "request_body_bytes"
 		field string
 	}{
 		{llm(map[string]string{"x-tokens": "12abc"}), `cost_headers["x-tokens"]`},
+		{llm(map[string]string{"X-Tokens": "100"}), `cost_headers["X-Tokens"]`}, // read as absent, it would cost 1
 		{llm(map[string]string{"x-tokens": "-5"}), `cost_headers["x-tokens"]`},
 		{llm(map[string]string{"x-tokens": "101"}), "cost"},
 		{wire.CheckRequest{UserID: "u", Endpoint: "/upload"}, "body_bytes"},

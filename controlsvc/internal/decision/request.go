@@ -302,6 +302,14 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	if len(req.CostHeaders) > maxCostHeaders {
 		return nil, apierr.Invalid("cost_headers", fmt.Sprintf("at most %d headers", maxCostHeaders))
 	}
+	for name := range req.CostHeaders {
+		// Rules name headers in lower case (rules.CostSourceOf): a name
+		// in another case would be read as absent, the rule's default
+		// cost, where the caller meant its value.
+		if strings.ToLower(name) != name {
+			return nil, apierr.Invalid("cost_headers["+strconv.Quote(clip(name, 64))+"]", "header names are lower case")
+		}
+	}
 	c.bodyBytes, c.costHeaders = req.BodyBytes, req.CostHeaders
 	r, aerr := p.ownLimit(req.Strategy, req.Limit, req.WindowSeconds)
 	if aerr != nil {
