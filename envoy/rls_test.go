@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strings"
@@ -8,10 +9,14 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
 
 // Descriptor keys the control service's tollgate domain reads
@@ -46,9 +51,10 @@ func TestRateLimitServiceBootstrap(t *testing.T) {
 			rl = m
 		}
 	}
-	if want := []string{"envoy.filters.http.header_mutation", "envoy.filters.http.ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+	if want := []string{"envoy.filters.http.header_mutation", "envoy.filters.http.lua", "envoy.filters.http.ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
 		t.Fatalf("http filters %v, want %v", names, want)
 	}
+	checkRepeatsRefused(t, validateAny(t, "lua", hcm.GetHttpFilters()[1].GetTypedConfig()).(*luav3.Lua), hcm)
 	// A client's x-tollgate-* headers are removed before anything reads them.
 	hm := validateAny(t, "header_mutation", hcm.GetHttpFilters()[0].GetTypedConfig()).(*headermutationv3.HeaderMutation)
 	var removed []string
@@ -106,6 +112,34 @@ func TestRateLimitServiceBootstrap(t *testing.T) {
 	}
 	if own != 1 {
 		t.Fatalf("%d routes have rate limits of their own, want 1 (the example domain's)", own)
+	}
+}
+
+// checkRepeatsRefused: the Lua filter before the rate limit filter
+// refuses a request repeating any header a tollgate descriptor reads by
+// name (Envoy's request_headers action passes the first of them only), and
+// its code compiles: Redis's Lua is 5.1, as Envoy's LuaJIT is, and SCRIPT
+// LOAD compiles without running.
+func checkRepeatsRefused(t *testing.T, lua *luav3.Lua, hcm *hcmv3.HttpConnectionManager) {
+	t.Helper()
+	code := lua.GetDefaultSourceCode().GetInlineString()
+	if !strings.Contains(code, "getNumValues(name) > 1") || !strings.Contains(code, "handle:respond") {
+		t.Fatalf("the Lua filter does not refuse repeated headers:\n%s", code)
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, lim := range vh.GetRateLimits() {
+			for _, a := range lim.GetActions() {
+				if h := a.GetRequestHeaders().GetHeaderName(); h != "" && !strings.HasPrefix(h, ":") && !strings.Contains(code, `"`+h+`"`) {
+					t.Errorf("descriptor header %s may be repeated: the Lua filter does not refuse it", h)
+				}
+			}
+		}
+	}
+	r := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	if err := rdb.ScriptLoad(context.Background(), code).Err(); err != nil {
+		t.Fatalf("the Lua filter's code does not compile: %v", err)
 	}
 }
 
