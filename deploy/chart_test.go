@@ -16,6 +16,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3" // a client's x-tollgate-* removed
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"       // the ratelimit filter's typed_config
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"     // repeated descriptor headers refused
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3" // the gRPC cluster's protocol options
 	"google.golang.org/protobuf/encoding/protojson"
@@ -181,6 +182,7 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 	for name, set := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			kinds := map[string]int{}
+			refusesRepeats := false // the Lua filter beside a rate limit filter
 			for _, o := range render(t, set) {
 				kinds[o.kind]++
 				switch o.kind {
@@ -232,7 +234,9 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 					for _, p := range f.GetConfigPatches() {
 						switch p.GetApplyTo() {
 						case istionet.EnvoyFilter_HTTP_FILTER:
-							envoyJSON(t, "EnvoyFilter http filter", p.GetPatch().GetValue().AsMap(), &hcmv3.HttpFilter{})
+							var hf hcmv3.HttpFilter
+							envoyJSON(t, "EnvoyFilter http filter", p.GetPatch().GetValue().AsMap(), &hf)
+							refusesRepeats = refusesRepeats || isRefuseRepeats(t, &hf)
 						case istionet.EnvoyFilter_NETWORK_FILTER:
 							m := p.GetPatch().GetValue().AsMap()
 							tc, _ := m["typed_config"].(map[string]any)
@@ -272,7 +276,9 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 						case egv1.ClusterEnvoyResourceType:
 							envoyJSON(t, "EnvoyPatchPolicy cluster", v, &clusterv3.Cluster{})
 						case egv1.ListenerEnvoyResourceType:
-							envoyJSON(t, "EnvoyPatchPolicy listener filter", v, &hcmv3.HttpFilter{})
+							var hf hcmv3.HttpFilter
+							envoyJSON(t, "EnvoyPatchPolicy listener filter", v, &hf)
+							refusesRepeats = refusesRepeats || isRefuseRepeats(t, &hf)
 						case egv1.RouteConfigurationEnvoyResourceType:
 							// Every virtual host (one per hostname in Envoy
 							// Gateway), not the first only.
@@ -293,6 +299,9 @@ func TestChartObjectsDecodeStrictly(t *testing.T) {
 				default:
 					t.Errorf("rendered %s %s, which no test decodes", o.kind, o.name)
 				}
+			}
+			if (kinds["EnvoyFilter"] > 0 || kinds["EnvoyPatchPolicy"] > 0) && !refusesRepeats {
+				t.Error("a gateway asks the rate limit service without refusing repeated descriptor headers first")
 			}
 			for _, k := range []string{"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} {
 				if kinds[k] == 0 {
@@ -420,4 +429,38 @@ func TestChartConfigIsAccepted(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the control service refuses the chart's configuration: %v\n%s", err, out)
 	}
+}
+
+// isRefuseRepeats reports whether hf is the Lua filter that refuses a
+// repeated descriptor header, with the code of envoy/envoy-rls.yaml (whose
+// tests check that code against the descriptors and compile it).
+func isRefuseRepeats(t *testing.T, hf *hcmv3.HttpFilter) bool {
+	t.Helper()
+	if hf.GetName() != "envoy.filters.http.lua" {
+		return false
+	}
+	var lua luav3.Lua
+	if err := hf.GetTypedConfig().UnmarshalTo(&lua); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("../envoy/envoy-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The block under its inline_string: |, less its indentation.
+	_, block, _ := strings.Cut(string(raw), "inline_string: |\n")
+	var want, indent string
+	for _, line := range strings.SplitAfter(block, "\n") {
+		if indent == "" {
+			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+		}
+		if !strings.HasPrefix(line, indent) {
+			break
+		}
+		want += strings.TrimPrefix(line, indent)
+	}
+	if got := lua.GetDefaultSourceCode().GetInlineString(); got != want {
+		t.Errorf("the chart's Lua filter differs from envoy/envoy-rls.yaml's:\n%s\nwant:\n%s", got, want)
+	}
+	return true
 }

@@ -70,6 +70,31 @@ typed_config:
       - remove: x-tollgate-decision
 {{- end }}
 
+{{/*
+The HTTP filter that refuses a request repeating a header the descriptors
+read by name: Envoy's request_headers action passes only the first, and an
+upstream may read another. Its code is envoy/envoy-rls.yaml's (the chart's
+tests hold them equal).
+*/}}
+{{- define "tollgate.refuseRepeats" -}}
+name: envoy.filters.http.lua
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+  default_source_code:
+    inline_string: |
+      local once = {"x-api-key", "x-http-method-override", "x-method-override", "x-http-method"}
+      function envoy_on_request(handle)
+        local headers = handle:headers()
+        for _, name in ipairs(once) do
+          if headers:getNumValues(name) > 1 then
+            handle:respond({[":status"] = "400", ["content-type"] = "application/json"},
+              '{"error":{"code":"INVALID_INPUT","message":"more than one ' .. name .. ' header"}}')
+            return
+          end
+        end
+      end
+{{- end }}
+
 {{- define "tollgate.rlsActions" -}}
 - actions:
   - remote_address: {}
