@@ -230,24 +230,68 @@ func matchSegment(p, s string) bool {
 }
 
 // index is where chunk first occurs in s ('?' matching any byte), -1 when
-// nowhere: strings.Index for a chunk without '?'; with one, strings.Index
-// of its longest run without '?' finds where it may start (trying every
-// offset cost chunk bytes x segment bytes: an outsider's "*a?aaa...ab*").
+// nowhere: strings.Index for a chunk without '?'; with one, a shift-and
+// walk (one bit a chunk byte: each byte of s read once, a word of bits per
+// 64 chunk bytes). Trying offsets from the chunk's longest run without '?'
+// cost chunk bytes x segment bytes when every other byte is '?' (an
+// outsider's 100 such rules: 262 ms a check of an 8 KB path).
 func index(s, chunk string) int {
-	run, at := longestRun(chunk)
-	if run == chunk {
+	if strings.IndexByte(chunk, '?') < 0 {
 		return strings.Index(s, chunk)
 	}
-	for from := 0; from+len(chunk) <= len(s); from++ {
-		if run != "" {
-			k := strings.Index(s[from+at:], run)
-			if k < 0 {
-				return -1
-			}
-			from += k
+	// No match starts before the first place its longest run without '?'
+	// could sit (and none is anywhere without it: most chunks fail here).
+	from := 0
+	if run, at := longestRun(chunk); run != "" {
+		k := strings.Index(s, run)
+		if k < 0 {
+			return -1
 		}
-		if chunkAt(chunk, s, from) {
-			return from
+		from = max(k-at, 0)
+	}
+	if k := shiftAnd(s[from:], chunk); k >= 0 {
+		return from + k
+	}
+	return -1
+}
+
+// shiftAnd is index for a chunk with a '?'.
+func shiftAnd(s, chunk string) int {
+	m := len(chunk)
+	words := (m + 63) / 64
+	// masks holds, for each byte the chunk names and last for every other
+	// byte, the chunk positions it may stand at: its own and each '?'.
+	var slot [256]uint16 // a byte's mask, 1-based; 0: the chunk names it nowhere
+	n := 0
+	for i := 0; i < m; i++ {
+		if c := chunk[i]; c != '?' && slot[c] == 0 {
+			n++
+			slot[c] = uint16(n)
+		}
+	}
+	masks := make([]uint64, (n+1)*words)
+	for i := 0; i < m; i++ {
+		bit := uint64(1) << (i % 64)
+		if c := chunk[i]; c != '?' {
+			masks[int(slot[c])*words+i/64] |= bit
+			continue
+		}
+		for k := 0; k <= n; k++ {
+			masks[k*words+i/64] |= bit
+		}
+	}
+	d := make([]uint64, words) // bit i: chunk[:i+1] ends at the byte just read
+	last := uint64(1) << ((m - 1) % 64)
+	for i := 0; i < len(s); i++ {
+		mask := masks[int(slot[s[i]])*words:]
+		carry := uint64(1) // a match may start at any byte
+		for w := range d {
+			next := d[w] >> 63
+			d[w] = (d[w]<<1 | carry) & mask[w]
+			carry = next
+		}
+		if d[words-1]&last != 0 {
+			return i - m + 1
 		}
 	}
 	return -1

@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -295,6 +296,49 @@ func BenchmarkMatchGlobLongSegment(b *testing.B) {
 // outsider's "/*a?aaa...ab*" of 1 KB took 2.85 ms a check of an 8 KB path.
 func BenchmarkMatchGlobQuestionChunk(b *testing.B) {
 	pattern := "/*a?" + strings.Repeat("a", 1018) + "b*"
+	path := "/" + strings.Repeat("a", 8191)
+	for b.Loop() {
+		MatchGlob(pattern, path)
+	}
+}
+
+// index finds a chunk with '?' where trying every offset does, for chunks
+// of one word of bits and of several (the shift-and's carry between them).
+func TestIndexWithQuestionMarks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(n int, alphabet string) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	naive := func(s, chunk string) int {
+		for at := 0; at+len(chunk) <= len(s); at++ {
+			if chunkAt(chunk, s, at) {
+				return at
+			}
+		}
+		return -1
+	}
+	for range 3000 {
+		chunk := pick(1+rng.IntN(150), "ab??") + "?"
+		s := pick(rng.IntN(400), "aab")
+		if at := rng.IntN(len(s) + 1); rng.IntN(2) == 0 && at+len(chunk) <= len(s) {
+			// A match planted, its '?' as 'b'.
+			s = s[:at] + strings.ReplaceAll(chunk, "?", "b") + s[at+len(chunk):]
+		}
+		if got, want := index(s, chunk), naive(s, chunk); got != want {
+			t.Fatalf("index(%q, %q) = %d, want %d", s, chunk, got, want)
+		}
+	}
+}
+
+// A chunk whose every other byte is '?' has no run long enough to find it
+// by: an outsider's 100 rules of such patterns made a check of an 8 KB
+// path cost 262 ms (2.6 ms a rule).
+func BenchmarkMatchGlobQuestionEveryOther(b *testing.B) {
+	pattern := "/*" + strings.Repeat("a?", 511) + "b*"
 	path := "/" + strings.Repeat("a", 8191)
 	for b.Loop() {
 		MatchGlob(pattern, path)
