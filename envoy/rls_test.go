@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"github.com/redis/go-redis/v9"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
@@ -135,10 +133,7 @@ func checkRepeatsRefused(t *testing.T, lua *luav3.Lua, hcm *hcmv3.HttpConnection
 			}
 		}
 	}
-	r := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
-	defer rdb.Close()
-	if err := rdb.ScriptLoad(context.Background(), code).Err(); err != nil {
+	if _, err := redistest.Do(redistest.Start(t).Addr, "SCRIPT", "LOAD", code); err != nil {
 		t.Fatalf("the Lua filter's code does not compile: %v", err)
 	}
 }
