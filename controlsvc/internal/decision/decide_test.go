@@ -830,6 +830,46 @@ headers = {x-why = "quota"}
 	}
 }
 
+// A counter that granted more of a lease than another gives the excess
+// back and is charged nothing more for it: each counter holds the
+// request's cost and the lease the filter got, no more (a hand-back that
+// carried the request's cost took a token each: 11 admitted of a tier's
+// total of 20 through the gateway).
+func TestGiveBackChargesNothing(t *testing.T) {
+	f := newFixture(t, `
+default_tier = "free"
+[lease]
+fraction = 0.5
+max = 10
+ttl_ms = 60000
+
+[[tiers]]
+name = "free"
+limit = 5
+window_seconds = 3600
+algorithm = "fixed_window"
+total_limit = 100
+`, nil)
+	resp, err := f.check(t, wire.CheckRequest{UserID: "bob", Endpoint: "/api/v1/items", Lease: 10})
+	if err != nil || !resp.Allowed {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	returned := 0
+	for _, c := range f.counters.calls {
+		if c.Returned > 0 {
+			returned++
+		}
+	}
+	if len(f.counters.used) != 2 || returned == 0 {
+		t.Fatalf("counters %v, %d hand-backs: want two counters granting unequal leases", f.counters.used, returned)
+	}
+	for k, used := range f.counters.used {
+		if used != 1+resp.Lease.Granted {
+			t.Errorf("counter %s holds %d; want the request's 1 and the lease's %d", k, used, resp.Lease.Granted)
+		}
+	}
+}
+
 // Every rule a request matches is charged its own cost, however many
 // match: an outsider's policy matched ten (a verified user's scopes, trial
 // rules, the tier's two), and the tenth, a budget taking its cost from a

@@ -629,6 +629,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // A failure only leaves them spent until the counter refills: the limiter
 // under-admits, never over-admits.
 func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, leasedAt int64) {
+	// A hand-back only: the request's own cost (decide keeps it on r)
+	// was counted when it was asked.
+	r.Cost, r.Admit, r.Lease = 0, 0, 0
 	r.Returned, r.LeasedAt = n, leasedAt
 	if _, err := s.limit(ctx, r); err != nil {
 		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
