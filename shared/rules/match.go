@@ -43,9 +43,18 @@ type Set struct {
 
 // NewSet validates rules and orders them for matching. version names the
 // snapshot (the filter keys its cache by it).
+// MaxResponseCostRules bounds the enabled rules of a set that take their
+// cost from the response: a check's answer names each one a request
+// matched (wire.MaxCharges), and a rule past them would admit at 1 and
+// never be charged. Bounded in the set, no request can match more: a
+// request-time refusal instead was a lever (an outsider's six requests
+// of a key that matched too many opened every filter's breaker).
+const MaxResponseCostRules = 8
+
 func NewSet(version string, rs []Rule) (*Set, error) {
 	seen := make(map[string]int, len(rs))
 	out := make([]Rule, 0, len(rs))
+	responseCost := 0
 	for i := range rs {
 		r := rs[i]
 		if err := r.Validate(); err != nil {
@@ -60,6 +69,11 @@ func NewSet(version string, rs []Rule) (*Set, error) {
 		seen[r.ID] = i
 		if !r.IsEnabled() {
 			continue
+		}
+		if src, _ := CostSourceOf(r.CostFrom); src.AfterResponse() {
+			if responseCost++; responseCost > MaxResponseCostRules {
+				return nil, fielderr.New("["+strconv.Itoa(i)+"].cost_from", "at most %d enabled rules take their cost from the response (an answer carries that many charges)", MaxResponseCostRules)
+			}
 		}
 		out = append(out, r)
 	}

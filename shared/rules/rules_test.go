@@ -106,6 +106,25 @@ func TestNewSetNamesBadRule(t *testing.T) {
 	}
 }
 
+// A set holds at most MaxResponseCostRules enabled rules whose cost the
+// response reports: an answer names every one a request matched, so no
+// request can match one it cannot charge. Disabled ones do not count.
+func TestNewSetBoundsResponseCostRules(t *testing.T) {
+	var rs []Rule
+	for i := range MaxResponseCostRules {
+		rs = append(rs, Rule{ID: fmt.Sprintf("r%d", i), Scope: ScopeUser, Algorithm: FixedWindow, Limit: 100, WindowSeconds: 60, CostFrom: "response_header:x-cost"})
+	}
+	off := false
+	rs = append(rs, Rule{ID: "off", Scope: ScopeUser, Algorithm: FixedWindow, Limit: 100, WindowSeconds: 60, CostFrom: "response_header:x-cost", Enabled: &off})
+	if _, err := NewSet("v1", rs); err != nil {
+		t.Fatalf("%d such rules and a disabled one: %v", MaxResponseCostRules, err)
+	}
+	rs = append(rs, Rule{ID: "one_more", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 100, WindowSeconds: 60, CostFrom: "response_json:usage.total_tokens"})
+	if _, err := NewSet("v1", rs); err == nil || !strings.HasPrefix(err.Error(), fmt.Sprintf("[%d].cost_from: at most %d", len(rs)-1, MaxResponseCostRules)) {
+		t.Fatalf("one more: %v", err)
+	}
+}
+
 func TestMatch(t *testing.T) {
 	off := false
 	set, err := NewSet("v1", []Rule{

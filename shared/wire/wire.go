@@ -158,8 +158,9 @@ type Charge struct {
 	CostFrom string `json:"cost_from"`
 }
 
-// MaxCharges bounds the charges of one check or charge request.
-const MaxCharges = 8
+// MaxCharges bounds the charges of one check or charge request: a rule
+// set has no more rules whose cost the response reports.
+const MaxCharges = rules.MaxResponseCostRules
 
 // ChargeRequest charges an admitted request the cost its response
 // reported. It names the caller with the same fields as its check, so the

@@ -19,21 +19,10 @@ func charges(rs []applied) []wire.Charge {
 	for _, a := range rs {
 		r := a.req.Rule
 		if src, _ := rules.CostSourceOf(r.CostFrom); src.AfterResponse() {
-			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom}) // at most wire.MaxCharges: decide
+			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom}) // at most wire.MaxCharges: rules.NewSet
 		}
 	}
 	return out
-}
-
-// afterResponse counts the rules of rs whose cost the response reports.
-func afterResponse(rs []applied) int {
-	n := 0
-	for _, a := range rs {
-		if src, _ := rules.CostSourceOf(a.req.Rule.CostFrom); src.AfterResponse() {
-			n++
-		}
-	}
-	return n
 }
 
 // chargeLease finds the rule whose tokens a lease may hold as a second pool

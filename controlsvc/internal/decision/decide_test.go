@@ -897,24 +897,6 @@ func TestCostOfEveryMatchedRule(t *testing.T) {
 	}
 }
 
-// A request that more rules take their cost from the response of than the
-// filter reads charges of (wire.MaxCharges) is not decided: a rule past
-// them would admit at 1 and never be charged.
-func TestTooManyResponseCostRules(t *testing.T) {
-	var toml strings.Builder
-	for _, scope := range []string{"user", "ip", "identity", "global", "endpoint"} {
-		for _, action := range []string{"reject", "log_only"} {
-			fmt.Fprintf(&toml, "[[rules]]\nid = \"%s_%s\"\npath = \"/x/**\"\nscope = \"%s\"\naction = \"%s\"\nalgorithm = \"fixed_window\"\nlimit = 100000\nwindow_seconds = 60\ncost_from = \"response_header:x-cost\"\n", scope, action, scope, action)
-		}
-	}
-	f := newFixture(t, toml.String(), nil)
-	_, err := f.check(t, wire.CheckRequest{UserID: "user:alice", ClientAddress: "203.0.113.9", Endpoint: "/x/a"})
-	var ae *apierr.Error
-	if !errors.As(err, &ae) || ae.Kind != apierr.KindInternal || len(f.counters.calls) != 0 {
-		t.Fatalf("%v (%d counters asked); want a failure before anything is counted", err, len(f.counters.calls))
-	}
-}
-
 // A rule's cost_from takes each request's cost from the request: a header's
 // integer or the body's size, never less than 1, never a lease (each such
 // request is counted here), and bad or unknown values refused with their
