@@ -239,6 +239,12 @@ func index(s, chunk string) int {
 	if strings.IndexByte(chunk, '?') < 0 {
 		return strings.Index(s, chunk)
 	}
+	if len(s) < len(chunk) {
+		// Before any table is built: "**" tries a chunk against every
+		// segment, most of them shorter (an outsider's 1 KB chunk against
+		// 4,000 one-byte segments: 216 ms a check).
+		return -1
+	}
 	// No match starts before the first place its longest run without '?'
 	// could sit (and none is anywhere without it: most chunks fail here).
 	from := 0

@@ -117,18 +117,11 @@ func AppendHeaderFields(buf []byte, fields []HeaderField, l *Limits, set HeaderS
 		fields = append(fields, HeaderField{Name: name, Start: start, End: len(buf)})
 	}
 	if set.XRateLimit {
-		start := len(buf)
-		buf = strconv.AppendInt(buf, l.Limit, 10)
-		field(names[0], start)
-		start = len(buf)
-		buf = strconv.AppendInt(buf, remaining, 10)
-		field(names[1], start)
-		start = len(buf)
-		buf = strconv.AppendInt(buf, l.ResetAt, 10)
-		field(names[2], start)
-		start = len(buf)
-		buf = strconv.AppendInt(buf, l.WindowSeconds, 10)
-		field(names[3], start)
+		for i, v := range [...]int64{l.Limit, remaining, l.ResetAt, l.WindowSeconds} {
+			start := len(buf)
+			buf = strconv.AppendInt(buf, v, 10)
+			field(names[i], start)
+		}
 	}
 	if set.Strategy && l.Strategy != "" {
 		start := len(buf)
@@ -140,20 +133,18 @@ func AppendHeaderFields(buf []byte, fields []HeaderField, l *Limits, set HeaderS
 		if denied {
 			t = l.RetryAfter
 		}
-		start := len(buf)
-		buf = strconv.AppendQuote(buf, l.RuleID)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendInt(buf, l.SustainedQuota(), 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, l.WindowSeconds, 10)
-		field("ratelimit-policy", start)
-		start = len(buf)
-		buf = strconv.AppendQuote(buf, l.RuleID)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, t, 10)
-		field("ratelimit", start)
+		// RateLimit-Policy: "id";q=..;w=.. and RateLimit: "id";r=..;t=..
+		for _, f := range [...]struct {
+			name   string
+			k1, k2 string
+			v1, v2 int64
+		}{{"ratelimit-policy", ";q=", ";w=", l.SustainedQuota(), l.WindowSeconds}, {"ratelimit", ";r=", ";t=", remaining, t}} {
+			start := len(buf)
+			buf = strconv.AppendQuote(buf, l.RuleID)
+			buf = strconv.AppendInt(append(buf, f.k1...), f.v1, 10)
+			buf = strconv.AppendInt(append(buf, f.k2...), f.v2, 10)
+			field(f.name, start)
+		}
 	}
 	return buf, fields
 }

@@ -146,21 +146,14 @@ func boundaries(ct string) []string {
 			out = append(out, b) // one past the most read: New refuses such a body
 		}
 	}
-	if _, params, ok := strings.Cut(ct, ";"); ok {
-		if b, ok := param(params, "boundary"); ok {
-			add(b)
+	for ps := (paramSearch{v: ct, key: "boundary"}); ; {
+		v, quoted, _, ok := ps.next()
+		if !ok {
+			break
 		}
-	}
-	lower := strings.ToLower(ct)
-	for i := strings.Index(lower, "boundary"); i >= 0; i = strings.Index(lower, "boundary") {
-		lower, ct = lower[i+len("boundary"):], ct[i+len("boundary"):]
-		v := strings.TrimLeft(ct, " \t")
-		if v, ok := strings.CutPrefix(v, "="); ok {
-			v = strings.TrimLeft(v, " \t\"")
-			if k := strings.IndexAny(v, "\";, \t"); k >= 0 {
-				v = v[:k]
-			}
-			add(v)
+		add(v)
+		if quoted.quoted {
+			add(quoted.String())
 		}
 	}
 	return out
@@ -201,23 +194,83 @@ func (m multi) End() Overrides {
 // escapes and empty values included, is refused.
 func OtherCharset(contentTypes ...string) bool {
 	for _, ct := range contentTypes {
-		lower := strings.ToLower(ct)
-		for i := strings.Index(lower, "charset"); i >= 0; i = strings.Index(lower, "charset") {
-			lower = lower[i+len("charset"):]
-			v, ok := strings.CutPrefix(strings.TrimLeft(lower, space), "=")
+		for ps := (paramSearch{v: ct, key: "charset"}); ; {
+			v, quoted, _, ok := ps.next()
 			if !ok {
-				continue
+				break
 			}
-			v = strings.TrimLeft(v, space+"\"'")
-			if k := strings.IndexAny(v, space+"\"';,"); k >= 0 {
-				v = v[:k]
-			}
-			if !asciiCharset(v) {
+			if !asciiCharset(strings.ToLower(v)) || quoted.quoted && !asciiCharset(strings.ToLower(quoted.String())) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// paramSearch finds every key= in v (key compared without case; with
+// word, only where no letter or digit comes before it), as a parser that
+// searches for a parameter finds it: past white space and '=', an opening
+// quote dropped, cut at a quote, ';', ',' or white space; ext says a '*'
+// followed the key (RFC 2231's extended value).
+type paramSearch struct {
+	v, key string
+	word   bool
+}
+
+// next is the next value found, and when it was quoted the whole quoted
+// string too (a parser of parameters reads a quoted ';' or ',' as part of
+// it); ok is false past the last.
+func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
+	for i := 0; i+len(ps.key) <= len(ps.v); i++ {
+		if !equalFoldASCII(ps.v[i:i+len(ps.key)], ps.key) {
+			continue
+		}
+		c := byte(' ')
+		if i > 0 {
+			c = ps.v[i-1] | 0x20
+		}
+		rest := ps.v[i+len(ps.key):]
+		if ps.word && ('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			continue // filename= for name=
+		}
+		ext = strings.HasPrefix(rest, "*")
+		val, found := strings.CutPrefix(strings.TrimLeft(strings.TrimPrefix(rest, "*"), space), "=")
+		if !found {
+			continue
+		}
+		ps.v = rest
+		if q, isQuoted := strings.CutPrefix(strings.TrimLeft(val, space), `"`); isQuoted {
+			// To the closing quote, a backslash escaping the byte after it.
+			j := 0
+			for ; j < len(q) && q[j] != '"'; j++ {
+				if q[j] == '\\' {
+					j++
+				}
+			}
+			quoted = unquoted{q[:min(j, len(q))], true}
+		}
+		val = strings.TrimLeft(val, space+`"`)
+		if k := strings.IndexAny(val, space+`";,`); k >= 0 {
+			val = val[:k]
+		}
+		return val, quoted, ext, true
+	}
+	return "", unquoted{}, false, false
+}
+
+// equalFoldASCII reports whether s is lower, ASCII letters compared
+// without case (lower is lower case).
+func equalFoldASCII(s, lower string) bool {
+	for i := 0; i < len(lower); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // space is every byte a header parser may take for white space.
@@ -248,13 +301,15 @@ func isJSON(ct string) bool {
 // PHP drops its leading spaces, cuts it at a NUL and reads a first ' ', '.'
 // or '[' as '_'; Rack 2 strips the brackets around it ("[_method]",
 // "]]_method"); qs with allowDots (Koa's co-body) reads "_method.0" as an
-// array of _method; the core left, compared without case, is "_method",
-// ".method" or, after a dropped '[', "method".
+// array of _method and "._method" as _method; the core left (a leading
+// '.' set aside), compared without case, is "_method", ".method" or,
+// after a dropped '[' or '.', "method".
 type nameMatch struct {
 	buf     [8]byte
 	n       int
 	lead    bool // still in the leading spaces and brackets
 	bracket bool // a '[' was among them
+	dot     bool // the core began with a '.', kept out of buf
 	cut     bool // a NUL, or a bracket after the core, ended it
 	long    bool // more than seven characters in its core
 }
@@ -266,7 +321,11 @@ func (m *nameMatch) add(c byte) {
 	case m.cut || m.long:
 	case m.lead && (c == ' ' || c == '[' || c == ']'):
 		m.bracket = m.bracket || c == '['
-	case c == 0 || c == '[' || c == ']' || c == '.' && m.n > 0:
+	case c == '.' && m.n == 0 && !m.dot:
+		// ".method" is _method to PHP, "._method" to qs with allowDots.
+		m.lead, m.dot = false, true
+	case c == 0 || c == '[' || c == ']' || (c == '.' || c == ' ' || c == '\t') && m.n > 0:
+		// A trailing space ends it too: Django strips a multipart name.
 		m.cut = true
 	case m.n == len(m.buf)-1:
 		m.long = true
@@ -285,7 +344,7 @@ func (m *nameMatch) matches() bool {
 		return false
 	case len(core) == 7 && (core[0] == '_' || core[0] == '.'):
 		return strings.EqualFold(core[1:], "method")
-	case len(core) == 6 && m.bracket:
+	case len(core) == 6 && (m.bracket || m.dot):
 		return strings.EqualFold(core, "method")
 	}
 	return false

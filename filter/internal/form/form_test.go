@@ -59,8 +59,9 @@ func TestURLEncoded(t *testing.T) {
 		{"]]_method=DELETE&_method]=DELETE", Overrides{First: "DELETE", Count: 2}},
 		{"[method=PUT", Overrides{First: "PUT", Count: 1}}, // PHP reads a first '[' as '_'
 		{"_method[x]=PUT", Overrides{First: "PUT", Count: 1}},
-		// qs with allowDots (Koa's co-body) reads these as _method arrays.
+		// qs with allowDots (Koa's co-body) reads these as _method (arrays).
 		{"_method.0=DELETE", Overrides{First: "DELETE", Count: 1}},
+		{"._method=DELETE&%2E_method%5B%5D=DELETE", Overrides{First: "DELETE", Count: 2}},
 		{"_method%2E0=DELETE&a.b=1", Overrides{First: "DELETE", Count: 1}},
 		{"_me.thod=DELETE&_methodx.0=DELETE", Overrides{}},
 	} {
@@ -116,6 +117,15 @@ func TestMultipart(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data\n\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\nContent-Disposition: form-data; name=\"_method\"\n\nput\n--b--", Overrides{First: "put", Count: 1}},
 		{"multipart/mixed; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nput\r\n--b--", Overrides{First: "put", Count: 1}},
+		// Django's readings (an outsider's DELETEs ran 20 of 20 with each):
+		// a base64 value, RFC 2231's name*, a name's trailing space, a
+		// name= inside another's quoted value with an escaped quote.
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\nContent-Transfer-Encoding: base64\r\n\r\nREVMRVRF\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method\"\r\nContent-Transfer-Encoding: 8bit\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name*=UTF-8''%5Fmethod\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method \"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"x\\\"; name=_method; y=\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{}},
 	} {
 		for n := 0; n <= len(c.body) && n < 200; n++ {
 			if got := scan(t, c.contentType, c.body, n); got != c.want {

@@ -38,8 +38,8 @@ type multipart struct {
 	// them at a "\n\n" before it: from such a "\n\n" on, rack reads
 	// the headers on as Rack does (rackHead), and rackMethod, rackBody and
 	// rackValue follow its reading of the part.
-	rack, rackBody, rackMethod bool
-	rackHead, rackValue        []byte
+	rack, rackBody, rackMethod, rackEncoded bool
+	rackHead, rackValue                     []byte
 	// unfolded is methodField's buffer, reused from part to part: reading
 	// a part's headers allocates nothing.
 	unfolded []byte
@@ -199,7 +199,10 @@ func (m *multipart) rackContent(b []byte) {
 		default:
 			m.rackHead = append(m.rackHead, c)
 			if bytes.HasSuffix(m.rackHead, []byte("\r\n\r\n")) {
-				m.rackBody, m.rackMethod = true, methodField(m.rackHead, &m.unfolded)
+				m.rackBody = true
+				if m.rackMethod, m.rackEncoded = methodField(m.rackHead, &m.unfolded); m.rackMethod && m.rackEncoded {
+					m.rackValue = append(m.rackValue[:0], transferEncoded...)
+				}
 			}
 		}
 	}
@@ -245,11 +248,16 @@ func (m *multipart) header(c byte) bool {
 	m.keep([]byte{c})
 	if blank {
 		m.state = partContent
-		if m.method = m.overflow || methodField(m.headers, &m.unfolded); m.overflow {
+		method, encoded := methodField(m.headers, &m.unfolded)
+		switch m.method = m.overflow || method; {
+		case m.overflow:
 			m.value = append(m.value[:0], "(headers too long)"...)
+		case method && encoded:
+			// Decoded by Django, not here: no method to count.
+			m.value = append(m.value[:0], transferEncoded...)
 		}
 		m.rack = !m.overflow && !bytes.HasSuffix(m.headers, []byte("\r\n\r\n"))
-		m.rackBody, m.rackMethod = false, false
+		m.rackBody, m.rackMethod, m.rackEncoded = false, false, false
 		m.rackHead, m.rackValue = append(m.rackHead[:0], m.headers...), m.rackValue[:0]
 	}
 	return blank
@@ -313,14 +321,20 @@ func (m *multipart) End() Overrides {
 // any framework reads them: its headers unfolded (a line that begins with
 // a space or a tab continues the one before), every name parameter of its
 // Content-Disposition (Rack's pattern takes the last, PHP the last, a
-// third the first), and its Content-ID (Rack 2 names a part by it when it
-// has no name), each a spelling of _method (nameMatch; a multipart name
-// is not percent-decoded). buf holds the unfolded headers, reused and read
-// in place: a body of many parts makes no garbage here.
-func methodField(headers []byte, buf *[]byte) bool {
+// third the first), found as parameters and by a search for "name=" (a
+// parser that splits at ';' without honouring a quote's escapes, as
+// Django's did, reads one inside another's quoted value), RFC 2231's
+// name*=UTF-8”... (Django decodes it), and its Content-ID (Rack 2 names a
+// part by it when it has no name), each a spelling of _method (nameMatch;
+// a multipart name is not percent-decoded). encoded says the part's
+// Content-Transfer-Encoding is other than 7bit, 8bit or binary: Django
+// decodes a base64 value, which the filter does not read. buf holds the
+// unfolded headers, reused and read in place: a body of many parts makes
+// no garbage here.
+func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 	*buf = unfold((*buf)[:0], headers)
 	if len(*buf) == 0 {
-		return false
+		return false, false
 	}
 	// A view of buf, which nothing writes while it is read.
 	for rest := unsafe.String(&(*buf)[0], len(*buf)); ; {
@@ -328,7 +342,7 @@ func methodField(headers []byte, buf *[]byte) bool {
 		// cut at its first colon.
 		c := strings.IndexByte(rest, ':')
 		if c < 0 {
-			return false
+			return method, encoded
 		}
 		k := rest[strings.LastIndexByte(rest[:c], '\n')+1 : c]
 		v := rest[c+1:]
@@ -339,21 +353,60 @@ func methodField(headers []byte, buf *[]byte) bool {
 		}
 		switch k = strings.TrimSpace(k); {
 		case strings.EqualFold(k, "content-disposition"):
-			for {
-				key, raw, quoted, after, ok := nextParam(v)
-				if !ok {
-					break
-				}
-				if strings.EqualFold(key, "name") && isMethodName(unquoted{raw, quoted}) {
-					return true
-				}
-				v = after
-			}
+			method = method || dispositionNamesMethod(v)
 		case strings.EqualFold(k, "content-id"):
 			id := strings.TrimSpace(strings.TrimSuffix(v, "\r"))
-			if isMethodName(unquoted{strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">"), false}) || isMethodName(unquoted{id, false}) {
-				return true
+			method = method || isMethodName(unquoted{strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">"), false}) || isMethodName(unquoted{id, false})
+		case strings.EqualFold(k, "content-transfer-encoding"):
+			switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(v, "\r"))) {
+			case "7bit", "8bit", "binary", "":
+			default:
+				encoded = true
 			}
+		}
+	}
+}
+
+// transferEncoded stands for a _method part's value in a transfer encoding
+// (base64, quoted-printable): no method (longer than maxValue), so the
+// request is refused rather than counted as its own method.
+const transferEncoded = "(transfer-encoded)"
+
+const _ = uint(len(transferEncoded) - maxValue - 1)
+
+// dispositionNamesMethod reports whether a Content-Disposition value names
+// _method, a name= found by a search (paramSearch: inside another's quoted
+// value too), its backslash escapes read, or RFC 2231's name*= decoded.
+func dispositionNamesMethod(v string) bool {
+	for ps := (paramSearch{v: v, key: "name", word: true}); ; {
+		val, quoted, ext, ok := ps.next()
+		if !ok {
+			return false
+		}
+		if quoted.quoted && isMethodName(quoted) {
+			return true
+		}
+		var nm nameMatch
+		nm.reset()
+		if !ext {
+			unquoted{val, true}.each(nm.add)
+		} else {
+			// charset'language'percent-encoded
+			if _, rest, ok := strings.Cut(val, "'"); ok {
+				if _, rest, ok = strings.Cut(rest, "'"); ok {
+					val = rest
+				}
+			}
+			for k := 0; k < len(val); k++ {
+				c := val[k]
+				if c == '%' && k+2 < len(val) && unhex(val[k+1]) >= 0 && unhex(val[k+2]) >= 0 {
+					c, k = byte(unhex(val[k+1])<<4|unhex(val[k+2])), k+2
+				}
+				nm.add(c)
+			}
+		}
+		if nm.matches() {
+			return true
 		}
 	}
 }
@@ -407,47 +460,4 @@ func isMethodName(name unquoted) bool {
 	nm.reset()
 	name.each(nm.add)
 	return nm.matches()
-}
-
-// param is the value of a parameter of a header value ("form-data;
-// name=\"x\""), found by its key without case: the first of that key.
-func param(v, key string) (string, bool) {
-	for {
-		k, raw, quoted, rest, ok := nextParam(v)
-		if !ok {
-			return "", false
-		}
-		if strings.EqualFold(k, key) {
-			return unquoted{raw, quoted}.String(), true
-		}
-		v = rest
-	}
-}
-
-// nextParam reads the next parameter of a header value: its key, its value
-// as sent (the inside of a quoted one, escapes left), whether it was
-// quoted, and what follows it. A key is what precedes '=' after the last
-// ';', space or tab before it; an unquoted value runs to the next ';'.
-func nextParam(v string) (key, raw string, quoted bool, rest string, ok bool) {
-	v = strings.TrimLeft(v, " \t;")
-	k, after, found := strings.Cut(v, "=")
-	if !found {
-		return "", "", false, "", false
-	}
-	k = strings.TrimSpace(k)
-	if i := strings.LastIndexAny(k, "; \t"); i >= 0 {
-		k = strings.TrimSpace(k[i+1:])
-	}
-	after = strings.TrimLeft(after, " \t")
-	if strings.HasPrefix(after, `"`) {
-		i := 1
-		for ; i < len(after) && after[i] != '"'; i++ {
-			if after[i] == '\\' && i+1 < len(after) {
-				i++
-			}
-		}
-		return k, after[1:min(i, len(after))], true, after[min(i+1, len(after)):], true
-	}
-	val, rest, _ := strings.Cut(after, ";")
-	return k, strings.TrimSpace(strings.TrimSuffix(val, "\r")), false, rest, true
 }

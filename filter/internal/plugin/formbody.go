@@ -54,11 +54,11 @@ func (h *httpContext) readsForm(rq *request) (act types.Action, settled bool) {
 	}
 	if !identityEncoding(rq.contentEncoding) {
 		h.form = nil
-		return h.refuse(415, "a form or JSON POST body must not be compressed (Content-Encoding): the rate limiter reads it for a method override"), true
+		return h.refuse(415, "a form or JSON POST body must not be compressed (Content-Encoding)"), true
 	}
 	if form.OtherCharset(cts...) {
 		h.form = nil
-		return h.refuse(415, "a form or JSON POST body must be UTF-8, US-ASCII, ISO-8859-1 or Windows-1252: the rate limiter reads it for a method override"), true
+		return h.refuse(415, "a form or JSON POST body must be in UTF-8, US-ASCII, ISO-8859-1 or Windows-1252"), true
 	}
 	h.formLeft = -1
 	if n, ok := rq.length(); ok {
