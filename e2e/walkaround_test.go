@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/tollgate-rl/tollgate/filter/devhost/gateway"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
 )
@@ -202,5 +206,68 @@ func TestMethodOverrideInTheFormBodyThroughTheGateway(t *testing.T) {
 	}
 	if whole != 3 {
 		t.Errorf("the upstream read %d whole bodies, want 3 (the admitted requests')", whole)
+	}
+}
+
+// Form POSTs are held whole while the filter reads them, and the gateway
+// bounds what it holds at once (HeldBodies), as Envoy's overload manager
+// would: past it a request is answered 503, and what a request held is
+// counted out when it ends (an outsider's 1,000 slow form POSTs held 2 GB).
+func TestHeldFormBodiesAreBounded(t *testing.T) {
+	r := redistest.Start(t)
+	ctl := startControl(t, r.Addr, deletesConfig)
+	up := newUpstream(t)
+	upURL, _ := url.Parse(up.URL)
+	ctlURL, _ := url.Parse("http://" + ctl.addr)
+	gw, g := serveGatewayOf(t, gateway.Config{
+		Wasm: wasmBytes, PluginConfig: []byte(`{"control_cluster":"controlsvc","decision_token":"` + decisionToken + `","timeout_ms":2000,"lease":{"request":0}}`),
+		Upstream: upURL, Clusters: map[string]*url.URL{"controlsvc": ctlURL}, VMs: 1, CompilationCache: compCache, XFFTrustedHops: 1,
+		HeldBodies: 100 << 10,
+	})
+	post := func(body io.Reader) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, gw+"/api/v1/items", body)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", "203.0.113.40")
+		return http.DefaultClient.Do(req)
+	}
+	// A slow form: 80 KiB, then nothing until released.
+	pr, pw := io.Pipe()
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := post(pr)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	if _, err := pw.Write([]byte("a=" + strings.Repeat("x", 80<<10))); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.HeldBodyBytes() < 80<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway holds %d bytes of the slow form", g.HeldBodyBytes())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := post(strings.NewReader("b=" + strings.Repeat("y", 40<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a second form past the bound: %d, want 503", resp.StatusCode)
+	}
+	pw.Close()
+	if code := <-slow; code != 200 {
+		t.Errorf("the slow form, finished: %d, want 200", code)
+	}
+	for g.HeldBodyBytes() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still counted held after both ended", g.HeldBodyBytes())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

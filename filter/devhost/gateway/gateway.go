@@ -57,6 +57,11 @@ type Config struct {
 	// service and present a client certificate (Envoy: the cluster's
 	// transport_socket).
 	ClusterTLS *tls.Config
+	// HeldBodies bounds the request body bytes the gateway holds at once
+	// for the filter (form POSTs it reads for a method override, each at
+	// most 1 MiB), as Envoy's overload manager sheds load past a memory
+	// bound: a request that would pass it is answered 503. 0: 64 MiB.
+	HeldBodies int64
 	Log        *slog.Logger
 	// CompilationCache, when set, is shared by gateways of one process
 	// (tests): the module compiles once.
@@ -69,6 +74,8 @@ type Config struct {
 // Gateway is an http.Handler.
 type Gateway struct {
 	cfg    Config
+	// held counts the request body bytes held for the filter now.
+	held atomic.Int64
 	host   *wasmhost.Host
 	vms    []*worker
 	next   atomic.Uint64
@@ -155,6 +162,10 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			}
 			if errors.Is(err, errBufferLimit) {
 				writeError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the proxy buffers for its filters")
+				return
+			}
+			if errors.Is(err, errOverloaded) {
+				writeError(w, http.StatusServiceUnavailable, "OVERLOADED", "the proxy holds too many request bodies; retry later")
 				return
 			}
 			g.log.Warn("upstream failed", "err", err)
@@ -573,6 +584,10 @@ type filtered struct {
 	out  []byte // released; out[off:] not yet read
 	off  int
 	eof  bool // src is finished and passed through the filter
+	// held is what the host holds of this body for the filter, counted in
+	// its gateway's held (heldBy) until released or closed.
+	held   atomic.Int64
+	heldBy *atomic.Int64
 }
 
 // maxChunk is the most read per body callback; chunks is a pool of read
@@ -596,7 +611,17 @@ func (b *filtered) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (b *filtered) Close() error { return b.src.Close() }
+func (b *filtered) Close() error {
+	b.release()
+	return b.src.Close()
+}
+
+// release takes what the body held out of its gateway's count.
+func (b *filtered) release() {
+	if b.heldBy != nil {
+		b.heldBy.Add(-b.held.Swap(0))
+	}
+}
 
 // step reads one chunk and passes it through the filter.
 func (b *filtered) step() error {
@@ -607,7 +632,8 @@ func (b *filtered) step() error {
 	end := rerr == io.EOF
 	if rerr != nil && !end {
 		// Envoy's stream reset: the filter sees no end; OnHttpStreamDone
-		// tells it the body was cut.
+		// tells it the body was cut. What it held goes.
+		b.release()
 		return rerr
 	}
 	// As Envoy's HTTP/1 codec: the bytes with no end, then the end alone,
@@ -665,7 +691,8 @@ func (g *Gateway) responseBody(ctx context.Context, ref streamRef, src io.ReadCl
 // and the proxy's error handler sends the filter's answer.
 func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadCloser) *filtered {
 	w, s := ref.w, ref.s
-	return &filtered{src: src, pass: func(chunk []byte, end bool) ([]byte, error) {
+	b := &filtered{src: src, heldBy: &g.held}
+	b.pass = func(chunk []byte, end bool) ([]byte, error) {
 		w.mu.Lock()
 		act, released, err := s.OnRequestBody(context.Background(), chunk, end)
 		calls := w.takePending()
@@ -675,8 +702,16 @@ func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadClo
 			return nil, err
 		}
 		g.perform(w, calls)
-		if act == wasmhost.Pause && !end && !local && len(s.RequestBody) > bufferLimit {
-			return nil, errBufferLimit
+		if act == wasmhost.Pause && !end && !local {
+			if len(s.RequestBody) > bufferLimit {
+				b.release()
+				return nil, errBufferLimit
+			}
+			b.held.Add(int64(len(chunk)))
+			if g.held.Add(int64(len(chunk))) > g.heldBodies() {
+				b.release()
+				return nil, errOverloaded
+			}
 		}
 		if act == wasmhost.Pause && end && !local {
 			if !g.await(ctx, w, func() bool { return s.Local != nil || s.Resumed }) {
@@ -688,11 +723,15 @@ func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadClo
 			}
 			w.mu.Unlock()
 		}
+		if act == wasmhost.Continue || end || local {
+			b.release() // released, or answered: held no more
+		}
 		if local {
 			return nil, errAnswered
 		}
 		return released, nil
-	}}
+	}
+	return b
 }
 
 var errAnswered = errors.New("the filter answered the request itself")
@@ -704,6 +743,20 @@ var errAnswered = errors.New("the filter answered the request itself")
 const bufferLimit = 1 << 20
 
 var errBufferLimit = errors.New("request body over the buffer limit")
+
+var errOverloaded = errors.New("request bodies held over the gateway's bound")
+
+// heldBodies is Config.HeldBodies or its default.
+func (g *Gateway) heldBodies() int64 {
+	if g.cfg.HeldBodies > 0 {
+		return g.cfg.HeldBodies
+	}
+	return 64 << 20
+}
+
+// HeldBodyBytes is how many request body bytes the gateway holds for the
+// filter now.
+func (g *Gateway) HeldBodyBytes() int64 { return g.held.Load() }
 
 // deliver hands the VM a callout's answer, or its failure; wk.mu is held.
 func (wk *worker) deliver(res calloutResult) error {
