@@ -73,9 +73,9 @@ type Config struct {
 
 // Gateway is an http.Handler.
 type Gateway struct {
-	cfg    Config
+	cfg Config
 	// held counts the request body bytes held for the filter now.
-	held atomic.Int64
+	held   atomic.Int64
 	host   *wasmhost.Host
 	vms    []*worker
 	next   atomic.Uint64
