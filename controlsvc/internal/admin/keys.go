@@ -75,6 +75,13 @@ type KeyList struct {
 	NextCursor string    `json:"next_cursor,omitempty"`
 }
 
+// readsBack reports whether a user id stored bare is read back as itself
+// (a key's user_id is parsed again when the key is used).
+func readsBack(uid identity.ID) bool {
+	again, err := identity.Parse(uid.Value)
+	return err == nil && again == uid
+}
+
 // CreateKey issues a key. An unknown tier is refused, never replaced by the
 // default.
 func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView, error) {
@@ -88,6 +95,10 @@ func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView
 		return KeyView{}, apierr.Invalid("user_id", "must be 1..255 printable characters or an integer")
 	case uid.Kind != identity.KindUser:
 		return KeyView{}, apierr.Invalid("user_id", "names a user (bob or user:bob); "+string(uid.Kind)+": identities are not users")
+	case !readsBack(uid):
+		// Stored bare, it is read again when the key is used: user:user:bob
+		// would then be bob.
+		return KeyView{}, apierr.Invalid("user_id", "a user id may not itself begin with user:, ip: or key:")
 	}
 	req.UserID.Value = uid.Value
 	p := s.live()

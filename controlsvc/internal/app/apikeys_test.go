@@ -162,7 +162,7 @@ window_seconds = 60
 	if c := s.check(map[string]any{"user_id": "ip:192.0.2.8", "endpoint": "/x", "api_key": old}); c.status != 429 {
 		t.Fatalf("carol's older key after carol's three: %d %s; want 429 (one user)", c.status, c.body)
 	}
-	for _, id := range []string{"ip:192.0.2.7", "key:k_0123456789abcdef", "user:", "user:a\nb"} {
+	for _, id := range []string{"ip:192.0.2.7", "key:k_0123456789abcdef", "user:", "user:a\nb", "user:user:bob", "user:ip:192.0.2.7"} {
 		r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": id})
 		f, _ := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["field"].(string)
 		if r.status != 400 || f != "user_id" {
