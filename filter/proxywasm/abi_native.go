@@ -265,4 +265,4 @@ func randomGet(buf *byte, size uint32) uint32 {
 }
 
 // WallClock is the wall clock (natively, time.Now).
-func WallClock() time.Time { return time.Now() }
+func WallClock() Time { return Time(time.Now().UnixNano()) }

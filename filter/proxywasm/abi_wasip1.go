@@ -3,8 +3,6 @@
 package proxywasm
 
 import (
-	"time"
-
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/abi"
 )
 
@@ -85,10 +83,11 @@ func clockTimeGet(clockID uint32, precision uint64, time *uint64) uint32
 
 var wallNs uint64
 
-// WallClock is the host's wall clock in one host call (time.Now makes two).
-func WallClock() time.Time {
+// WallClock is the host's wall clock in one host call (time.Now makes two);
+// 0 when the host has none.
+func WallClock() Time {
 	if clockTimeGet(0, 1, &wallNs) != 0 {
-		return time.Now()
+		return 0
 	}
-	return time.Unix(0, int64(wallNs))
+	return Time(wallNs)
 }

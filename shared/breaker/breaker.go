@@ -8,14 +8,13 @@ package breaker
 import (
 	"math"
 	"sync"
-	"time"
 )
 
 // Breaker is safe for concurrent use.
 //
-// Its times are int64 nanoseconds since base, not time.Time or Duration:
-// a struct field of a time type, in a value a Wasm guest holds behind an
-// interface, keeps time's formatting code (30 kB) in the filter's module.
+// Its times are int64 nanoseconds (a caller's Unix nanoseconds; only their
+// differences matter), not time.Time or Duration: the filter's module
+// links no package time.
 type Breaker struct {
 	threshold int
 	cooldown  int64
@@ -25,40 +24,32 @@ type Breaker struct {
 	openUntil int64
 }
 
-// base is what the breakers' times count from: with the monotonic clock
-// when the times passed in have it (the service's time.Now), by the wall
-// clock otherwise (the filter's).
-var base = time.Now()
-
-func since(t time.Time) int64 { return int64(t.Sub(base)) }
-
 // until is when a cooldown that starts at now ends; it saturates rather
 // than wrap (a wrapped end would be in the past: the breaker would never
 // hold).
-func (b *Breaker) until(now time.Time) int64 {
-	t := since(now)
-	if b.cooldown > 0 && t > math.MaxInt64-b.cooldown {
+func (b *Breaker) until(now int64) int64 {
+	if b.cooldown > 0 && now > math.MaxInt64-b.cooldown {
 		return math.MaxInt64
 	}
-	return t + b.cooldown
+	return now + b.cooldown
 }
 
 // New returns a closed breaker that opens after threshold consecutive
-// failures, for cooldown.
-func New(threshold int, cooldown time.Duration) *Breaker {
-	return &Breaker{threshold: max(threshold, 1), cooldown: int64(cooldown)}
+// failures, for cooldown nanoseconds.
+func New(threshold int, cooldown int64) *Breaker {
+	return &Breaker{threshold: max(threshold, 1), cooldown: cooldown}
 }
 
 // Allow reports whether a call may go to Redis now. Once the cooldown is
 // over, the first caller gets through as the probe and the window is pushed
 // out again, so only one probe runs at a time.
-func (b *Breaker) Allow(now time.Time) bool {
+func (b *Breaker) Allow(now int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failures < b.threshold {
 		return true
 	}
-	if since(now) < b.openUntil {
+	if now < b.openUntil {
 		return false
 	}
 	b.openUntil = b.until(now)
@@ -67,7 +58,7 @@ func (b *Breaker) Allow(now time.Time) bool {
 
 // Record notes a call's outcome; it returns true when the state changed
 // (opened or closed), for logging.
-func (b *Breaker) Record(ok bool, now time.Time) (changed bool) {
+func (b *Breaker) Record(ok bool, now int64) (changed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ok {

@@ -158,7 +158,7 @@ type LocalCounters interface {
 // New returns a service deciding with policy p and settings set.
 func New(d Deps, p *policy.Policy, set Settings) *Service {
 	s := &Service{counters: d.Counters, keys: d.Keys, overrides: d.Overrides, replays: d.Replays, usage: d.Usage, trail: d.Trail, m: d.Metrics, log: d.Log, now: d.Now,
-		breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown), sleep: d.Sleep, local: d.Local, rand: d.Rand, summary: d.Summary}
+		breaker: breaker.New(d.BreakerThreshold, int64(d.BreakerCooldown)), sleep: d.Sleep, local: d.Local, rand: d.Rand, summary: d.Summary}
 	if s.sleep == nil {
 		s.sleep = sleepCtx
 	}
@@ -693,7 +693,7 @@ func (s *Service) limit(ctx context.Context, lr limiter.Request) (res limiter.Re
 // breaker: while it is open the call is not made and ErrBreakerOpen is
 // returned, so a dead Redis costs a check nothing.
 func (s *Service) guarded(ctx context.Context, op string, call func() error) error {
-	if !s.breaker.Allow(s.now()) {
+	if !s.breaker.Allow(s.now().UnixNano()) {
 		return ErrBreakerOpen
 	}
 	err := call()
@@ -705,7 +705,7 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 	if err != nil && s.summary != nil {
 		s.summary.RedisError(s.now())
 	}
-	if s.breaker.Record(err == nil, s.now()) {
+	if s.breaker.Record(err == nil, s.now().UnixNano()) {
 		if err != nil {
 			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.live.Load().FailureMode, "err", err)
 		} else {

@@ -135,7 +135,7 @@ type Service struct {
 // New returns a service answering from cfg (nil: only the tollgate domain
 // has limits).
 func New(d Deps, cfg *Config, set Settings) *Service {
-	s := &Service{d: d, breaker: breaker.New(d.BreakerThreshold, d.BreakerCooldown)}
+	s := &Service{d: d, breaker: breaker.New(d.BreakerThreshold, int64(d.BreakerCooldown))}
 	s.SetConfig(cfg)
 	s.SetSettings(set)
 	return s
@@ -470,7 +470,7 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 		}
 		errs, out[i].degraded = append(errs, err), true
 	}
-	redisUp := s.breaker.Allow(s.d.Now())
+	redisUp := s.breaker.Allow(s.d.Now().UnixNano())
 	for i := range out {
 		l := out[i].limit
 		if l == nil {
@@ -514,7 +514,7 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 			}
 		}
 		if ctx.Err() == nil && !errors.Is(err, limiter.ErrBadRequest) && !errors.Is(err, limiter.ErrScript) {
-			s.breaker.Record(err == nil, s.d.Now())
+			s.breaker.Record(err == nil, s.d.Now().UnixNano())
 		}
 		if err != nil {
 			fail(p.i, err)

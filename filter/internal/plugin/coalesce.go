@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"time"
-
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm"
 	"github.com/tollgate-rl/tollgate/filter/proxywasm/types"
@@ -58,7 +56,7 @@ const watchTickMs = 1
 // lead marks this request's callout as its bucket's refill, for this VM's
 // other requests and, in the slot, for the other VMs' until the callout's
 // timeout at most (release ends it sooner).
-func (h *httpContext) lead(now time.Time) {
+func (h *httpContext) lead(now proxywasm.Time) {
 	p := h.p
 	if p.cfg.Lease.Request == 0 {
 		return

@@ -154,7 +154,7 @@ func (h *httpContext) checkOverride(m string) types.Action {
 			return types.ActionPause
 		}
 	}
-	if !p.breaker.Allow(now) {
+	if !p.breaker.Allow(now.UnixNano()) {
 		return h.overrideFailed("circuit breaker open")
 	}
 	body := wire.AppendCheckRequest(p.bodyBuf[:0], &wire.CheckRequest{
@@ -164,7 +164,7 @@ func (h *httpContext) checkOverride(m string) types.Action {
 	})
 	p.bodyBuf = body[:0]
 	if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h, calloutOverride); err != nil {
-		p.breaker.Record(false, now)
+		p.breaker.Record(false, now.UnixNano())
 		p.m.calloutFailures.Increment(1)
 		return h.overrideFailed("dispatch: " + err.Error())
 	}
@@ -182,7 +182,7 @@ func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 	var d wire.CheckResponse
 	switch {
 	case (status == 200 || status == 429) && p.decoder.DecodeCheckResponse(body, &d) == nil && (status == 200) == d.Allowed && h.plausible(&d):
-		p.breaker.Record(true, now)
+		p.breaker.Record(true, now.UnixNano())
 		if h.done {
 			return
 		}
@@ -203,7 +203,7 @@ func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 		h.bodyHeld = false
 		h.relay(status, hs, body, now)
 	default:
-		p.breaker.Record(false, now)
+		p.breaker.Record(false, now.UnixNano())
 		p.m.calloutFailures.Increment(1)
 		if !h.done {
 			h.overrideFailed("override check: status " + strconv.Itoa(status))

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/form"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
@@ -92,14 +91,13 @@ type httpContext struct {
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
 	// start is when the callout left, in Unix nanoseconds (a lease it
-	// brings counts its TTL from then: keepLease): a time.Time
-	// field here (the context is held behind an interface) would keep
-	// time's formatting code in the module.
+	// brings counts its TTL from then: keepLease). The filter links no
+	// package time (proxywasm.Time).
 	start int64
 }
 
 // now is the wall clock: one host call (time.Now makes two).
-func (h *httpContext) now() time.Time { return proxywasm.WallClock() }
+func (h *httpContext) now() proxywasm.Time { return proxywasm.WallClock() }
 
 // OnHttpRequestHeaders decides the request: from the lease cache when it
 // can, else by a callout to the control service (the request pauses until
@@ -448,7 +446,7 @@ func isOverrideHeader(k string) bool {
 // locally since the last callout, for it to report (usage counts requests
 // made); or refill names the mark of a refill in flight on some VM, which
 // the request may wait for (coalesce.go).
-func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action, settled bool, refill refillSeen) {
+func (h *httpContext) spendLease(now proxywasm.Time) (back handBack, act types.Action, settled bool, refill refillSeen) {
 	e, out, returned := h.p.cache.Take(h.bucket, now.UnixMilli())
 	switch out {
 	case leasecache.Hit:
@@ -469,7 +467,7 @@ func (h *httpContext) spendLease(now time.Time) (back handBack, act types.Action
 // cachedDenial is the verdict of a denial the lease cache holds, with the
 // wait left of the service's Retry-After: the denial was cached at
 // DeniedUntilMs less what it is held for.
-func (h *httpContext) cachedDenial(e *leasecache.Entry, now time.Time) verdict {
+func (h *httpContext) cachedDenial(e *leasecache.Entry, now proxywasm.Time) verdict {
 	v := cachedVerdict(e)
 	waitMs := max(e.RetryAfter, 1) * 1000
 	deniedAt := e.DeniedUntilMs - min(waitMs, denialHoldMs)
@@ -510,9 +508,9 @@ func (h *httpContext) meter(rq *request, endOfStream bool) {
 
 // callOut asks the control service and pauses the request until
 // onCheckResponse (or applies the failure mode when it cannot ask).
-func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
+func (h *httpContext) callOut(back handBack, now proxywasm.Time) types.Action {
 	p := h.p
-	if !p.breaker.Allow(now) {
+	if !p.breaker.Allow(now.UnixNano()) {
 		return h.failure("circuit breaker open")
 	}
 	body := wire.AppendCheckRequest(p.bodyBuf[:0], &wire.CheckRequest{
@@ -527,7 +525,7 @@ func (h *httpContext) callOut(back handBack, now time.Time) types.Action {
 	p.bodyBuf = body[:0] // keep what it grew to
 	h.start = now.UnixNano()
 	if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, h, calloutCheck); err != nil {
-		p.breaker.Record(false, now)
+		p.breaker.Record(false, now.UnixNano())
 		p.m.calloutFailures.Increment(1)
 		proxywasm.LogWarn("tollgate: callout to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
 		return h.failure("dispatch: " + err.Error())
@@ -582,7 +580,7 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 		addr, addrOK := h.clientAddress(xff, realIP)
 		var client tokenClient
 		asked := false
-		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now, func() bool {
+		c, err := p.verifier.VerifyIf(strings.TrimSpace(auth[7:]), now.UnixNano(), func() bool {
 			// Asked only before a signature check. An address-less request
 			// (none in Envoy) counts as the zero address.
 			asked, client = true, p.tokenClient(addr)
@@ -746,7 +744,7 @@ func (h *httpContext) onCheckResponse(numHeaders, bodySize, _ int) {
 			h.calloutFailed(now, "implausible answer")
 			return
 		}
-		p.breaker.Record(true, now)
+		p.breaker.Record(true, now.UnixNano())
 		if h.done {
 			h.keepLate(&d, now)
 			return
@@ -798,9 +796,9 @@ func calloutAnswer(numHeaders, bodySize int) (status int, hs string, body []byte
 }
 
 // relay answers the client with the service's own answer.
-func (h *httpContext) relay(status int, hs string, body []byte, now time.Time) {
+func (h *httpContext) relay(status int, hs string, body []byte, now proxywasm.Time) {
 	h.bare = true // no lease: its waiters call out themselves (release)
-	h.p.breaker.Record(true, now)
+	h.p.breaker.Record(true, now.UnixNano())
 	if h.done {
 		return
 	}
@@ -871,7 +869,7 @@ func (h *httpContext) plausible(d *wire.CheckResponse) bool {
 }
 
 // decided applies a decision of the control service.
-func (h *httpContext) decided(d *wire.CheckResponse, now time.Time) {
+func (h *httpContext) decided(d *wire.CheckResponse, now proxywasm.Time) {
 	p := h.p
 	v := h.verdictOf(d)
 	if !d.Allowed {
@@ -923,7 +921,7 @@ const denialHoldMs = 1000
 // spent (fallback.Exhaust), and the request is answered 429 unless a
 // concurrent callout of this caller brought a lease (those tokens are
 // paid for).
-func (h *httpContext) denied(v verdict, now time.Time) {
+func (h *httpContext) denied(v verdict, now proxywasm.Time) {
 	p := h.p
 	p.fallback.Exhaust(h.ident(), now.UnixMilli()) // refused: nothing degraded either
 	if p.cfg.Lease.Request > 0 {
@@ -943,7 +941,7 @@ func (h *httpContext) denied(v verdict, now time.Time) {
 
 // cacheDenial caches a denial of owner's bucket for its Retry-After,
 // denialHoldMs at most (a live lease stays in the slot).
-func (h *httpContext) cacheDenial(owner leasecache.Owner, v verdict, now time.Time) {
+func (h *httpContext) cacheDenial(owner leasecache.Owner, v verdict, now proxywasm.Time) {
 	e := v.entry(owner)
 	e.DeniedUntilMs = now.UnixMilli() + min(max(v.limits.RetryAfter, 1)*1000, denialHoldMs)
 	_ = h.p.cache.Put(e, now.UnixMilli())
@@ -955,7 +953,7 @@ func (h *httpContext) cacheDenial(owner leasecache.Owner, v verdict, now time.Ti
 // measured it (up to a window's end) at some moment after the send, so the
 // lease ends by then however long the answer took on its way, a stalled
 // proxy or a slow network included, with no clock shared.
-func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge, now time.Time) bool {
+func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge, now proxywasm.Time) bool {
 	if h.p.cfg.Lease.Request == 0 || l.Granted == 0 {
 		return false
 	}
@@ -972,9 +970,9 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 }
 
 // calloutFailed records a failed callout and applies the failure mode.
-func (h *httpContext) calloutFailed(now time.Time, reason string) {
+func (h *httpContext) calloutFailed(now proxywasm.Time, reason string) {
 	h.bare = true // the next refills are not waited for either (release)
-	h.p.breaker.Record(false, now)
+	h.p.breaker.Record(false, now.UnixNano())
 	h.p.m.calloutFailures.Increment(1)
 	if !h.done {
 		h.failure(reason)
@@ -984,7 +982,7 @@ func (h *httpContext) calloutFailed(now time.Time, reason string) {
 // keepLate keeps what an answer that arrived after its stream ended brought:
 // the tokens of a granted lease were spent in Redis and belong in the cache
 // (dropping them would only under-admit, but waste the caller's quota).
-func (h *httpContext) keepLate(d *wire.CheckResponse, now time.Time) {
+func (h *httpContext) keepLate(d *wire.CheckResponse, now proxywasm.Time) {
 	if d.Allowed {
 		v := h.verdictOf(d)
 		h.keepLease(&v, d.Lease, d.Charges, now)

@@ -6,7 +6,6 @@ package plugin
 import (
 	"encoding/binary"
 	"syscall"
-	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/internal/fallback"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
@@ -133,7 +132,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	}
 	p.cache = cache
 	p.inflight = map[leasecache.Owner][]*httpContext{}
-	p.breaker = breaker.New(cfg.Breaker.Failures, time.Duration(cfg.Breaker.CooldownMs)*time.Millisecond)
+	p.breaker = breaker.New(cfg.Breaker.Failures, cfg.Breaker.CooldownMs*1e6)
 	p.fallback = fallback.New(cfg.Fallback.Limit, cfg.Fallback.WindowSeconds, cfg.Fallback.MaxCallers)
 	p.m = metrics{
 		allowed:         proxywasm.DefineCounterMetric("tollgate_allowed_total"),
