@@ -10,6 +10,7 @@ package form
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -146,14 +147,20 @@ func boundaries(ct string) []string {
 			out = append(out, b) // one past the most read: New refuses such a body
 		}
 	}
-	for ps := (paramSearch{v: ct, key: "boundary"}); ; {
+	ps := paramSearch{v: ct, key: "boundary"}
+	for {
 		v, quoted, _, ok := ps.next()
 		if !ok {
 			break
 		}
 		add(v)
-		if quoted.quoted {
+		if quoted.set {
 			add(quoted.String())
+		}
+	}
+	if ps.tooMany {
+		for i := len(out); i <= maxBoundaries; i++ {
+			out = append(out, "\x00"+strconv.Itoa(i)) // past the most read: New refuses the body
 		}
 	}
 	return out
@@ -194,14 +201,18 @@ func (m multi) End() Overrides {
 // escapes and empty values included, is refused.
 func OtherCharset(contentTypes ...string) bool {
 	for _, ct := range contentTypes {
-		for ps := (paramSearch{v: ct, key: "charset"}); ; {
+		ps := paramSearch{v: ct, key: "charset"}
+		for {
 			v, quoted, _, ok := ps.next()
 			if !ok {
 				break
 			}
-			if !asciiCharset(strings.ToLower(v)) || quoted.quoted && !asciiCharset(strings.ToLower(quoted.String())) {
+			if !asciiCharset(strings.ToLower(v)) || quoted.set && !asciiCharset(strings.ToLower(quoted.String())) {
 				return true
 			}
+		}
+		if ps.tooMany {
+			return true
 		}
 	}
 	return false
@@ -211,15 +222,24 @@ func OtherCharset(contentTypes ...string) bool {
 // word, only where no letter or digit comes before it), as a parser that
 // searches for a parameter finds it: past white space and '=', an opening
 // quote dropped, cut at a quote, ';', ',' or white space; ext says a '*'
-// followed the key (RFC 2231's extended value).
+// followed the key (RFC 2231's extended value). Past maxSearchKeys keys
+// in one value it stops and sets tooMany: each key's value is read on to
+// its end, and "name=name=..." made that quadratic (an outsider's 1 MiB
+// body of such part headers took 14 s of a VM).
 type paramSearch struct {
-	v, key string
-	word   bool
+	v, key  string
+	word    bool
+	n       int
+	tooMany bool
 }
+
+// maxSearchKeys bounds the keys paramSearch reads in one value: more than
+// any parser's reading needs (maxBoundaries is 4).
+const maxSearchKeys = 16
 
 // next is the next value found, and when it was quoted the whole quoted
 // string too (a parser of parameters reads a quoted ';' or ',' as part of
-// it); ok is false past the last.
+// it; PHP takes single quotes too, unescaped); ok is false past the last.
 func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 	for i := 0; i+len(ps.key) <= len(ps.v); i++ {
 		if !equalFoldASCII(ps.v[i:i+len(ps.key)], ps.key) {
@@ -238,18 +258,24 @@ func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 		if !found {
 			continue
 		}
+		if ps.n++; ps.n > maxSearchKeys {
+			ps.tooMany = true
+			return "", unquoted{}, false, false
+		}
 		ps.v = rest
-		if q, isQuoted := strings.CutPrefix(strings.TrimLeft(val, space), `"`); isQuoted {
-			// To the closing quote, a backslash escaping the byte after it.
-			j := 0
-			for ; j < len(q) && q[j] != '"'; j++ {
-				if q[j] == '\\' {
+		val = strings.TrimLeft(val, space)
+		if len(val) > 0 && (val[0] == '"' || val[0] == '\'') {
+			// To the closing quote; in double quotes a backslash escapes
+			// the byte after it.
+			q, j := val[1:], 0
+			for ; j < len(q) && q[j] != val[0]; j++ {
+				if q[j] == '\\' && val[0] == '"' {
 					j++
 				}
 			}
-			quoted = unquoted{q[:min(j, len(q))], true}
+			quoted = unquoted{raw: q[:min(j, len(q))], quoted: val[0] == '"', set: true}
 		}
-		val = strings.TrimLeft(val, space+`"`)
+		val = strings.TrimLeft(val, `"`)
 		if k := strings.IndexAny(val, space+`";,`); k >= 0 {
 			val = val[:k]
 		}
@@ -319,13 +345,16 @@ func (m *nameMatch) reset() { *m = nameMatch{lead: true} }
 func (m *nameMatch) add(c byte) {
 	switch {
 	case m.cut || m.long:
-	case m.lead && (c == ' ' || c == '[' || c == ']'):
+	case m.lead && (c <= ' ' || c >= 0x80 || c == '[' || c == ']'):
+		// White space, controls and bytes past ASCII (Django strips
+		// U+00A0 and U+3000 too) before the name.
 		m.bracket = m.bracket || c == '['
 	case c == '.' && m.n == 0 && !m.dot:
 		// ".method" is _method to PHP, "._method" to qs with allowDots.
 		m.lead, m.dot = false, true
-	case c == 0 || c == '[' || c == ']' || (c == '.' || c == ' ' || c == '\t') && m.n > 0:
-		// A trailing space ends it too: Django strips a multipart name.
+	case c == 0 || c == '[' || c == ']' || (c == '.' || c <= ' ' || c >= 0x80) && m.n > 0:
+		// A trailing space (or control, or byte past ASCII) ends it too:
+		// Django strips a multipart name.
 		m.cut = true
 	case m.n == len(m.buf)-1:
 		m.long = true

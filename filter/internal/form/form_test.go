@@ -126,6 +126,21 @@ func TestMultipart(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_method \"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"x\\\"; name=_method; y=\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{}},
+		// A fifth round's (Django, Rack, PHP): a line going on without a
+		// leading space, a name or Content-ID inside another header's
+		// value (Rack's unanchored patterns), a name*= in a charset the
+		// filter does not decode, Unicode white space around a name, PHP's
+		// single quotes.
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data\r\n; name=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nX-Y: aContent-Disposition:;name=_method\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nX-Y: aContent-ID: _method\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name*=utf-16le''%5F%00m%00\r\n\r\nDELETE\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name*=\"x y''_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"\xc2\xa0_method\xe3\x80\x80\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name='_method'\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		// name=name=... (8 KB of part headers) was read quadratically (14 s
+		// of a VM a MiB): past maxSearchKeys keys the part is refused.
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; " + strings.Repeat("name=", 1600) + "\r\n\r\nv\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
 	} {
 		for n := 0; n <= len(c.body) && n < 200; n++ {
 			if got := scan(t, c.contentType, c.body, n); got != c.want {
@@ -201,6 +216,14 @@ func TestNew(t *testing.T) {
 		if got := New(ct) != nil; got != want {
 			t.Errorf("New(%q): %v, want %v", ct, got, want)
 		}
+	}
+	// More boundary= than paramSearch reads (each read to the header's end
+	// made it quadratic: 0.44 s a request for 58 KB): refused unread.
+	if _, ok := New("multipart/form-data; " + strings.Repeat("boundary=", 6000)).(unreadable); !ok {
+		t.Error("a Content-Type of 6,000 boundary= is read")
+	}
+	if !OtherCharset("application/json; " + strings.Repeat("charset=utf-8;", 17)) {
+		t.Error("17 charset= are taken for UTF-8")
 	}
 }
 

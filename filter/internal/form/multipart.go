@@ -336,10 +336,15 @@ func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 	if len(*buf) == 0 {
 		return false, false
 	}
-	// A view of buf, which nothing writes while it is read.
-	for rest := unsafe.String(&(*buf)[0], len(*buf)); ; {
-		// The next line with a colon (a line without one names nothing),
-		// cut at its first colon.
+	// A view of buf, which nothing writes while it is read. Names are
+	// searched in the whole block, not per header: Rack's pattern finds
+	// one inside another header's value, and Django, Rack and PHP read a
+	// line that goes on without a leading space as the one before.
+	block := unsafe.String(&(*buf)[0], len(*buf))
+	method, encoded = namesMethod(block)
+	method = method || contentIDNamesMethod(block)
+	for rest := block; ; {
+		// The next line with a colon, cut at its first colon.
 		c := strings.IndexByte(rest, ':')
 		if c < 0 {
 			return method, encoded
@@ -351,13 +356,7 @@ func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 		} else {
 			rest = ""
 		}
-		switch k = strings.TrimSpace(k); {
-		case strings.EqualFold(k, "content-disposition"):
-			method = method || dispositionNamesMethod(v)
-		case strings.EqualFold(k, "content-id"):
-			id := strings.TrimSpace(strings.TrimSuffix(v, "\r"))
-			method = method || isMethodName(unquoted{strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">"), false}) || isMethodName(unquoted{id, false})
-		case strings.EqualFold(k, "content-transfer-encoding"):
+		if strings.EqualFold(strings.TrimSpace(k), "content-transfer-encoding") {
 			switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(v, "\r"))) {
 			case "7bit", "8bit", "binary", "":
 			default:
@@ -367,6 +366,41 @@ func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 	}
 }
 
+// contentIDNamesMethod reports whether a Content-ID anywhere in a part's
+// headers names _method (Rack 2 names a part by it when it has no name).
+func contentIDNamesMethod(block string) bool {
+	for n := 0; n < maxSearchKeys; n++ {
+		i := indexFoldASCII(block, "content-id")
+		if i < 0 {
+			return false
+		}
+		block = block[i+len("content-id"):]
+		v, ok := strings.CutPrefix(strings.TrimLeft(block, " \t"), ":")
+		if !ok {
+			continue
+		}
+		if e := strings.IndexAny(v, "\r\n"); e >= 0 {
+			v = v[:e]
+		}
+		id := strings.TrimSpace(v)
+		if isMethodName(unquoted{raw: strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">")}) || isMethodName(unquoted{raw: id}) {
+			return true
+		}
+	}
+	return true // more Content-IDs than any part has: taken for one
+}
+
+// indexFoldASCII is strings.Index with ASCII letters compared without case
+// (lower is lower case).
+func indexFoldASCII(s, lower string) int {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		if equalFoldASCII(s[i:i+len(lower)], lower) {
+			return i
+		}
+	}
+	return -1
+}
+
 // transferEncoded stands for a _method part's value in a transfer encoding
 // (base64, quoted-printable): no method (longer than maxValue), so the
 // request is refused rather than counted as its own method.
@@ -374,25 +408,35 @@ const transferEncoded = "(transfer-encoded)"
 
 const _ = uint(len(transferEncoded) - maxValue - 1)
 
-// dispositionNamesMethod reports whether a Content-Disposition value names
-// _method, a name= found by a search (paramSearch: inside another's quoted
-// value too), its backslash escapes read, or RFC 2231's name*= decoded.
-func dispositionNamesMethod(v string) bool {
-	for ps := (paramSearch{v: v, key: "name", word: true}); ; {
+// namesMethod reports whether a part's headers name _method: a name=
+// found by a search (paramSearch: inside another's quoted value too, in
+// double or single quotes, its backslash escapes read), or RFC 2231's
+// name*= decoded. foreign says a name*= is in a charset other than UTF-8
+// or ASCII's (Django decodes utf-16 or cp037 names), or names too many
+// keys to read: the part is taken for a _method no method is.
+func namesMethod(block string) (method, foreign bool) {
+	ps := paramSearch{v: block, key: "name", word: true}
+	for {
 		val, quoted, ext, ok := ps.next()
 		if !ok {
-			return false
+			return ps.tooMany, ps.tooMany
 		}
-		if quoted.quoted && isMethodName(quoted) {
-			return true
+		if quoted.set && !ext && isMethodName(quoted) {
+			return true, false
 		}
 		var nm nameMatch
 		nm.reset()
 		if !ext {
-			unquoted{val, true}.each(nm.add)
+			unquoted{raw: val, quoted: true}.each(nm.add)
 		} else {
+			if quoted.set {
+				val = quoted.String() // Django reads the quoted value
+			}
 			// charset'language'percent-encoded
-			if _, rest, ok := strings.Cut(val, "'"); ok {
+			if cs, rest, ok := strings.Cut(val, "'"); ok {
+				if !asciiCharset(strings.ToLower(cs)) && cs != "" {
+					return true, true
+				}
 				if _, rest, ok = strings.Cut(rest, "'"); ok {
 					val = rest
 				}
@@ -406,7 +450,7 @@ func dispositionNamesMethod(v string) bool {
 			}
 		}
 		if nm.matches() {
-			return true
+			return true, false
 		}
 	}
 }
@@ -433,6 +477,7 @@ func unfold(dst, h []byte) []byte {
 type unquoted struct {
 	raw    string
 	quoted bool
+	set    bool // paramSearch found a quoted value (in either quote)
 }
 
 // each calls fn with the value's bytes, unescaped.
