@@ -696,14 +696,16 @@ func (g *Gateway) requestBody(ctx context.Context, ref streamRef, src io.ReadClo
 		w.mu.Lock()
 		act, released, err := s.OnRequestBody(context.Background(), chunk, end)
 		calls := w.takePending()
-		local := s.Local != nil
+		// Read under the lock: once the callouts go, an answer may end the
+		// stream (and its held body) before this goroutine looks again.
+		local, held := s.Local != nil, len(s.RequestBody)
 		w.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
 		g.perform(w, calls)
 		if act == wasmhost.Pause && !end && !local {
-			if len(s.RequestBody) > bufferLimit {
+			if held > bufferLimit {
 				b.release()
 				return nil, errBufferLimit
 			}
