@@ -263,7 +263,11 @@ func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 			return "", unquoted{}, false, false
 		}
 		ps.v = rest
+		// A value is read to 1 KiB at most (a boundary is 1,024 bytes at
+		// most, a name that matches far less): each key costs that much
+		// however long the header.
 		val = strings.TrimLeft(val, space)
+		val = val[:min(len(val), maxBoundary+2)]
 		if len(val) > 0 && (val[0] == '"' || val[0] == '\'') {
 			// To the closing quote; in double quotes a backslash escapes
 			// the byte after it.

@@ -39,7 +39,12 @@ type multipart struct {
 	// the headers on as Rack does (rackHead), and rackMethod, rackBody and
 	// rackValue follow its reading of the part.
 	rack, rackBody, rackMethod, rackEncoded bool
-	rackHead, rackValue                     []byte
+	// refused: an override that names no method was found (refuse); the
+	// rest of the body is not read. keys counts the names and Content-IDs
+	// its part headers held (maxBodyKeys).
+	refused             bool
+	keys                int
+	rackHead, rackValue []byte
 	// unfolded is methodField's buffer, reused from part to part: reading
 	// a part's headers allocates nothing.
 	unfolded []byte
@@ -70,7 +75,7 @@ func newMultipart(boundary string) *multipart {
 }
 
 func (m *multipart) Feed(chunk []byte) {
-	for len(chunk) > 0 && m.state != epilogue {
+	for len(chunk) > 0 && m.state != epilogue && !m.refused {
 		if m.state == delimLine && m.line >= 2 {
 			// Transport padding: only the line's end matters now.
 			j := bytes.IndexByte(chunk, '\n')
@@ -194,14 +199,18 @@ func (m *multipart) rackContent(b []byte) {
 			m.rack = false // no _method field: nothing more to read
 			return
 		case len(m.rackHead) >= maxPartHeaders:
-			m.rack = false
+			// Headers Rack reads on past what any part has: taken for a
+			// _method no method is (as keep takes the filter's own), never
+			// left unread (an outsider's _method 9,000 bytes on).
+			m.refuse("(headers too long)")
 			return
 		default:
 			m.rackHead = append(m.rackHead, c)
 			if bytes.HasSuffix(m.rackHead, []byte("\r\n\r\n")) {
 				m.rackBody = true
-				if m.rackMethod, m.rackEncoded = methodField(m.rackHead, &m.unfolded); m.rackMethod && m.rackEncoded {
-					m.rackValue = append(m.rackValue[:0], transferEncoded...)
+				if m.rackMethod, m.rackEncoded = methodField(m.rackHead, &m.unfolded, &m.keys); m.rackMethod && m.rackEncoded {
+					m.refuse(transferEncoded)
+					return
 				}
 			}
 		}
@@ -248,19 +257,30 @@ func (m *multipart) header(c byte) bool {
 	m.keep([]byte{c})
 	if blank {
 		m.state = partContent
-		method, encoded := methodField(m.headers, &m.unfolded)
-		switch m.method = m.overflow || method; {
+		method, encoded := methodField(m.headers, &m.unfolded, &m.keys)
+		switch m.method = method; {
 		case m.overflow:
-			m.value = append(m.value[:0], "(headers too long)"...)
+			m.refuse("(headers too long)")
+			return blank
 		case method && encoded:
 			// Decoded by Django, not here: no method to count.
-			m.value = append(m.value[:0], transferEncoded...)
+			m.refuse(transferEncoded)
+			return blank
 		}
 		m.rack = !m.overflow && !bytes.HasSuffix(m.headers, []byte("\r\n\r\n"))
 		m.rackBody, m.rackMethod, m.rackEncoded = false, false, false
 		m.rackHead, m.rackValue = append(m.rackHead[:0], m.headers...), m.rackValue[:0]
 	}
 	return blank
+}
+
+// refuse records an override that names no method (the filter refuses
+// the request whatever else the body holds) and stops reading: a body of
+// hostile part headers costs one part's reading, not one per part (an
+// outsider's 1 MiB of them took 16 s of a VM).
+func (m *multipart) refuse(why string) {
+	m.out.add(why[:min(len(why), maxValue+1)])
+	m.refused, m.method, m.rack = true, false, false
 }
 
 // keep counts header bytes, remembers the last two and keeps them up to
@@ -331,7 +351,7 @@ func (m *multipart) End() Overrides {
 // decodes a base64 value, which the filter does not read. buf holds the
 // unfolded headers, reused and read in place: a body of many parts makes
 // no garbage here.
-func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
+func methodField(headers []byte, buf *[]byte, keys *int) (method, encoded bool) {
 	*buf = unfold((*buf)[:0], headers)
 	if len(*buf) == 0 {
 		return false, false
@@ -340,9 +360,32 @@ func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 	// searched in the whole block, not per header: Rack's pattern finds
 	// one inside another header's value, and Django, Rack and PHP read a
 	// line that goes on without a leading space as the one before.
-	block := unsafe.String(&(*buf)[0], len(*buf))
-	method, encoded = namesMethod(block)
-	method = method || contentIDNamesMethod(block)
+	// PHP joins a line without a colon to the one before with nothing
+	// between ("na\r\nme=" is name=): the block with its line breaks
+	// taken out is read too.
+	n := len(*buf)
+	for _, c := range *buf {
+		if c != '\r' && c != '\n' {
+			*buf = append(*buf, c)
+		}
+	}
+	block, joined := unsafe.String(&(*buf)[0], n), ""
+	if len(*buf) > n {
+		joined = unsafe.String(&(*buf)[n], len(*buf)-n)
+	}
+	method, encoded, n1 := namesMethod(block)
+	m2, e2, n2 := namesMethod(joined)
+	m3, n3 := contentIDNamesMethod(block)
+	method, encoded = method || m2 || m3, encoded || e2
+	// A part has one name (and a Content-ID at most): the keys past that
+	// are counted.
+	if *keys += max(n1-1, 0) + max(n2-1, 0) + max(n3-1, 0); *keys > maxBodyKeys {
+		// More names than any form has, over the body's parts: taken for
+		// a _method no method is, so that a body of part headers made of
+		// keys costs a few parts' reading, not one per part (an
+		// outsider's 1 MiB of them: 16 s of a VM).
+		return true, true
+	}
 	for rest := block; ; {
 		// The next line with a colon, cut at its first colon.
 		c := strings.IndexByte(rest, ':')
@@ -368,26 +411,28 @@ func methodField(headers []byte, buf *[]byte) (method, encoded bool) {
 
 // contentIDNamesMethod reports whether a Content-ID anywhere in a part's
 // headers names _method (Rack 2 names a part by it when it has no name).
-func contentIDNamesMethod(block string) bool {
+func contentIDNamesMethod(block string) (bool, int) {
 	for n := 0; n < maxSearchKeys; n++ {
 		i := indexFoldASCII(block, "content-id")
 		if i < 0 {
-			return false
+			return false, n
 		}
 		block = block[i+len("content-id"):]
 		v, ok := strings.CutPrefix(strings.TrimLeft(block, " \t"), ":")
 		if !ok {
 			continue
 		}
+		// Rack's pattern passes white space, line breaks too, before it.
+		v = strings.TrimLeft(v, space)
 		if e := strings.IndexAny(v, "\r\n"); e >= 0 {
 			v = v[:e]
 		}
 		id := strings.TrimSpace(v)
 		if isMethodName(unquoted{raw: strings.TrimSuffix(strings.TrimPrefix(id, "<"), ">")}) || isMethodName(unquoted{raw: id}) {
-			return true
+			return true, n + 1
 		}
 	}
-	return true // more Content-IDs than any part has: taken for one
+	return true, maxBodyKeys + 1 // more Content-IDs than any part has: refused
 }
 
 // indexFoldASCII is strings.Index with ASCII letters compared without case
@@ -400,6 +445,11 @@ func indexFoldASCII(s, lower string) int {
 	}
 	return -1
 }
+
+// maxBodyKeys bounds the name= and Content-ID keys beyond one a part read
+// over a body's part headers (every reading together): past it the body
+// is refused. No form's parts name themselves twice.
+const maxBodyKeys = 64
 
 // transferEncoded stands for a _method part's value in a transfer encoding
 // (base64, quoted-printable): no method (longer than maxValue), so the
@@ -414,15 +464,20 @@ const _ = uint(len(transferEncoded) - maxValue - 1)
 // name*= decoded. foreign says a name*= is in a charset other than UTF-8
 // or ASCII's (Django decodes utf-16 or cp037 names), or names too many
 // keys to read: the part is taken for a _method no method is.
-func namesMethod(block string) (method, foreign bool) {
+func namesMethod(block string) (method, foreign bool, keys int) {
 	ps := paramSearch{v: block, key: "name", word: true}
 	for {
 		val, quoted, ext, ok := ps.next()
 		if !ok {
-			return ps.tooMany, ps.tooMany
+			return ps.tooMany, ps.tooMany, ps.n
 		}
 		if quoted.set && !ext && isMethodName(quoted) {
-			return true, false
+			return true, false, ps.n
+		}
+		// Rack reads an unquoted name as a token, to the first of
+		// ()<>@,;:\"/[]?={} ("_method/" is _method to it).
+		if k := strings.IndexAny(val, "()<>@,;:\\\"/[]?={}"); k >= 0 && !ext && isMethodName(unquoted{raw: val[:k]}) {
+			return true, false, ps.n
 		}
 		var nm nameMatch
 		nm.reset()
@@ -435,7 +490,7 @@ func namesMethod(block string) (method, foreign bool) {
 			// charset'language'percent-encoded
 			if cs, rest, ok := strings.Cut(val, "'"); ok {
 				if !asciiCharset(strings.ToLower(cs)) && cs != "" {
-					return true, true
+					return true, true, ps.n
 				}
 				if _, rest, ok = strings.Cut(rest, "'"); ok {
 					val = rest
@@ -450,7 +505,7 @@ func namesMethod(block string) (method, foreign bool) {
 			}
 		}
 		if nm.matches() {
-			return true, false
+			return true, false, ps.n
 		}
 	}
 }
