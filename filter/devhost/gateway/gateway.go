@@ -153,19 +153,22 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Transport:      &http.Transport{MaxIdleConnsPerHost: 256},
 		ModifyResponse: g.filterResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if l := answered(r); l != nil {
-				// The filter answered while the body went on (a form
-				// body's method override refused): Envoy resets the
-				// upstream request and sends the filter's answer.
-				writeLocal(w, l)
-				return
-			}
+			// The proxy's own refusals first: the body stopped there, and a
+			// check the filter had sent for it may have answered since
+			// (under load the override's 429 went out in place of the 413).
 			if errors.Is(err, errBufferLimit) {
 				writeError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is larger than the proxy buffers for its filters")
 				return
 			}
 			if errors.Is(err, errOverloaded) {
 				writeError(w, http.StatusServiceUnavailable, "OVERLOADED", "the proxy holds too many request bodies; retry later")
+				return
+			}
+			if l := answered(r); l != nil {
+				// The filter answered while the body went on (a form
+				// body's method override refused): Envoy resets the
+				// upstream request and sends the filter's answer.
+				writeLocal(w, l)
 				return
 			}
 			g.log.Warn("upstream failed", "err", err)

@@ -352,6 +352,12 @@ func (m *multipart) End() Overrides {
 // unfolded headers, reused and read in place: a body of many parts makes
 // no garbage here.
 func methodField(headers []byte, buf *[]byte, keys *int) (method, encoded bool) {
+	if bytes.IndexByte(headers, 0) >= 0 {
+		// PHP drops a header line's rest from a NUL and joins the next
+		// line on ("_met\0X\r\nhod" is _method to it); no browser sends
+		// one: the part is refused.
+		return true, true
+	}
 	*buf = unfold((*buf)[:0], headers)
 	if len(*buf) == 0 {
 		return false, false
@@ -377,9 +383,10 @@ func methodField(headers []byte, buf *[]byte, keys *int) (method, encoded bool) 
 	m2, e2, n2 := namesMethod(joined)
 	m3, n3 := contentIDNamesMethod(block)
 	method, encoded = method || m2 || m3, encoded || e2
-	// A part has one name (and a Content-ID at most): the keys past that
-	// are counted.
-	if *keys += max(n1-1, 0) + max(n2-1, 0) + max(n3-1, 0); *keys > maxBodyKeys {
+	// A part has a name, a file's Content-Type may name it again, and a
+	// Content-ID at most: the keys past those are counted (the joined
+	// reading finds the block's again: counted once).
+	if *keys += max(n1, n2, 2) - 2 + max(n3-1, 0); *keys > maxBodyKeys {
 		// More names than any form has, over the body's parts: taken for
 		// a _method no method is, so that a body of part headers made of
 		// keys costs a few parts' reading, not one per part (an
@@ -446,10 +453,10 @@ func indexFoldASCII(s, lower string) int {
 	return -1
 }
 
-// maxBodyKeys bounds the name= and Content-ID keys beyond one a part read
-// over a body's part headers (every reading together): past it the body
-// is refused. No form's parts name themselves twice.
-const maxBodyKeys = 64
+// maxBodyKeys bounds the name= and Content-ID keys beyond those a part
+// has (two names, a Content-ID) read over a body's part headers: past it
+// the body is refused. No form's parts name themselves more.
+const maxBodyKeys = 256
 
 // transferEncoded stands for a _method part's value in a transfer encoding
 // (base64, quoted-printable): no method (longer than maxValue), so the
