@@ -263,22 +263,24 @@ func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 			return "", unquoted{}, false, false
 		}
 		ps.v = rest
-		// A value is read to 1 KiB at most (a boundary is 1,024 bytes at
-		// most, a name that matches far less): each key costs that much
-		// however long the header.
+		// An unquoted value is read to 1 KiB at most (a boundary is 1,024
+		// bytes at most, a name that matches far less); a quoted one to
+		// its closing quote or its line's end, however far (PHP strips
+		// the spaces and Rack the brackets a name is padded with: an
+		// outsider's 1,100 of them hid _method past a 1 KiB cut).
 		val = strings.TrimLeft(val, space)
-		val = val[:min(len(val), maxBoundary+2)]
 		if len(val) > 0 && (val[0] == '"' || val[0] == '\'') {
 			// To the closing quote; in double quotes a backslash escapes
 			// the byte after it.
 			q, j := val[1:], 0
-			for ; j < len(q) && q[j] != val[0]; j++ {
+			for ; j < len(q) && q[j] != val[0] && q[j] != '\n'; j++ {
 				if q[j] == '\\' && val[0] == '"' {
 					j++
 				}
 			}
 			quoted = unquoted{raw: q[:min(j, len(q))], quoted: val[0] == '"', set: true}
 		}
+		val = val[:min(len(val), maxBoundary+2)]
 		val = strings.TrimLeft(val, `"`)
 		if k := strings.IndexAny(val, space+`";,`); k >= 0 {
 			val = val[:k]

@@ -148,6 +148,10 @@ func TestMultipart(t *testing.T) {
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; na\r\nme=\"_me\r\nthod\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"a\"\n\n" + strings.Repeat("x", 9000) + "\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "(headers too long", Count: 1}},
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"_met\x00X\r\nhod\"\r\n\r\nDELETE\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
+		// An eighth round's: a quoted name padded past 1 KiB (PHP strips
+		// the spaces, Rack the brackets).
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"" + strings.Repeat(" ", 1100) + "_method\"\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name='" + strings.Repeat("[", 1100) + "_method'\r\n\r\nDELETE\r\n--b--", Overrides{First: "DELETE", Count: 1}},
 		// name=name=... (8 KB of part headers) was read quadratically (14 s
 		// of a VM a MiB): past maxSearchKeys keys the part is refused.
 		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; " + strings.Repeat("name=", 1600) + "\r\n\r\nv\r\n--b--", Overrides{First: transferEncoded[:maxValue+1], Count: 1}},
@@ -199,22 +203,23 @@ func TestMultipartKeysBudget(t *testing.T) {
 	if o := scan(t, "multipart/form-data; boundary=b", b.String(), 0); o != (Overrides{First: "PUT", Count: 1}) {
 		t.Errorf("401 fields: %+v, want the last one's PUT", o)
 	}
-	// Files whose Content-Type names them too, as some clients send them.
+	// Files whose Content-Type names them too, as some clients send them,
+	// and whose file names hold "name=".
 	b.Reset()
 	for i := range 300 {
-		fmt.Fprintf(&b, "--b\r\nContent-Disposition: form-data; name=\"f%d\"; filename=\"a.bin\"\r\nContent-Type: application/octet-stream; name=\"a.bin\"\r\n\r\nv\r\n", i)
+		fmt.Fprintf(&b, "--b\r\nContent-Disposition: form-data; name=\"f%d\"; filename=\"name=1 name=2.txt\"\r\nContent-Type: text/plain; name=\"name=1 name=2.txt\"\r\n\r\nv\r\n", i)
 	}
 	b.WriteString("--b--")
 	if o := scan(t, "multipart/form-data; boundary=b", b.String(), 0); o.Count != 0 {
-		t.Errorf("300 files named twice each: %+v, want no override", o)
+		t.Errorf("300 files named twice, with name= in their file names: %+v, want no override", o)
 	}
 	b.Reset()
 	for range 200 {
-		b.WriteString("--b\r\nContent-Disposition: form-data; name=a; name=b; name=c; name=d; name=e; name=f\r\n\r\nv\r\n")
+		b.WriteString("--b\r\nContent-Disposition: form-data; " + strings.Repeat("name=a; ", 12) + "\r\n\r\nv\r\n")
 	}
 	b.WriteString("--b--")
 	if o := scan(t, "multipart/form-data; boundary=b", b.String(), 0); o.Count == 0 || rules.ValidMethod(strings.ToUpper(o.First)) {
-		t.Errorf("200 parts of six names each: %+v, want an override that names no method (refused)", o)
+		t.Errorf("200 parts of twelve names each: %+v, want an override that names no method (refused)", o)
 	}
 }
 

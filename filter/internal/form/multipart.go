@@ -383,10 +383,11 @@ func methodField(headers []byte, buf *[]byte, keys *int) (method, encoded bool) 
 	m2, e2, n2 := namesMethod(joined)
 	m3, n3 := contentIDNamesMethod(block)
 	method, encoded = method || m2 || m3, encoded || e2
-	// A part has a name, a file's Content-Type may name it again, and a
-	// Content-ID at most: the keys past those are counted (the joined
-	// reading finds the block's again: counted once).
-	if *keys += max(n1, n2, 2) - 2 + max(n3-1, 0); *keys > maxBodyKeys {
+	// A part has a name, a file's Content-Type may name it again (and its
+	// file names may hold "name=" too), and a Content-ID at most: the keys
+	// past eight names and a Content-ID are counted (the joined reading
+	// finds the block's again: counted once).
+	if *keys += max(n1, n2, 8) - 8 + max(n3-1, 0); *keys > maxBodyKeys {
 		// More names than any form has, over the body's parts: taken for
 		// a _method no method is, so that a body of part headers made of
 		// keys costs a few parts' reading, not one per part (an
@@ -454,8 +455,8 @@ func indexFoldASCII(s, lower string) int {
 }
 
 // maxBodyKeys bounds the name= and Content-ID keys beyond those a part
-// has (two names, a Content-ID) read over a body's part headers: past it
-// the body is refused. No form's parts name themselves more.
+// may have (eight names, a Content-ID) read over a body's part headers:
+// past it the body is refused. No form's parts name themselves more.
 const maxBodyKeys = 256
 
 // transferEncoded stands for a _method part's value in a transfer encoding
