@@ -259,9 +259,9 @@ func ascii(b []byte) bool {
 }
 
 // EqualFoldASCII reports whether b equals the lower-case ASCII name without
-// ASCII case: JSON keys here, header names in the filter. It allocates
-// nothing.
-func EqualFoldASCII(b []byte, lower string) bool {
+// ASCII case: JSON keys here, header names and parameter keys in the
+// filter. It allocates nothing.
+func EqualFoldASCII[T string | []byte](b T, lower string) bool {
 	if len(b) != len(lower) {
 		return false
 	}

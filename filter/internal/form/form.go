@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // maxValue bounds what is kept of an override's value: longer than any
@@ -242,7 +244,7 @@ const maxSearchKeys = 16
 // it; PHP takes single quotes too, unescaped); ok is false past the last.
 func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 	for i := 0; i+len(ps.key) <= len(ps.v); i++ {
-		if !equalFoldASCII(ps.v[i:i+len(ps.key)], ps.key) {
+		if !wire.EqualFoldASCII(ps.v[i:i+len(ps.key)], ps.key) {
 			continue
 		}
 		c := byte(' ')
@@ -288,21 +290,6 @@ func (ps *paramSearch) next() (val string, quoted unquoted, ext, ok bool) {
 		return val, quoted, ext, true
 	}
 	return "", unquoted{}, false, false
-}
-
-// equalFoldASCII reports whether s is lower, ASCII letters compared
-// without case (lower is lower case).
-func equalFoldASCII(s, lower string) bool {
-	for i := 0; i < len(lower); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // space is every byte a header parser may take for white space.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"unsafe"
+
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // maxPartHeaders bounds a part's header block. A part whose headers are
@@ -38,7 +40,7 @@ type multipart struct {
 	// them at a "\n\n" before it: from such a "\n\n" on, rack reads
 	// the headers on as Rack does (rackHead), and rackMethod, rackBody and
 	// rackValue follow its reading of the part.
-	rack, rackBody, rackMethod, rackEncoded bool
+	rack, rackBody, rackMethod bool
 	// refused: an override that names no method was found (refuse); the
 	// rest of the body is not read. keys counts the names and Content-IDs
 	// its part headers held (maxBodyKeys).
@@ -208,7 +210,8 @@ func (m *multipart) rackContent(b []byte) {
 			m.rackHead = append(m.rackHead, c)
 			if bytes.HasSuffix(m.rackHead, []byte("\r\n\r\n")) {
 				m.rackBody = true
-				if m.rackMethod, m.rackEncoded = methodField(m.rackHead, &m.unfolded, &m.keys); m.rackMethod && m.rackEncoded {
+				encoded := false
+				if m.rackMethod, encoded = methodField(m.rackHead, &m.unfolded, &m.keys); m.rackMethod && encoded {
 					m.refuse(transferEncoded)
 					return
 				}
@@ -268,7 +271,7 @@ func (m *multipart) header(c byte) bool {
 			return blank
 		}
 		m.rack = !m.overflow && !bytes.HasSuffix(m.headers, []byte("\r\n\r\n"))
-		m.rackBody, m.rackMethod, m.rackEncoded = false, false, false
+		m.rackBody, m.rackMethod = false, false
 		m.rackHead, m.rackValue = append(m.rackHead[:0], m.headers...), m.rackValue[:0]
 	}
 	return blank
@@ -447,7 +450,7 @@ func contentIDNamesMethod(block string) (bool, int) {
 // (lower is lower case).
 func indexFoldASCII(s, lower string) int {
 	for i := 0; i+len(lower) <= len(s); i++ {
-		if equalFoldASCII(s[i:i+len(lower)], lower) {
+		if wire.EqualFoldASCII(s[i:i+len(lower)], lower) {
 			return i
 		}
 	}

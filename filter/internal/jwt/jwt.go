@@ -232,16 +232,13 @@ type Options struct {
 }
 
 // leeway is LeewaySeconds in nanoseconds.
-func (o *Options) leeway() int64 { return satAdd(0, o.LeewaySeconds*1e9) }
+func (o *Options) leeway() int64 { return o.LeewaySeconds * 1e9 }
 
-// satAdd is a+b, saturating at the int64 bounds: a date far past 2262 is
-// never reached, never wraps into the past.
+// satAdd is a+b for b >= 0 (a leeway: 0..600 seconds), saturating: a date
+// far past 2262 is never reached, never wraps into the past.
 func satAdd(a, b int64) int64 {
-	switch {
-	case b > 0 && a > math.MaxInt64-b:
+	if a > math.MaxInt64-b {
 		return math.MaxInt64
-	case b < 0 && a < math.MinInt64-b:
-		return math.MinInt64
 	}
 	return a + b
 }

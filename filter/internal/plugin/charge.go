@@ -102,13 +102,13 @@ func (h *httpContext) chargeOnHeaders(endOfStream bool) types.Action {
 		switch {
 		case k == ":status":
 			ch.failed = len(v) == 3 && v >= "400"
-		case equalFold(k, "content-type"):
+		case wire.EqualFoldASCII(k, "content-type"):
 			contentType = v
-		case equalFold(k, "content-encoding"):
+		case wire.EqualFoldASCII(k, "content-encoding"):
 			encoding = v
 		}
 		for i := range ch.items {
-			if !ch.json[i] && !found[i] && equalFold(k, ch.paths[ch.jsonAt[i]][0]) {
+			if !ch.json[i] && !found[i] && wire.EqualFoldASCII(k, ch.paths[ch.jsonAt[i]][0]) {
 				values[i], found[i] = v, true
 			}
 		}

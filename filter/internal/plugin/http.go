@@ -352,11 +352,11 @@ func (h *httpContext) readRequest() (request, error) {
 		switch {
 		case headerHasPrefix(k, headerPrefix):
 			rq.forged++
-		case equalFold(k, ":path"):
+		case wire.EqualFoldASCII(k, ":path"):
 			rq.rawPath = v
-		case equalFold(k, ":method"):
+		case wire.EqualFoldASCII(k, ":method"):
 			rq.method = v
-		case equalFold(k, "authorization"):
+		case wire.EqualFoldASCII(k, "authorization"):
 			rq.auths++
 			rq.auth = v
 		case headerIs(k, apiKeyHeader):
@@ -364,16 +364,16 @@ func (h *httpContext) readRequest() (request, error) {
 			// sees both spellings as one.
 			rq.apiKeys++
 			h.apiKey = v
-		case equalFold(k, "x-forwarded-for"):
+		case wire.EqualFoldASCII(k, "x-forwarded-for"):
 			if rq.xff != "" {
 				v = rq.xff + "," + v // several lines: rare, joined as Envoy would
 			}
 			rq.xff = v
-		case equalFold(k, "x-real-ip"):
+		case wire.EqualFoldASCII(k, "x-real-ip"):
 			rq.realIP = v
-		case equalFold(k, "content-length"):
+		case wire.EqualFoldASCII(k, "content-length"):
 			rq.contentLength = join(rq.contentLength, rq.contentLength != "", v)
-		case equalFold(k, "content-type"):
+		case wire.EqualFoldASCII(k, "content-type"):
 			// Every one is read (formbody.go): frameworks take the first,
 			// the last, or all joined.
 			if rq.contentTypes < len(rq.contentType) {
@@ -383,7 +383,7 @@ func (h *httpContext) readRequest() (request, error) {
 		case headerIs(k, "content-encoding"):
 			// content_encoding too: a CGI-style upstream reads both as one.
 			rq.contentEncoding = join(rq.contentEncoding, rq.contentEncoding != "", v)
-		case equalFold(k, "x-request-id"):
+		case wire.EqualFoldASCII(k, "x-request-id"):
 			if ascii.Printable.Match(v, 1, maxRequestID) {
 				h.requestID = v
 			}
@@ -1088,24 +1088,6 @@ func headerHasPrefix[T string | []byte](name T, lower string) bool {
 			c += 'a' - 'A'
 		} else if c == '_' {
 			c = '-'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// equalFold compares a header name with a lower-case one, ASCII
-// case-insensitively (wire.EqualFoldASCII for a string).
-func equalFold(name, lower string) bool {
-	if len(name) != len(lower) {
-		return false
-	}
-	for i := 0; i < len(lower); i++ {
-		c := name[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
 		}
 		if c != lower[i] {
 			return false
