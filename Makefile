@@ -10,10 +10,10 @@ PKGS := $(foreach m,$(MODULES),github.com/tollgate-rl/tollgate/$(m)/...) \
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-deps: ## install what the tests and `make run` need (redis-server, sentinel, tools, curl, skopeo, umoci, prometheus)
+deps: ## install what the tests and `make run` need (redis-server, sentinel, tools, curl, skopeo, umoci, prometheus, node for the V8 host)
 	@missing=""; \
 	for b in redis-server:redis-server redis-sentinel:redis-sentinel redis-benchmark:redis-tools redis-cli:redis-tools curl:curl python3:python3 \
-	  skopeo:skopeo umoci:umoci prometheus:prometheus promtool:prometheus; do \
+	  skopeo:skopeo umoci:umoci prometheus:prometheus promtool:prometheus node:nodejs; do \
 	  command -v $${b%%:*} >/dev/null || missing="$$missing $${b##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -81,6 +81,7 @@ lint: ## gofmt, go vet (native and wasip1 for shared), go mod tidy unchanged, no
 	$(GO) vet $(PKGS)
 	cd shared && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) vet . ./proxywasm/... ./internal/... ./pluginconf/...
+	cd filter && GOOS=wasip1 GOARCH=wasm $(GO) vet -tags tollgate_fakehost ./internal/plugin/ # scripts/codegen-floor.sh's build
 	@for m in . $(MODULES); do \
 	  (cd $$m && cp go.mod /tmp/go.mod.before && { [ ! -f go.sum ] || cp go.sum /tmp/go.sum.before; } && \
 	   $(GO) mod tidy && diff -q /tmp/go.mod.before go.mod >/dev/null && { [ ! -f go.sum ] || diff -q /tmp/go.sum.before go.sum >/dev/null; }) \

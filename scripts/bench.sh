@@ -29,6 +29,18 @@ ratio "callout  " "$(nsop "$run/wasm.txt" BenchmarkRequestCallout)" "$(nsop "$ru
 # The same lease hit after the caches were swept: the request's own time.
 metric() { awk -v b="$2" -v m="$3" '$1 ~ "^"b"-[0-9]+$" {for (i = 2; i < NF; i++) if ($(i+1) == m) {print $i; exit}}' "$1"; }
 ratio "lease hit, caches cold" "$(metric "$run/wasm.txt" BenchmarkRequestLeaseHitCold ns-request)" "$(metric "$run/native.txt" BenchmarkNativeLeaseHitCold ns-request)"
+# The same module under V8, the engine Envoy embeds (Node.js, TurboFan only
+# as Envoy runs it, with a proxy-wasm host in JavaScript: filtertest's
+# testdata/v8host.mjs).
+go test -run '^$' -bench 'V8' -benchtime 20000x ./filter/filtertest/ | grep -E '^Benchmark' | tee "$run/v8.txt"
+ratio8() {
+  awk -v what="$1" -v a="$2" -v b="$3" 'BEGIN { if (a > 0 && b > 0) printf "%s under V8 / natively: %.1f / %.1f µs = %.1f×\n", what, a/1000, b/1000, a/b }'
+}
+ratio8 "lease hit" "$(metric "$run/v8.txt" BenchmarkV8 ns-lease-hit)" "$(nsop "$run/native.txt" BenchmarkNativeLeaseHit)"
+ratio8 "callout  " "$(metric "$run/v8.txt" BenchmarkV8 ns-callout)" "$(nsop "$run/native.txt" BenchmarkNativeRequestCallout)"
+echo
+echo "== Go's code generation for Wasm alone: the plugin and its test host, all in Wasm, no host calls"
+scripts/codegen-floor.sh
 echo
 echo "== What the module's size is made of"
 make -s build wasm-names

@@ -281,14 +281,21 @@ func BenchmarkRequestLeaseHitWithBody(b *testing.B) {
 // leaseRefill answers a VM's pending callouts with a lease of 10,000 tokens
 // for a minute: a lease-hit benchmark refills once in 10,000 requests.
 func leaseRefill(ctx context.Context, vm *wasmhost.VM) func() {
-	d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,
-		Lease: wire.Lease{Granted: 10000, TTLMs: 60_000}, Identity: "ip:203.0.113.5"}
-	body, _ := json.Marshal(d)
+	body := leaseRefillBody()
 	return func() {
 		for _, c := range vm.PendingCallouts() {
 			vm.Respond(ctx, c.Token, wasmhost.CalloutResponse{Headers: wasmhost.Headers{{":status", "200"}}, Body: body})
 		}
 	}
+}
+
+// leaseRefillBody is an admission with a lease of 10,000 tokens for a
+// minute.
+func leaseRefillBody() []byte {
+	d := wire.CheckResponse{Allowed: true, Limit: 1 << 40, Remaining: 1 << 39, ResetAt: epoch.Unix(), RuleID: "r", WindowSeconds: 60,
+		Lease: wire.Lease{Granted: 10000, TTLMs: 60_000}, Identity: "ip:203.0.113.5"}
+	body, _ := json.Marshal(d)
+	return body
 }
 
 // BenchmarkRequestJWTUncached is a request whose bearer token the filter

@@ -1,4 +1,10 @@
-//go:build !wasip1
+//go:build !wasip1 || tollgate_fakehost
+
+// The native binding: the ABI's host functions answered by a host model in
+// the same process (proxytest), for tests and benchmarks. Under the
+// tollgate_fakehost tag it is also built for wasip1, so that the plugin's
+// native benchmarks run as Wasm with no call crossing to a host at all:
+// scripts/codegen-floor measures Go's code generation for Wasm that way.
 
 package proxywasm
 

@@ -1,4 +1,4 @@
-//go:build wasip1 && !tollgate_headers_only
+//go:build wasip1 && !tollgate_headers_only && !tollgate_fakehost
 
 package proxywasm
 
