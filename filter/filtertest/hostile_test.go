@@ -65,6 +65,15 @@ func TestHostileRequests(t *testing.T) {
 		{"escaped letter", baseConfig, req{path: "/api/v1/%69tems"}, 0, "ip:198.51.100.7", "/api/v1/items"},
 		{"trailing slash", baseConfig, req{path: "/api/v1/items/"}, 0, "ip:198.51.100.7", "/api/v1/items"},
 		{"matrix parameter", baseConfig, req{path: "/api/v1/items;a"}, 0, "ip:198.51.100.7", "/api/v1/items"},
+		// A ';' that more path follows: Fastify 4 ends the path there, so
+		// an outsider's "/api/login;/x" ran the login route counted as
+		// "/api/login/x" (50 of 50 past a limit of 5). Refused, as is a
+		// segment that is only a parameter ("/api/items/;x": Express runs
+		// the items route with id ";x", counted as "/api/items").
+		{"matrix parameter before more path", baseConfig, req{path: "/api/login;/x"}, 400, "", ""},
+		{"matrix parameter before an escaped slash, read as a separator", `{"control_cluster":"controlsvc","lease":{"request":0},"escaped_slashes":"separator"}`,
+			req{path: "/api/login;a%2Fx"}, 400, "", ""},
+		{"segment of a parameter only", baseConfig, req{path: "/api/items/;x"}, 400, "", ""},
 		{"repeated slashes", baseConfig, req{path: "//api//v1/items?q=1"}, 0, "ip:198.51.100.7", "/api/v1/items"},
 		// Dot segments reach an upstream as sent unless the proxy resolves
 		// them: an outsider's /files/report.pdf/../../../x ran an Express

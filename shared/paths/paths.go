@@ -11,8 +11,9 @@
 //     "/" or "\" (%2F, %5C) and a raw "\" become "/", as many servers read
 //     them; every other escape is kept with upper-case hex, and every other
 //     raw byte is escaped, so "é" and "%C3%A9" are one path;
-//  3. each segment loses its ";" parameters ("/items;jsessionid=1" is
-//     "/items", and "..;" is ".."), as servlet containers read them;
+//  3. the last segment loses its ";" parameters ("/items;jsessionid=1" is
+//     "/items", and "..;" is ".."); a ";" that more path follows, or that
+//     opens a segment, is an error (upstreams disagree on what it means);
 //  4. empty segments (repeated slashes) and "." segments are dropped, ".."
 //     removes the segment before it (never above the root);
 //  5. a trailing slash is dropped ("/items/" is "/items"); "/" stays "/".
@@ -174,6 +175,19 @@ func rebuild(p string) (string, error) {
 		}
 		seg := decoded[start:end]
 		if i := indexByte(seg, ';'); i >= 0 {
+			// Upstreams read a parameter three ways: the path ends at the
+			// first ';' (Fastify 4), the parameter belongs to its segment
+			// (servlets), or ';' is a plain byte (Express, Django). A ';' in
+			// the last segment after some name counts as that segment under
+			// every reading; anywhere else one reading runs a handler the
+			// count does not name (an outsider's "/api/login;/x" ran
+			// Fastify's login route 50 times past its limit of 5).
+			switch {
+			case end < len(decoded):
+				return "", invalid("a ';' parameter before more path (upstreams end the path at ';' or keep it in the segment)")
+			case i == 0:
+				return "", invalid("a segment that is only a ';' parameter (upstreams read it as an empty segment or as a name)")
+			}
 			seg = seg[:i]
 		}
 		switch string(seg) { // no allocation: the compiler compares in place

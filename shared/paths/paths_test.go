@@ -21,10 +21,9 @@ func TestNormalize(t *testing.T) {
 		{"//api///v1//items", "/api/v1/items"},
 		{"/api/v1/items;a", "/api/v1/items"},
 		{"/api/v1/items;jsessionid=1;x", "/api/v1/items"},
-		{"/api;v=2/v1/items", "/api/v1/items"},
 		{"/api/v1/./items", "/api/v1/items"},
 		{"/api/v1/x/../items", "/api/v1/items"},
-		{"/api/v1/x/..;/items", "/api/v1/items"},
+		{"/api/v1/x/..;", "/api/v1"},
 		{"/api/v1/x/%2e%2e/items", "/api/v1/items"},
 		{"/api/v1/x/.%2E/items", "/api/v1/items"},
 		{"/../../api/v1/items", "/api/v1/items"},
@@ -32,7 +31,6 @@ func TestNormalize(t *testing.T) {
 		{"/..", "/"},
 		{"/.", "/"},
 		{"//", "/"},
-		{"/;x", "/"},
 		{"/api%2Fv1%2fitems", "/api/v1/items"},
 		{"/api%5Cv1\\items", "/api/v1/items"},
 		{"/api/v1/auth/%6cogin", "/api/v1/auth/login"},
@@ -67,6 +65,11 @@ func TestNormalizeRefuses(t *testing.T) {
 		"/a%", "/a%2", "/a%zz", "/a%%41",
 		"/a b", "/a\tb", "/a\r\nX-Evil: 1", "/a\x00b", "/a\x7fb",
 		"/a%00", "/a%0a/b", "/a%0D%0AX-Evil:%201", "/a%7F", "/a%1f",
+		// A ';' that more path follows, or that opens a segment: Fastify
+		// ends the path there, servlets keep it in its segment, Express
+		// and Django read it as a byte of the name.
+		"/api/login;/x", "/api/items/1;/x", "/api;v=2/v1/items", "/api/v1/x/..;/items", "/a;b%2Fc", "/a;b\\c",
+		"/items;x/", "/api/items/;x", "/;x", "/a/;/b",
 		"/" + strings.Repeat("a", MaxLen),
 		"/" + strings.Repeat("\xf3", MaxLen/3+1), // too long once escaped
 	} {

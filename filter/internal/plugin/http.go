@@ -140,7 +140,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 			return h.refuse(400, "the request path has a '.' or '..' segment")
 		}
 		if path, err = paths.Normalize(rq.rawPath); err != nil {
-			return h.refuse(400, "the request path cannot be normalised")
+			return h.refuse(400, "the request path cannot be counted as sent: "+err.Error())
 		}
 	}
 	if p.excluded(rq.rawPath, path) {
