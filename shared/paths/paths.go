@@ -328,6 +328,29 @@ func FoldScript(p string) string {
 	return b.String()
 }
 
+// ScriptPath is the path of the PHP script that a normalised path runs
+// with path info, "" when it has none: "/login.php/x" runs "/login.php"
+// (the first script segment that more path follows, as PHP's own server
+// and nginx's usual fastcgi_split_path_info find it). FoldScript is the
+// route a front controller reads from that path info; which of the two a
+// server runs is its own configuration, so the service counts both.
+func ScriptPath(p string) string {
+	if !hasScriptSegment(p) {
+		return ""
+	}
+	for i := 1; i < len(p); {
+		j := strings.IndexByte(p[i:], '/')
+		if j < 0 {
+			break
+		}
+		if scriptName(p[i : i+j]) {
+			return p[:i+j]
+		}
+		i += j + 1
+	}
+	return ""
+}
+
 // hasScriptSegment reports whether a segment that more path follows names
 // a PHP script: ".php/", any case, after a byte that is no slash.
 func hasScriptSegment(p string) bool {

@@ -300,7 +300,38 @@ func FuzzFoldScript(f *testing.F) {
 		if n, err := Normalize(once); err != nil || n != once {
 			t.Fatalf("%q folded to %q, which normalises to %q (%v)", p, once, n, err)
 		}
+		// A path FoldScript changes has a script, a prefix of it ending
+		// in a script segment; one it keeps has none.
+		script := ScriptPath(p)
+		if (script == "") != (once == p) {
+			t.Fatalf("%q: folded to %q, script %q", p, once, script)
+		}
+		if script != "" && (!strings.HasPrefix(p, script+"/") || !scriptName(script[strings.LastIndexByte(script, '/')+1:])) {
+			t.Fatalf("%q: script %q", p, script)
+		}
 	})
+}
+
+// The script a path with path info runs: "/login.php/x" runs login.php
+// with PATH_INFO "/x" (PHP's own server; nginx and Apache as usually
+// configured), so a rule on "/login.php" must count it (an outsider ran a
+// login script 50 times past a rule of 3 as "/login.php/{i}").
+func TestScriptPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/login.php/x":          "/login.php",
+		"/LOGIN.PHP/x":          "/LOGIN.PHP",
+		"/app/index.php/api/v1": "/app/index.php",
+		"/a.php/b.php/c":        "/a.php",
+		"/login.php":            "",
+		"/api/.php/x":           "",
+		"/a.phpx/b":             "",
+		"/api/v1/items":         "",
+		"/":                     "",
+	} {
+		if got := ScriptPath(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestHasDotSegment(t *testing.T) {

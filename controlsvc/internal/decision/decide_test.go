@@ -490,6 +490,60 @@ window_seconds = 60
 			t.Fatalf("walking 200 distinct paths admitted %d, want the total %d", admitted, want)
 		}
 	})
+	// "/login.php/x" runs login.php with the path info "/x" (PHP's own
+	// server, nginx and Apache as usually set up): rules naming the
+	// script's path count it, beside the route a front controller would
+	// read ("/x"). An outsider ran a login script 50 times past a rule of 3
+	// as "/login.php/{i}", and an endpoint limit on "/admin.php" 10 of 10.
+	t.Run("a PHP script's path info", func(t *testing.T) {
+		f := newFixture(t, model+`
+[[rules]]
+id = "login_php"
+path = "/login.php"
+methods = ["POST"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+`, nil)
+		admitted := 0
+		for i := 0; i < 10; i++ {
+			resp, err := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.77", Endpoint: fmt.Sprintf("/login.php/%d", i), Method: "POST"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Allowed {
+				admitted++
+			} else if resp.RuleID != "login_php" {
+				t.Fatalf("request %d refused by %s, want login_php", i, resp.RuleID)
+			}
+		}
+		if admitted != 3 {
+			t.Fatalf("POST /login.php/{i} admitted %d of 10, want the script's rule's 3", admitted)
+		}
+		// A tier's endpoint limit on a script holds the same way; the tier's
+		// default counts the route, not one counter for every route a front
+		// controller's path info names.
+		f = newFixture(t, strings.Replace(model, `endpoints = { "/api/v1/search" = 2 }`, `endpoints = { "/api/v1/search" = 2, "/admin.php" = 2 }`, 1), nil)
+		admitted = 0
+		for i := 0; i < 10; i++ {
+			if resp, _ := f.check(t, wire.CheckRequest{UserID: "php_admin", Endpoint: fmt.Sprintf("/admin.php/%d", i)}); resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 2 {
+			t.Fatalf("/admin.php/{i} admitted %d of 10, want the endpoint limit's 2", admitted)
+		}
+		admitted = 0
+		for i := 0; i < 10; i++ {
+			if resp, _ := f.check(t, wire.CheckRequest{UserID: "front_caller", Endpoint: fmt.Sprintf("/index.php/api/v1/items/%d", i)}); resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 10 {
+			t.Fatalf("ten routes through /index.php admitted %d of 10: the tier's default counted them as one path", admitted)
+		}
+	})
 	t.Run("an identity rule replaces the tier on its path only", func(t *testing.T) {
 		f := newFixture(t, model+`
 [[rules]]

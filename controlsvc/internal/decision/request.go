@@ -47,7 +47,10 @@ type target struct {
 	tier     string
 	tenant   string
 	endpoint string
-	method   string
+	// script is the PHP script that runs the endpoint with path info ("" if
+	// none): rules naming its path count the request too (MatchScript).
+	script string
+	method string
 	// methodOverride is the method an override header names: rules on it
 	// count the request too. overrideOnly: only they do (wire.CheckRequest).
 	methodOverride string
@@ -195,7 +198,7 @@ func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {
 		}
 		t.address = a.Value
 	}
-	if t.endpoint, err = p.Endpoint(in.endpoint); err != nil {
+	if t.endpoint, t.script, err = p.Endpoints(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
 	if in.method != "" && !rules.ValidMethod(in.method) {

@@ -271,13 +271,13 @@ type applied struct {
 
 // selectRules returns the rules of a caller, with their counters.
 func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
-	var matched []*rules.Rule
+	var matched, viaScript []*rules.Rule
 	switch {
 	case adhoc != nil:
 		matched = []*rules.Rule{adhoc}
 	default:
 		var buf [6]*rules.Rule
-		matched = p.Match(buf[:0], t.rulesRequest())
+		matched, viaScript = p.MatchScript(buf[:0], t.rulesRequest(), t.script)
 		if t.overrideOnly {
 			matched = addedBy(p, t, matched)
 		}
@@ -290,8 +290,12 @@ func (s *Service) selectRules(p *view, t *target, adhoc *rules.Rule) []applied {
 	out := make([]applied, len(matched))
 	now := s.now()
 	for i, r := range matched {
+		endpoint := t.endpoint
+		if slices.Contains(viaScript, r) {
+			endpoint = t.script
+		}
 		r, origin := inPeriod(r, now)
-		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: t.endpoint, Origin: origin}}
+		out[i] = applied{req: limiter.Request{Owner: limiter.Owner(r, t.idFor(r.Scope), t.tenant), Rule: r, Endpoint: endpoint, Origin: origin}}
 	}
 	return out
 }
@@ -326,7 +330,7 @@ func addedBy(p *view, t *target, matched []*rules.Rule) []*rules.Rule {
 	req := t.rulesRequest()
 	req.MethodOverride = ""
 	var buf [6]*rules.Rule
-	own := p.Match(buf[:0], req)
+	own, _ := p.MatchScript(buf[:0], req, t.script)
 	added := matched[:0:0]
 	for _, r := range matched {
 		if !slices.Contains(own, r) {

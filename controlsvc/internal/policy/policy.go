@@ -231,6 +231,36 @@ func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 	return dst
 }
 
+// MatchScript is Match for a request that a PHP script runs with path
+// info (script, paths.ScriptPath: "/login.php/x" runs "/login.php"; the
+// route in req.Path is the path info, paths.FoldScript). Whether the
+// server runs the script as a front controller routing its path info or
+// as a script of its own is the server's configuration, so both count:
+// the route's rules, and beside them the rules naming paths that match the
+// script and that the route's did not match. viaScript are the latter,
+// counted against the script's path. Rules that name no path (a tier's
+// default) count once, against the route: a front controller's callers
+// spelling "/index.php/..." do not share one counter for all its routes.
+func (p *Policy) MatchScript(dst []*rules.Rule, req rules.Request, script string) (matched, viaScript []*rules.Rule) {
+	n := len(dst)
+	dst = p.Match(dst, req)
+	if script == "" {
+		return dst, nil
+	}
+	req.Path = script
+	var buf [6]*rules.Rule
+	for _, r := range p.Match(buf[:0], req) {
+		if r.Path != "" && !slices.Contains(dst[n:], r) {
+			dst = append(dst, r)
+			viaScript = append(viaScript, r)
+		}
+	}
+	if viaScript != nil {
+		slices.SortStableFunc(dst[n:], func(a, b *rules.Rule) int { return cmp.Compare(askOrder(a), askOrder(b)) })
+	}
+	return dst, viaScript
+}
+
 // askOrder ranks a rule for asking: the caller's own counters first, across
 // paths before per path, then shared ones.
 func askOrder(r *rules.Rule) int {
@@ -250,22 +280,39 @@ func askOrder(r *rules.Rule) int {
 // the upstream does: one resource is one counter however it is spelled. The filter does not fold: its lease
 // buckets stay per spelling, each spending from the one folded counter.
 func (p *Policy) Endpoint(ep string) (string, error) {
+	route, _, err := p.Endpoints(ep)
+	return route, err
+}
+
+// Endpoints is Endpoint, and beside it the path of the PHP script that
+// runs the request with path info ("" when none runs it so; MatchScript
+// counts the request against both), folded the same way.
+func (p *Policy) Endpoints(ep string) (route, script string, err error) {
 	if ep == "" {
-		return "", fielderr.New("", "is required")
+		return "", "", fielderr.New("", "is required")
 	}
 	// paths.MaxLen bounds it, the same bound the filter applies: a path
 	// the filter takes is never refused here.
 	n, err := paths.Normalize(ep)
 	if err != nil {
-		return n, err
+		return n, "", err
 	}
 	// A PHP front controller's path info is the route (always).
-	n = paths.FoldScript(n)
+	route, script = p.fold(paths.FoldScript(n)), paths.ScriptPath(n)
+	if script != "" {
+		script = p.fold(script)
+	}
+	return route, script, nil
+}
+
+// fold folds a normalised path's case and aliases where path_case and
+// path_aliases say the upstream does.
+func (p *Policy) fold(n string) string {
 	if p.spec.PathCase == PathCaseInsensitive {
 		n = paths.FoldCase(n)
 	}
 	if p.spec.PathAliases == PathAliasesFold {
 		n = paths.FoldSuffix(n)
 	}
-	return n, nil
+	return n
 }
