@@ -98,9 +98,11 @@ func TestFallbackLimiter(t *testing.T) {
 // A caller the service has just refused gets nothing from the fallback:
 // an outsider flooded the service with callouts that timed out (each to a
 // new path, which no lease or cached denial holds), opened the breaker and
-// was admitted degraded, 400 a minute past a limit of 100.
+// was admitted degraded, 400 a minute past a limit of 100. On every VM of
+// the proxy: another outsider, refused on one of four VMs, got 300
+// degraded from the three others' fallbacks.
 func TestRefusedCallerGetsNoFallback(t *testing.T) {
-	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"fallback":{"limit":3,"window_seconds":60}}`, 1)
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"fallback":{"limit":3,"window_seconds":60}}`, 2)
 	status := func(s *wasmhost.Stream) int {
 		if s.Local != nil {
 			return s.Local.Status
@@ -114,6 +116,13 @@ func TestRefusedCallerGetsNoFallback(t *testing.T) {
 		e.answer(0, "504", "upstream request timeout")
 		if got := status(s); got != 429 {
 			t.Fatalf("a refused caller's request %d with the service timing out: %d, want 429", i, got)
+		}
+	}
+	for i := range 3 {
+		s, _ := e.start(req{path: "/api/v1/other" + strconv.Itoa(i), vm: 1})
+		e.answer(1, "504", "upstream request timeout")
+		if got := status(s); got != 429 {
+			t.Fatalf("a refused caller's request %d on another VM with the service timing out: %d, want 429", i, got)
 		}
 	}
 	// Another caller still gets the fallback.

@@ -564,6 +564,20 @@ func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
 	return 0
 }
 
+// DeniedUntil is when the denial owner's slot holds ends (Unix ms), 0 when
+// none is in force at nowMs: a read only (the filter's mark of a caller the
+// service refused, which every VM's fallback reads).
+func (c *Cache) DeniedUntil(owner Owner, nowMs int64) int64 {
+	k, data, _ := c.find(owner, true)
+	if k == "" {
+		return 0
+	}
+	if e, ok := decode(data, false); ok && e.DeniedUntilMs > nowMs {
+		return e.DeniedUntilMs
+	}
+	return 0
+}
+
 // EndRefill ends owner's refill mark id (MarkRefill) once its callout is
 // answered or failed: the other VMs' requests that waited for it decide
 // now rather than when the mark runs out (a decision put in the slot has

@@ -82,6 +82,25 @@ func newCache(t testing.TB, s Store, slots uint32) *Cache {
 	return c
 }
 
+// DeniedUntil reads a denial in force, and nothing of another bucket's or
+// of one that ended; it spends nothing.
+func TestDeniedUntil(t *testing.T) {
+	c := newCache(t, newMemStore(), 8)
+	a, b := c.Bucket("\x00refused", "ip:192.0.2.1"), c.Bucket("\x00refused", "ip:192.0.2.2")
+	if got := c.DeniedUntil(a, 1000); got != 0 {
+		t.Fatalf("empty cache: %d", got)
+	}
+	c.Put(Entry{Owner: a, Limit: 3, WindowSeconds: 60, DeniedUntilMs: 61_000}, 1000)
+	for _, tc := range []struct {
+		owner     Owner
+		now, want int64
+	}{{a, 1000, 61_000}, {a, 60_999, 61_000}, {a, 61_000, 0}, {b, 1000, 0}} {
+		if got := c.DeniedUntil(tc.owner, tc.now); got != tc.want {
+			t.Errorf("DeniedUntil at %d: %d, want %d", tc.now, got, tc.want)
+		}
+	}
+}
+
 func TestTakeLifecycle(t *testing.T) {
 	s := newMemStore()
 	c := newCache(t, s, 8)

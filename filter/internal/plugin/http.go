@@ -924,6 +924,14 @@ const denialHoldMs = 1000
 func (h *httpContext) denied(v verdict, now proxywasm.Time) {
 	p := h.p
 	p.fallback.Exhaust(h.ident(), now.UnixMilli()) // refused: nothing degraded either
+	if p.cfg.FailureMode != pluginconf.FailClosed {
+		// And on the proxy's other VMs: each has a fallback of its own,
+		// which gave a refused caller its limit on every other worker (an
+		// outsider's 300 degraded through 4 VMs with a fallback of 100).
+		windowMs := p.cfg.Fallback.WindowSeconds * 1000
+		_ = p.cache.Put(leasecache.Entry{Owner: h.refusedMark(), Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
+			DeniedUntilMs: now.UnixMilli() + windowMs}, now.UnixMilli())
+	}
 	if p.cfg.Lease.Request > 0 {
 		h.cacheDenial(h.bucket, v, now)
 		if le, out, _ := p.cache.Take(h.bucket, now.UnixMilli()); out == leasecache.Hit {
@@ -937,6 +945,13 @@ func (h *httpContext) denied(v verdict, now proxywasm.Time) {
 		_ = p.cache.Put(v.entry(h.bucket), now.UnixMilli())
 	}
 	h.deny(v)
+}
+
+// refusedMark is the lease-cache slot that marks this caller refused by the
+// service for the fallback's window (denied): a bucket of its own, which no
+// request's bucket is (its first part holds a NUL, which no identity does).
+func (h *httpContext) refusedMark() leasecache.Owner {
+	return h.p.cache.Bucket("\x00refused", h.ident())
 }
 
 // cacheDenial caches a denial of owner's bucket for its Retry-After,
@@ -1004,6 +1019,13 @@ func (h *httpContext) failure(reason string) types.Action {
 		return types.ActionPause
 	}
 	now := h.now()
+	if until := p.cache.DeniedUntil(h.refusedMark(), now.UnixMilli()); until > 0 {
+		// The service refused this caller within the fallback's window,
+		// on some VM of the proxy (denied).
+		h.deny(verdict{limits: wire.Limits{RuleID: "fallback", Limit: p.cfg.Fallback.Limit, WindowSeconds: p.cfg.Fallback.WindowSeconds,
+			RetryAfter: max(1, (until-now.UnixMilli()+999)/1000), ResetAt: (until + 999) / 1000}})
+		return types.ActionPause
+	}
 	if r := p.cache.Fallback(h.bucket, now.UnixMilli(), p.cfg.Fallback.Share); r.Known {
 		if r.Allowed {
 			// A bucket is one path (and method) of the caller: without a
