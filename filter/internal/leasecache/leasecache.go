@@ -554,25 +554,27 @@ func (c *Cache) MarkRefill(owner Owner, untilMs, nowMs int64) (id int64, ok bool
 // Refills reads the mark of owner's refill in flight at nowMs (0: none),
 // writing nothing: a VM's tick asks it for every bucket it watches.
 func (c *Cache) Refills(owner Owner, nowMs int64) (pending int64) {
-	k, data, _ := c.find(owner, true)
-	if k == "" {
-		return 0
-	}
-	if e, ok := decode(data, false); ok && e.RefillUntilMs > nowMs {
+	if e, ok := c.peek(owner); ok && e.RefillUntilMs > nowMs {
 		return e.RefillID
 	}
 	return 0
+}
+
+// peek reads owner's entry without its strings, and without a CAS where the
+// store can peek: for a read that writes nothing back.
+func (c *Cache) peek(owner Owner) (Entry, bool) {
+	k, data, _ := c.find(owner, true)
+	if k == "" {
+		return Entry{}, false
+	}
+	return decode(data, false)
 }
 
 // DeniedUntil is when the denial owner's slot holds ends (Unix ms), 0 when
 // none is in force at nowMs: a read only (the filter's mark of a caller the
 // service refused, which every VM's fallback reads).
 func (c *Cache) DeniedUntil(owner Owner, nowMs int64) int64 {
-	k, data, _ := c.find(owner, true)
-	if k == "" {
-		return 0
-	}
-	if e, ok := decode(data, false); ok && e.DeniedUntilMs > nowMs {
+	if e, ok := c.peek(owner); ok && e.DeniedUntilMs > nowMs {
 		return e.DeniedUntilMs
 	}
 	return 0
