@@ -543,6 +543,16 @@ window_seconds = 60
 		if admitted != 10 {
 			t.Fatalf("ten routes through /index.php admitted %d of 10: the tier's default counted them as one path", admitted)
 		}
+		// A key required on a script is required of its path info too.
+		f = newFixture(t, "api_key_required_paths = [\"/admin.php\"]\n"+model, nil)
+		for _, ep := range []string{"/admin.php", "/admin.php/x", "/admin.php/x/../y"} {
+			if _, err := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.78", Endpoint: ep}); err == nil {
+				t.Errorf("%s without an API key was decided, want refused", ep)
+			}
+		}
+		if _, err := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.78", Endpoint: "/index.php/x"}); err != nil {
+			t.Errorf("/index.php/x needs no key: %v", err)
+		}
 	})
 	t.Run("an identity rule replaces the tier on its path only", func(t *testing.T) {
 		f := newFixture(t, model+`

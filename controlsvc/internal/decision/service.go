@@ -391,7 +391,7 @@ func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.
 			unverified = true
 		}
 	}
-	if (req.APIKey == "" || unverified) && c.id.Kind != identity.KindKey && p.KeyRequired(c.tier, c.endpoint) {
+	if (req.APIKey == "" || unverified) && c.id.Kind != identity.KindKey && (p.KeyRequired(c.tier, c.endpoint) || c.script != "" && p.KeyRequired(c.tier, c.script)) {
 		if unverified {
 			// A 503 the filter passes on whatever its own failure_mode
 			// (its fallback would admit the request).
