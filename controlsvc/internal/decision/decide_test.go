@@ -543,6 +543,49 @@ window_seconds = 60
 		if admitted != 10 {
 			t.Fatalf("ten routes through /index.php admitted %d of 10: the tier's default counted them as one path", admitted)
 		}
+		// A rule of one counter per path that matches the route too counts
+		// the script's path as well (an outsider's "/report.php/{i}" ran 30
+		// times from each of two clients against a "/**" cap of 10 for
+		// everyone, and "/api/upload.php/{i}" 10 times against 3).
+		f = newFixture(t, model+`
+[[rules]]
+id = "per_path_cap"
+path = "/**"
+scope = "endpoint"
+algorithm = "fixed_window"
+limit = 10
+window_seconds = 60
+
+[[rules]]
+id = "upload"
+path = "/api/**"
+methods = ["POST"]
+scope = "ip"
+per_endpoint = true
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+`, nil)
+		admitted = 0
+		for i := 0; i < 30; i++ {
+			for _, who := range []string{"ip:192.0.2.81", "ip:192.0.2.82"} {
+				if resp, _ := f.check(t, wire.CheckRequest{UserID: who, Endpoint: fmt.Sprintf("/report.php/%d", i)}); resp.Allowed {
+					admitted++
+				}
+			}
+		}
+		if admitted != 10 {
+			t.Fatalf("/report.php/{i} from two clients admitted %d of 60, want the per-path cap's 10", admitted)
+		}
+		admitted = 0
+		for i := 0; i < 10; i++ {
+			if resp, _ := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.83", Endpoint: fmt.Sprintf("/api/upload.php/%d", i), Method: "POST"}); resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 3 {
+			t.Fatalf("POST /api/upload.php/{i} admitted %d of 10, want the per-path rule's 3", admitted)
+		}
 		// A key required on a script is required of its path info too.
 		f = newFixture(t, "api_key_required_paths = [\"/admin.php\"]\n"+model, nil)
 		for _, ep := range []string{"/admin.php", "/admin.php/x", "/admin.php/x/../y"} {

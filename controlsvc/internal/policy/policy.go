@@ -22,6 +22,11 @@ type Policy struct {
 	tiers     map[string]tierRules
 	exemptIPs []netip.Prefix
 	exemptIDs map[string]bool // canonical identities
+	// twins holds a copy of each rule that names paths and counts per
+	// path: MatchScript counts a request against the script's path with it
+	// where the rule matched the route too (a pointer of its own, stable,
+	// so that it can be told from the route's).
+	twins map[*rules.Rule]*rules.Rule
 }
 
 // Compile builds the policy of a valid model; version names it.
@@ -37,6 +42,11 @@ func Compile(spec *Spec, version string) (*Policy, error) {
 			return nil, fmt.Errorf("tiers[%d]: %w", i, err)
 		}
 		p.tiers[spec.Tiers[i].Name] = tr
+	}
+	p.twins = map[*rules.Rule]*rules.Rule{}
+	p.addTwins(p.rules)
+	for _, tr := range p.tiers {
+		p.addTwins(tr.set)
 	}
 	for _, s := range spec.Exemptions.IPs {
 		pfx, err := ParseIPOrPrefix(s)
@@ -237,10 +247,13 @@ func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 // server runs the script as a front controller routing its path info or
 // as a script of its own is the server's configuration, so both count:
 // the route's rules, and beside them the rules naming paths that match the
-// script and that the route's did not match. viaScript are the latter,
-// counted against the script's path. Rules that name no path (a tier's
-// default) count once, against the route: a front controller's callers
-// spelling "/index.php/..." do not share one counter for all its routes.
+// script: those the route's did not match, and those that count per path
+// (as their twin: one counter the route's, another the script's, or a
+// "/**" rule of one counter per path counted "/upload.php/{i}" as a fresh
+// path each time). viaScript are these, counted against the script's path.
+// Rules that name no path (a tier's default) count once, against the
+// route: a front controller's callers spelling "/index.php/..." do not
+// share one counter for all its routes.
 func (p *Policy) MatchScript(dst []*rules.Rule, req rules.Request, script string) (matched, viaScript []*rules.Rule) {
 	n := len(dst)
 	dst = p.Match(dst, req)
@@ -250,15 +263,31 @@ func (p *Policy) MatchScript(dst []*rules.Rule, req rules.Request, script string
 	req.Path = script
 	var buf [6]*rules.Rule
 	for _, r := range p.Match(buf[:0], req) {
-		if r.Path != "" && !slices.Contains(dst[n:], r) {
-			dst = append(dst, r)
-			viaScript = append(viaScript, r)
+		if r.Path == "" {
+			continue
 		}
+		if slices.Contains(dst[n:], r) {
+			if r = p.twins[r]; r == nil {
+				continue // one counter across paths: counted already
+			}
+		}
+		dst = append(dst, r)
+		viaScript = append(viaScript, r)
 	}
 	if viaScript != nil {
 		slices.SortStableFunc(dst[n:], func(a, b *rules.Rule) int { return cmp.Compare(askOrder(a), askOrder(b)) })
 	}
 	return dst, viaScript
+}
+
+func (p *Policy) addTwins(s *rules.Set) {
+	rs := s.Rules()
+	for i := range rs {
+		if r := &rs[i]; r.Path != "" && r.CountsPerEndpoint() {
+			twin := *r
+			p.twins[r] = &twin
+		}
+	}
 }
 
 // askOrder ranks a rule for asking: the caller's own counters first, across
