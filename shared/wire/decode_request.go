@@ -19,7 +19,7 @@ func DecodeCheckRequest(b []byte, r *CheckRequest) error {
 
 // requestFields are the check's keys, in the order of their seen bits.
 var requestFields = [...]string{"user_id", "endpoint", "method", "strategy", "limit", "window_seconds", "tier", "tenant",
-	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "leased_at", "charge_leased_at"}
+	"api_key", "cost", "lease", "returned", "spent", "lease_charges", "charge_returned", "client_address", "method_override", "body_bytes", "cost_headers", "override_only", "leased_at", "charge_leased_at", "return_only"}
 
 func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 	i := 0
@@ -71,6 +71,8 @@ func (p *parser) requestField(key []byte, r *CheckRequest, seen *uint32) error {
 		return p.str(&r.MethodOverride)
 	case string(key) == "override_only":
 		return p.boolean(&r.OverrideOnly)
+	case string(key) == "return_only":
+		return p.boolean(&r.ReturnOnly)
 	case string(key) == "body_bytes":
 		return p.optionalInteger(&r.BodyBytes)
 	case string(key) == "cost_headers":

@@ -52,6 +52,7 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 	f.Add([]byte(`{"cost_headers":null,"body_bytes":null}`))
 	f.Add([]byte(`{"lease_charges":false,"charge_returned":7,"lease_charges":true}`))
 	f.Add([]byte(`{"method_override":"DELETE","override_only":true,"override_only":false}`))
+	f.Add([]byte(`{"user_id":"ip:192.0.2.1","endpoint":"/x","returned":9,"spent":1,"leased_at":5,"return_only":true}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var mine CheckRequest
 		if DecodeCheckRequest(b, &mine) != nil {

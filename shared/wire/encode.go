@@ -182,6 +182,9 @@ func AppendCheckRequest(b []byte, r *CheckRequest) []byte {
 	if r.OverrideOnly {
 		b = append(b, `,"override_only":true`...)
 	}
+	if r.ReturnOnly {
+		b = append(b, `,"return_only":true`...)
+	}
 	if r.BodyBytes != nil {
 		b = appendInt(b, `,"body_bytes":`, *r.BodyBytes)
 	}

@@ -64,7 +64,7 @@ func FuzzAppendCheckRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, user, endpoint, method, strategy string, limit int64, hasLimit bool, tier, tenant, key string, cost, lease, returned int64, address string) {
 		r := CheckRequest{UserID: user, Endpoint: endpoint, Method: method, Strategy: strategy, Tier: tier, Tenant: tenant, APIKey: key,
 			Cost: cost, Lease: lease, Returned: returned, Spent: returned ^ lease, ClientAddress: address, MethodOverride: strategy + method,
-			LeaseCharges: hasLimit != (cost > 0), ChargeReturned: cost ^ returned, LeasedAt: lease ^ cost, ChargeLeasedAt: lease ^ returned, OverrideOnly: lease > returned}
+			LeaseCharges: hasLimit != (cost > 0), ChargeReturned: cost ^ returned, LeasedAt: lease ^ cost, ChargeLeasedAt: lease ^ returned, OverrideOnly: lease > returned, ReturnOnly: cost > lease}
 		if hasLimit {
 			r.Limit, r.WindowSeconds = &limit, &cost
 			r.BodyBytes = &lease

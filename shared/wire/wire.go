@@ -73,6 +73,13 @@ type CheckRequest struct {
 	// override came in its form body, after its headers were checked under
 	// Method (each other rule counted it then).
 	OverrideOnly bool `json:"override_only,omitempty"`
+	// ReturnOnly hands back Returned and ChargeReturned (and reports Spent)
+	// of a lease that ended unspent, and counts nothing: the filter's
+	// return of a bucket no request came back to (a lease's leftover went
+	// back only with its bucket's next check, and a client asking many
+	// paths a few times each spent its tier's total on leases no one
+	// used).
+	ReturnOnly bool `json:"return_only,omitempty"`
 	// BodyBytes is the request body's size (its Content-Length, 0 without a
 	// body; nil when unknown, a chunked body): what a rule's cost_from
 	// request_body_bytes spends.

@@ -41,18 +41,7 @@ func chargeLease(rs []applied, c *caller) (pool int, want int64) {
 	if !c.leaseCharges || c.lease <= 0 {
 		return -1, 0
 	}
-	pool = -1
-	for i := range rs {
-		r := rs[i].req.Rule
-		if r.CostFrom == "" {
-			continue
-		}
-		if src, _ := rules.CostSourceOf(r.CostFrom); !src.AfterResponse() || r.EstimateFrom != "" || pool >= 0 {
-			return -1, 0
-		}
-		pool = i
-	}
-	if pool < 0 {
+	if pool = chargePool(rs); pool < 0 {
 		return -1, 0
 	}
 	per := rs[pool].req.Rule.UnreportedCost()
@@ -60,6 +49,23 @@ func chargeLease(rs []applied, c *caller) (pool int, want int64) {
 		return pool, MaxReturned
 	}
 	return pool, c.lease * per
+}
+
+// chargePool is the index of the one rule among rs whose cost a response
+// reports and that a lease can pay (chargeLease), -1 when there is none.
+func chargePool(rs []applied) int {
+	pool := -1
+	for i := range rs {
+		r := rs[i].req.Rule
+		if r.CostFrom == "" {
+			continue
+		}
+		if src, _ := rules.CostSourceOf(r.CostFrom); !src.AfterResponse() || r.EstimateFrom != "" || pool >= 0 {
+			return -1
+		}
+		pool = i
+	}
+	return pool
 }
 
 // unreportedReasons are the reasons a charge may give for a missing cost.

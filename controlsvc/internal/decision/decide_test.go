@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -974,6 +975,80 @@ total_limit = 100
 		if used != 1+resp.Lease.Granted {
 			t.Errorf("counter %s holds %d; want the request's 1 and the lease's %d", k, used, resp.Lease.Granted)
 		}
+	}
+}
+
+// A return-only check hands back a lease that ended unspent, to every
+// counter that granted it, and spends nothing: an outsider's client asking
+// 300 paths three times each spent its tier's total of 1,000 on leases no
+// request came back to, refused for the rest of the window with every
+// lease expired. It needs the service credential, something to return,
+// and no lease of its own.
+func TestReturnOnlyHandsBack(t *testing.T) {
+	f := newFixture(t, `
+default_tier = "free"
+[lease]
+fraction = 0.5
+max = 10
+ttl_ms = 60000
+
+[[tiers]]
+name = "free"
+limit = 50
+window_seconds = 3600
+algorithm = "fixed_window"
+total_limit = 100
+`, nil)
+	used := func() map[string]int64 { return maps.Clone(f.counters.used) }
+	var leases []wire.Lease
+	for _, ep := range []string{"/a", "/b"} {
+		resp, err := f.check(t, wire.CheckRequest{UserID: "bob", Endpoint: ep, Lease: 10})
+		if err != nil || !resp.Allowed {
+			t.Fatalf("%s: %+v %v", ep, resp, err)
+		}
+		if resp.Lease.Granted > 0 {
+			leases = append(leases, resp.Lease)
+		}
+	}
+	if len(leases) != 2 {
+		t.Fatalf("leases %+v, want one a path", leases)
+	}
+	before := used()
+	for i, ep := range []string{"/a", "/b"} {
+		if _, err := f.check(t, wire.CheckRequest{UserID: "bob", Endpoint: ep, Returned: leases[i].Granted - 1, Spent: 1,
+			LeasedAt: leases[i].LeasedAt, ReturnOnly: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := used()
+	var total string
+	for k := range after {
+		if strings.Contains(k, "total") {
+			total = k
+		}
+	}
+	if want := before[total] - (leases[0].Granted - 1) - (leases[1].Granted - 1); total == "" || after[total] != want {
+		t.Fatalf("the total holds %d after the hand-backs, want %d (counters before %v, after %v)", after[total], want, before, after)
+	}
+	for k, n := range after {
+		if n > before[k] {
+			t.Errorf("counter %s grew from %d to %d: a return-only check spent", k, before[k], n)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		req  wire.CheckRequest
+	}{
+		{"nothing to return", wire.CheckRequest{UserID: "bob", Endpoint: "/a", ReturnOnly: true}},
+		{"a lease asked for", wire.CheckRequest{UserID: "bob", Endpoint: "/a", Returned: 1, Lease: 5, ReturnOnly: true}},
+		{"with override_only", wire.CheckRequest{UserID: "bob", Endpoint: "/a", Returned: 1, Method: "POST", MethodOverride: "DELETE", OverrideOnly: true, ReturnOnly: true}},
+	} {
+		if _, err := f.check(t, tc.req); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+	if _, err := f.svc.Check(context.Background(), &wire.CheckRequest{UserID: "bob", Endpoint: "/a", ReturnOnly: true}, Untrusted); err == nil {
+		t.Error("a return-only check without the service credential was accepted")
 	}
 }
 

@@ -31,7 +31,7 @@ const (
 type subject struct {
 	userID, endpoint, method, tier, tenant string
 	methodOverride                         string
-	overrideOnly                           bool
+	overrideOnly, returnOnly               bool
 	cost, lease, returned, spent           int64
 	chargeReturned, leasedAt               int64
 	chargeLeasedAt                         int64
@@ -89,7 +89,9 @@ type caller struct {
 	cost     int64
 	lease    int64
 	returned int64
-	spent    int64 // lease tokens the filter reports spending since its last check
+	// returnOnly: the check only hands back a lease that ended (handBack).
+	returnOnly bool
+	spent      int64 // lease tokens the filter reports spending since its last check
 	// leaseCharges: the filter can spend a lease under a response-cost
 	// rule (chargeLease); chargeReturned hands back that rule's tokens of
 	// an earlier one.
@@ -258,6 +260,8 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 	case in.overrideOnly:
 		// Would count a request under fewer rules than its own.
 		return apierr.Forbidden("override_only")
+	case in.returnOnly:
+		return apierr.Forbidden("return_only")
 	case in.address != "":
 		// Would spend another address's per-address quota.
 		return apierr.Forbidden("client_address")
@@ -269,7 +273,7 @@ func untrusted(in *subject, id identity.ID) *apierr.Error {
 
 // validate checks everything a check says before anything touches Redis.
 func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.Error) {
-	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, overrideOnly: req.OverrideOnly, tier: req.Tier, tenant: req.Tenant,
+	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride, overrideOnly: req.OverrideOnly, returnOnly: req.ReturnOnly, tier: req.Tier, tenant: req.Tenant,
 		cost: req.Cost, lease: req.Lease, returned: req.Returned, spent: req.Spent, chargeReturned: req.ChargeReturned, leasedAt: req.LeasedAt, chargeLeasedAt: req.ChargeLeasedAt, address: req.ClientAddress}, trust)
 	if aerr != nil {
 		return nil, aerr
@@ -290,7 +294,12 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 		return nil, apierr.Invalid("leased_at", fmt.Sprintf("must be in 0..%d (the lease's own leased_at, sent back as it came)", int64(wire.MaxLeasedAt)))
 	case req.ChargeLeasedAt < 0 || req.ChargeLeasedAt > wire.MaxLeasedAt:
 		return nil, apierr.Invalid("charge_leased_at", fmt.Sprintf("must be in 0..%d (the lease's own charge_leased_at, sent back as it came)", int64(wire.MaxLeasedAt)))
+	case req.ReturnOnly && (req.OverrideOnly || req.Lease != 0):
+		return nil, apierr.Invalid("return_only", "hands a lease back: it asks for no lease and is no override_only check")
+	case req.ReturnOnly && req.Returned == 0 && req.ChargeReturned == 0 && req.Spent == 0:
+		return nil, apierr.Invalid("return_only", "has nothing to hand back (returned, charge_returned and spent are 0)")
 	}
+	c.returnOnly = req.ReturnOnly
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
 	if p.Lease.Fraction == 0 || t.overrideOnly {

@@ -445,6 +445,14 @@ func (s *Service) refuseKey(ctx context.Context, p *view, c *caller, refusal *ap
 
 // decide runs the caller's rules once its identity and tier are settled.
 func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckResponse, error) {
+	if c.returnOnly {
+		if !p.Exempt(c.id, c.name) {
+			s.handBack(ctx, c, s.selectRules(p, &c.target, c.adhoc))
+		} else if c.spent > 0 && !c.refused {
+			s.usage.Record(c.name, s.now(), c.spent, nil)
+		}
+		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
+	}
 	if p.Exempt(c.id, c.name) {
 		if !c.refused {
 			s.m.Decided(metrics.Exempt, c.tier, rules.IDExempt)
@@ -634,6 +642,28 @@ func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, leasedAt i
 	r.Returned, r.LeasedAt = n, leasedAt
 	if _, err := s.limit(ctx, r); err != nil {
 		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
+	}
+}
+
+// handBack is a return-only check (wire.CheckRequest.ReturnOnly): the
+// filter hands back a lease that ended with tokens left, of a bucket no
+// request came back to. Each counter of the request's rules takes back
+// what it leased, in the window it leased it from (leased_at), as a
+// check's returned would; the tokens spent on the lease count as
+// requests made. Nothing is spent, and the answer carries nothing.
+func (s *Service) handBack(ctx context.Context, c *caller, rs []applied) {
+	pool := chargePool(rs)
+	for i := range rs {
+		n, at := c.returned, c.leasedAt
+		if i == pool {
+			n, at = c.chargeReturned, c.chargeLeasedAt
+		}
+		if n > 0 {
+			s.giveBack(ctx, rs[i].req, n, at)
+		}
+	}
+	if c.spent > 0 && !c.refused {
+		s.usage.Record(c.name, s.now(), c.spent, nil)
 	}
 }
 
