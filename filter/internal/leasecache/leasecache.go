@@ -404,6 +404,36 @@ func (c *Cache) Take(owner Owner, nowMs int64) (e Entry, out Outcome, returned i
 	return Entry{}, Miss, 0
 }
 
+// TakeEnded takes what owner's lease left once it ended (nowMs at or past
+// its ExpiresMs): its tokens, returned, with ChargeTokens, Spent and the
+// stamps in e, as the Miss of Take that a next request would meet hands
+// them back, and once (the slot keeps none of them). A lease still live,
+// or none, gives nothing. For a bucket no request comes back to: its
+// tokens would stay spent in the service's counters until their windows
+// end.
+func (c *Cache) TakeEnded(owner Owner, nowMs int64) (e Entry, returned int64) {
+	for i := 0; i < maxCASRetries; i++ {
+		k, data, cas := c.find(owner, false)
+		if k == "" {
+			return Entry{}, 0
+		}
+		cur, ok := decode(data, false)
+		if !ok || cur.Owner != owner || nowMs < cur.ExpiresMs || cur.Tokens <= 0 && cur.ChargeTokens <= 0 && cur.Spent <= 0 {
+			return Entry{}, 0
+		}
+		binary.LittleEndian.PutUint64(data[offTokens:], 0)
+		binary.LittleEndian.PutUint64(data[offSpent:], 0)
+		binary.LittleEndian.PutUint64(data[offCharge:], 0)
+		switch err := c.store.Set(k, data, cas); {
+		case err == nil:
+			return Entry{Spent: cur.Spent, ChargeTokens: cur.ChargeTokens, LeasedAt: cur.LeasedAt, ChargeLeasedAt: cur.ChargeLeasedAt}, cur.Tokens
+		case !errors.Is(err, ErrCasMismatch):
+			return Entry{}, 0
+		}
+	}
+	return Entry{}, 0
+}
+
 // TakeN spends up to n of the ChargeTokens of owner's live lease of rule
 // ruleID: the part of a response's cost the lease can pay. ok is false when
 // the slot holds no such lease (taken is then 0); otherwise e is the entry

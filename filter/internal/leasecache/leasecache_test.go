@@ -101,6 +101,41 @@ func TestDeniedUntil(t *testing.T) {
 	}
 }
 
+// TakeEnded hands back an ended lease's leftovers once, and nothing of a
+// live lease, of another bucket's, or of what a Take handed back already.
+func TestTakeEnded(t *testing.T) {
+	c := newCache(t, newMemStore(), 8)
+	a, b := c.Bucket("user:a", "GET", "/x"), c.Bucket("user:b", "GET", "/x")
+	c.Put(Entry{Owner: a, Tokens: 5, ExpiresMs: 2000, LeasedAt: 77, Limit: 10, Remaining: 5}, 0)
+	if _, out, _ := c.Take(a, 1000); out != Hit {
+		t.Fatal("a live lease must hit")
+	}
+	if e, n := c.TakeEnded(a, 1999); n != 0 || e != (Entry{}) {
+		t.Fatalf("a live lease gave %d, %+v", n, e)
+	}
+	if _, n := c.TakeEnded(b, 3000); n != 0 {
+		t.Fatalf("another bucket gave %d", n)
+	}
+	e, n := c.TakeEnded(a, 2000)
+	if n != 4 || e.Spent != 1 || e.LeasedAt != 77 {
+		t.Fatalf("the ended lease gave %d, %+v; want its 4 tokens left, 1 spent, leased_at 77", n, e)
+	}
+	if _, n := c.TakeEnded(a, 3000); n != 0 {
+		t.Fatalf("a second TakeEnded gave %d", n)
+	}
+	if _, out, returned := c.Take(a, 3000); out != Miss || returned != 0 {
+		t.Fatalf("a Take after TakeEnded: %v, %d handed back again", out, returned)
+	}
+	// And what a Take handed back is not handed back again.
+	c.Put(Entry{Owner: b, Tokens: 3, ExpiresMs: 2000, Limit: 10, Remaining: 5}, 0)
+	if _, out, returned := c.Take(b, 2500); out != Miss || returned != 3 {
+		t.Fatalf("Take of an ended lease: %v, %d", out, returned)
+	}
+	if _, n := c.TakeEnded(b, 2500); n != 0 {
+		t.Fatalf("TakeEnded after a Take gave %d", n)
+	}
+}
+
 func TestTakeLifecycle(t *testing.T) {
 	s := newMemStore()
 	c := newCache(t, s, 8)

@@ -107,12 +107,12 @@ func (h *httpContext) watch(refill int64) bool {
 		return false // its waiters are full (await), or too many buckets are watched
 	}
 	p.inflight[h.bucket] = nil
-	if len(p.watched) == 0 && !p.ticking {
+	if p.tickMs != watchTickMs {
 		if err := proxywasm.SetTickPeriodMilliSeconds(watchTickMs); err != nil {
 			delete(p.inflight, h.bucket)
 			return false
 		}
-		p.ticking = true
+		p.tickMs = watchTickMs
 	}
 	p.watched = append(p.watched, watched{h.bucket, refill})
 	return h.await()
@@ -151,11 +151,11 @@ func (p *pluginContext) OnTick() {
 		p.wake(w.bucket, w.refill)
 	}
 	p.watchedSpare = watched[:0]
-	if len(p.watched) == 0 && p.ticking {
-		if proxywasm.SetTickPeriodMilliSeconds(0) == nil {
-			p.ticking = false
-		}
+	if len(p.kept) > 0 && now >= p.nextReturnMs {
+		p.nextReturnMs = now + returnTickMs
+		p.returnEnded(now)
 	}
+	p.retick()
 	_ = proxywasm.SetEffectiveContext(p.rootID)
 }
 

@@ -981,6 +981,7 @@ func (h *httpContext) keepLease(v *verdict, l wire.Lease, charges []wire.Charge,
 		e.ChargeLeasedAt = l.ChargeLeasedAt
 	}
 	_ = h.p.cache.Put(e, now.UnixMilli())
+	h.keep(e.ExpiresMs) // handed back on a tick if no request comes back for it
 	return true
 }
 

@@ -27,7 +27,7 @@ func (VM) NewPluginContext(id uint32) types.PluginContext { return &pluginContex
 type metrics struct {
 	allowed, denied, degraded, localHits, calloutFailures, rejected proxywasm.MetricCounter
 	charges, chargeFailures, chargesUnreported, leasePaid           proxywasm.MetricCounter
-	refillWaits                                                     proxywasm.MetricCounter
+	refillWaits, leaseReturns                                       proxywasm.MetricCounter
 	calloutLatency                                                  proxywasm.MetricHistogram
 }
 
@@ -67,12 +67,17 @@ type pluginContext struct {
 	// requests of that bucket waiting for its answer (coalesce.go).
 	inflight map[leasecache.Owner][]*httpContext
 	// watched are the buckets whose waiters wait for another VM's refill,
-	// looked at again on each tick while ticking (coalesce.go);
-	// watchedSpare is the other of the two slices OnTick swaps.
+	// looked at again on each tick (coalesce.go); watchedSpare is the
+	// other of the two slices OnTick swaps.
 	watched, watchedSpare []watched
-	ticking               bool
-	rootID                uint32
-	m                     metrics
+	// kept are the leases this VM kept, oldest first, until a tick after
+	// they end hands back what they left (returns.go); nextReturnMs is
+	// when a tick next looks.
+	kept         []keptLease
+	nextReturnMs int64
+	tickMs       uint32 // the tick's period asked for (retick)
+	rootID       uint32
+	m            metrics
 }
 
 // OnPluginStart parses the configuration; a bad one fails the start loudly,
@@ -153,6 +158,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		// Requests that waited for their bucket's refill in flight (this
 		// VM's or another's) instead of calling out themselves.
 		refillWaits: proxywasm.DefineCounterMetric("tollgate_refill_waits_total"),
+		// Leases that ended with tokens left, handed back by a tick
+		// (returns.go).
+		leaseReturns: proxywasm.DefineCounterMetric("tollgate_lease_returns_total"),
 	}
 	proxywasm.LogInfo("tollgate: plugin started; control cluster " + cfg.ControlCluster + ", " + cfg.FailureMode)
 	return types.OnPluginStartStatusOK

@@ -1,0 +1,77 @@
+package filtertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// A lease that ends with tokens left, in a bucket no request comes back
+// to, is handed back on a tick after it ends, once, in a return-only check:
+// an outsider's client asking 300 paths three times each had spent its
+// tier's total of 1,000 on leases nobody used, refused for the rest of the
+// minute. A bucket's next check hands back nothing that went so.
+func TestEndedLeaseHandedBack(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
+	vm := e.vms[0]
+	e.start(req{path: "/api/v1/a"})
+	e.answer(0, "200", decision(true, 50, 10, 0)) // a lease of 10 for a second
+	if _, act := e.start(req{path: "/api/v1/a"}); act != wasmhost.Continue {
+		t.Fatal("the lease was not spent")
+	}
+	e.noCallout(0)
+	if p := vm.TickPeriod(); p != 200*time.Millisecond {
+		t.Fatalf("with a lease kept the VM ticks every %v, want 200ms", p)
+	}
+	// While the lease lives, a tick hands nothing back.
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.noCallout(0)
+	e.clock.Advance(1100 * time.Millisecond)
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, got := e.callout(0)
+	want := wire.CheckRequest{UserID: "ip:198.51.100.7", Endpoint: "/api/v1/a", Method: "GET", Returned: 9, Spent: 1, LeaseCharges: true, ReturnOnly: true}
+	if c.Headers.Value(":path") != wire.PathCheck || got.UserID != want.UserID || got.Endpoint != want.Endpoint || got.Method != want.Method ||
+		got.Returned != want.Returned || got.Spent != want.Spent || !got.ReturnOnly || got.Lease != 0 || got.Cost != 0 {
+		t.Fatalf("the hand-back: %s %+v, want %+v", c.Headers.Value(":path"), got, want)
+	}
+	e.answer(0, "200", `{"allowed":true}`)
+	if n := e.host.Counter("tollgate_lease_returns_total"); n != 1 {
+		t.Fatalf("tollgate_lease_returns_total = %d, want 1", n)
+	}
+	// Handed back once: not by the next tick, nor by the bucket's next check.
+	e.clock.Advance(300 * time.Millisecond)
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.noCallout(0)
+	e.start(req{path: "/api/v1/a"})
+	if _, next := e.callout(0); next.Returned != 0 || next.Spent != 0 || next.ReturnOnly {
+		t.Fatalf("the bucket's next check: %+v, want nothing handed back", next)
+	}
+	e.answer(0, "200", decision(true, 49, 0, 0)) // no lease
+	if p := vm.TickPeriod(); p != 0 {
+		t.Fatalf("with no lease kept the VM ticks every %v, want no tick", p)
+	}
+	// A lease its bucket's next check hands back is not handed back again.
+	e.start(req{path: "/api/v1/b"})
+	e.answer(0, "200", decision(true, 50, 10, 0))
+	e.clock.Advance(1100 * time.Millisecond)
+	e.start(req{path: "/api/v1/b"})
+	if _, next := e.callout(0); next.Returned != 10 {
+		t.Fatalf("the bucket's check after its lease ended hands back %d, want 10", next.Returned)
+	}
+	e.answer(0, "200", decision(true, 49, 0, 0))
+	e.clock.Advance(300 * time.Millisecond)
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.noCallout(0)
+}
