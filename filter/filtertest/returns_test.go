@@ -75,3 +75,36 @@ func TestEndedLeaseHandedBack(t *testing.T) {
 	}
 	e.noCallout(0)
 }
+
+// While the breaker is open, or half open, nothing is handed back (the
+// leases wait for a tick after it closes), and a hand-back never takes the
+// probe that closes it: an outsider's quiet client got 503s for 4.5 s
+// after the service was back, the probe spent on a hand-back whose answer
+// nothing read.
+func TestHandBackLeavesTheProbe(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, `{"control_cluster":"controlsvc","failure_mode":"fail_closed","lease":{"request":10},"breaker":{"failures":1,"cooldown_ms":500}}`, 1)
+	vm := e.vms[0]
+	e.start(req{path: "/api/v1/a"})
+	e.answer(0, "200", decision(true, 50, 10, 0)) // a lease of 10 for a second
+	e.start(req{path: "/api/v1/b"})
+	e.answer(0, "503", "down")               // the breaker opens
+	e.clock.Advance(1100 * time.Millisecond) // the lease ended, the cooldown too
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.noCallout(0)
+	// The next request is the probe, and its success closes the breaker.
+	e.start(req{path: "/api/v1/c"})
+	if _, body := e.callout(0); body.ReturnOnly {
+		t.Fatal("a hand-back went out as the breaker's probe")
+	}
+	e.answer(0, "200", decision(true, 49, 0, 0))
+	e.clock.Advance(300 * time.Millisecond)
+	if err := vm.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := e.callout(0); !body.ReturnOnly || body.Returned != 10 {
+		t.Fatalf("once the breaker closed: %+v, want the lease's 10 handed back", body)
+	}
+}

@@ -578,6 +578,16 @@ window_seconds = 60
 		if admitted != 10 {
 			t.Fatalf("/report.php/{i} from two clients admitted %d of 60, want the per-path cap's 10", admitted)
 		}
+		// A script whose path info names it again is one path, counted once.
+		admitted = 0
+		for i := 0; i < 12; i++ {
+			if resp, _ := f.check(t, wire.CheckRequest{UserID: fmt.Sprintf("ip:192.0.2.%d", 90+i), Endpoint: "/twice.php/twice.php"}); resp.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 10 {
+			t.Fatalf("/twice.php/twice.php admitted %d of 12, want the per-path cap's 10", admitted)
+		}
 		admitted = 0
 		for i := 0; i < 10; i++ {
 			if resp, _ := f.check(t, wire.CheckRequest{UserID: "ip:192.0.2.83", Endpoint: fmt.Sprintf("/api/upload.php/%d", i), Method: "POST"}); resp.Allowed {

@@ -331,6 +331,11 @@ func (p *Policy) Endpoints(ep string) (route, script string, err error) {
 	if script != "" {
 		script = p.fold(script)
 	}
+	if script == route {
+		// "/report.php/report.php": one path, counted once (twice, a
+		// per-path rule's counter took two tokens a request).
+		script = ""
+	}
 	return route, script, nil
 }
 

@@ -74,6 +74,14 @@ func (h *httpContext) keep(endsMs int64) {
 // returnEnded hands back what the kept leases that ended by nowMs left, in
 // the order they were kept, at most maxReturnsPerTick a tick.
 func (p *pluginContext) returnEnded(nowMs int64) {
+	if p.breaker.Open() {
+		// Kept for a tick after it closes (past maxKept the oldest go).
+		// Not Allow: a hand-back would take the breaker's one probe and,
+		// its answer unread, hold the breaker open a cooldown more (an
+		// outsider's quiet client got 503s for 4.5 s after the service was
+		// back).
+		return
+	}
 	n, sent := 0, 0
 	for ; n < len(p.kept) && p.kept[n].endsMs <= nowMs && sent < maxReturnsPerTick; n++ {
 		k := &p.kept[n]
@@ -82,9 +90,6 @@ func (p *pluginContext) returnEnded(nowMs int64) {
 			continue // a check of its bucket handed it back, or it was spent
 		}
 		sent++
-		if !p.breaker.Allow(nowMs * 1e6) {
-			continue // the tokens stay spent: under-admits only
-		}
 		req := k.req
 		req.Returned, req.Spent, req.ChargeReturned = min(returned, maxHandBack), min(e.Spent, maxHandBack), min(e.ChargeTokens, maxHandBack)
 		req.LeasedAt, req.ChargeLeasedAt = e.LeasedAt, e.ChargeLeasedAt
