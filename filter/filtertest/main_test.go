@@ -66,7 +66,9 @@ func TestMain(m *testing.M) {
 }
 
 // The module exports what Envoy calls and nothing it would call for
-// nothing: no log callback (a VM call per request). The body callbacks read
+// nothing: no log callback, and no done callback (a VM call per request
+// each; without proxy_on_done a context is done at once, as the plugin's
+// always were: 4-5 % of a lease hit). The body callbacks read
 // the cost a response reports (LLM tokens) and a form body's method
 // override; other streams return from them at once. The two exports Envoy never calls are tollgate_debug_allocs
 // and tollgate_debug_gc_cycles: reads of the Go heap's allocation count and
@@ -85,7 +87,7 @@ func TestModuleExports(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"_initialize", "proxy_abi_version_0_2_1", "proxy_on_configure", "proxy_on_context_create", "proxy_on_delete",
-		"proxy_on_done", "proxy_on_http_call_response", "proxy_on_memory_allocate", "proxy_on_request_body", "proxy_on_request_headers",
+		"proxy_on_http_call_response", "proxy_on_memory_allocate", "proxy_on_request_body", "proxy_on_request_headers",
 		"proxy_on_response_body", "proxy_on_response_headers", "proxy_on_tick", "proxy_on_vm_start", "tollgate_debug_allocs", "tollgate_debug_gc_cycles"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("exports %v\nwant    %v", got, want)

@@ -139,6 +139,9 @@ func onTick(rootID uint32) {
 	}
 }
 
+// onDone is proxy_on_done's, for the native binding: the module exports
+// no proxy_on_done (a VM call per stream for nothing; a context without
+// one is done at once, as the plugin's always are).
 func onDone(contextID uint32) bool {
 	if p, ok := plugins[contextID]; ok {
 		return p.ctx.OnPluginDone()

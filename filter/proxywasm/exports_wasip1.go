@@ -67,13 +67,6 @@ func proxyOnTick(rootID uint32) {
 	collectIfDue()
 }
 
-//go:wasmexport proxy_on_done
-func proxyOnDone(contextID uint32) uint32 {
-	r := b2u(onDone(contextID))
-	collectIfDue()
-	return r
-}
-
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
 	onDelete(contextID)

@@ -301,7 +301,7 @@ class VM {
 
   end(id) {
     this.effective = id;
-    this.x.proxy_on_done(id);
+    if (this.x.proxy_on_done) this.x.proxy_on_done(id); // Envoy skips callbacks a module does not export
     this.x.proxy_on_delete(id);
     this.streams.delete(id);
   }
