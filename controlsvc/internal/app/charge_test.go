@@ -397,3 +397,40 @@ algorithm = "token_bucket"
 		})
 	}
 }
+
+// A charge is paid by the key that was valid when its request was
+// admitted, though the key was revoked since: an outsider timed a burst
+// of answers to end after its key's expiry, every charge was refused,
+// and 5,600 tokens were served against a budget of 1,500. A key no one
+// issued is still refused.
+func TestChargeOfAKeyRevokedSince(t *testing.T) {
+	s := startService(t, tokenRules, nil)
+	mk := func() string {
+		r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": "kate"})
+		if r.status != 201 && r.status != 200 {
+			t.Fatalf("new key: %d %s", r.status, r.body)
+		}
+		return r.json(t)["api_key"].(string)
+	}
+	old, other := mk(), mk()
+	check := map[string]any{"user_id": "ip:198.51.100.40", "endpoint": "/v1/chat/completions", "method": "POST", "api_key": old}
+	if r := s.check(check); r.status != 200 {
+		t.Fatalf("admission: %d %s", r.status, r.body)
+	}
+	if r := s.admin("POST", "/admin/v1/api-keys/"+old+"/revoke", nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	body := chargeBody("ip:198.51.100.40", map[string]any{"rule_id": "tokens", "cost": 1000})
+	body["api_key"] = old
+	if ch := s.do("POST", "/v1/rate-limit/charge", body); ch.status != 200 {
+		t.Fatalf("the charge of a key revoked since its admission: %d %s", ch.status, ch.body)
+	}
+	check["api_key"] = other // the same user's budget, spent by the charge
+	if r := s.check(check); r.status != 429 {
+		t.Fatalf("after a charge of the whole budget: %d %s", r.status, r.body)
+	}
+	body["api_key"] = "ak_live_" + strings.Repeat("z", 43)
+	if ch := s.do("POST", "/v1/rate-limit/charge", body); ch.status == 200 {
+		t.Fatalf("a charge with a key no one issued: %d %s", ch.status, ch.body)
+	}
+}

@@ -111,8 +111,9 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 	c := &caller{target: t, cost: 1}
 	if req.APIKey != "" {
 		// The key names the counters as it did for the check: its id, its
-		// tier, its user. A key refused now (revoked since) is refused.
-		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
+		// tier, its user (a key revoked or expired since still pays; one
+		// not found or malformed is refused).
+		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier, true); err != nil {
 			var ae *apierr.Error
 			if errors.As(err, &ae) || p.FailureMode == config.FailClosed {
 				return wire.ChargeResponse{}, err

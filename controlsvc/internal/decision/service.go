@@ -183,7 +183,7 @@ func (s *Service) Ping(ctx context.Context) error { return s.counters.Ping(ctx) 
 
 // resolveKey checks an API key and makes it the caller's identity and tier
 // (unless the JWT gave one).
-func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTier string) error {
+func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTier string, charging bool) error {
 	if !apikeys.ValidFormat(raw) {
 		e := apierr.New(apierr.KindInvalid, wire.CodeInvalidAPIKey, "The provided API key format is invalid. Expected format: "+apikeys.Format)
 		e.Details = map[string]any{"provided_key": maskKey(raw)}
@@ -208,12 +208,18 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		e.Details = map[string]any{"provided_key": maskKey(raw)}
 		return e
 	}
-	if rec.Status == apikeys.StatusRevoked {
+	// A charge is the cost of a response to a request admitted when the
+	// key was valid (only the filter sends charges, with the decision
+	// credential, and only for requests it admitted): a key revoked or
+	// expired since still pays it. Refused, every response in flight when
+	// a key ran out went unpaid (an outsider timed a burst before its
+	// key's expiry: 5,600 tokens served against a budget of 1,500).
+	if rec.Status == apikeys.StatusRevoked && !charging {
 		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyRevoked,
 			Message: "This API key has been revoked and can no longer be used",
 			Details: map[string]any{"revoked_at": rec.RevokedAt.Format(time.RFC3339)}}
 	}
-	if rec.Expired(s.now()) {
+	if rec.Expired(s.now()) && !charging {
 		return &apierr.Error{Kind: apierr.KindForbidden, Code: wire.CodeAPIKeyExpired,
 			Message: "This API key has expired", Details: map[string]any{"expired_at": rec.ExpiresAt.Format(time.RFC3339)}}
 	}
@@ -370,7 +376,7 @@ func (s *Service) check(ctx context.Context, req *wire.CheckRequest, trust Trust
 func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.CheckRequest) (wire.CheckResponse, error) {
 	unverified := false // a key Redis could not be asked about
 	if req.APIKey != "" {
-		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier); err != nil {
+		if err := s.resolveKey(ctx, p, c, req.APIKey, req.Tier, false); err != nil {
 			var ae *apierr.Error
 			switch {
 			case errors.As(err, &ae):
