@@ -80,6 +80,11 @@ type CheckRequest struct {
 	// paths a few times each spent its tier's total on leases no one
 	// used).
 	ReturnOnly bool `json:"return_only,omitempty"`
+	// ChargeNow is set in process only (the gRPC rate limit service,
+	// whose caller reports no response): a rule whose cost a response
+	// reports spends at admission what an unreported response costs, as
+	// no charge follows. Never read from the wire.
+	ChargeNow bool `json:"-"`
 	// BodyBytes is the request body's size (its Content-Length, 0 without a
 	// body; nil when unknown, a chunked body): what a rule's cost_from
 	// request_body_bytes spends.

@@ -660,3 +660,29 @@ func TestRLSKeysHoldWhenLimitingIsOff(t *testing.T) {
 		}
 	}
 }
+
+// A rule whose cost the response reports (an LLM token budget) spends, in
+// the tollgate domain, what an unreported response costs, at admission:
+// Envoy's rate limit filter reports no response, and no charge follows.
+// Before, each check spent one token: an outsider's 1,000 answers went
+// through a 1,500-token budget that the filter held at 4.
+func TestRLSResponseCostSpentAtAdmission(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, tokenRules, nil) // tokens: 1,000 an hour, 300 an unreported answer
+	ctx := withToken(decisionToken)
+	ok := 0
+	for range 10 {
+		r, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: rls.TollgateDomain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(rls.KeyUser, "rls-llm", rls.KeyPath, "/v1/chat/completions", rls.KeyMethod, "POST")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OverallCode == rlspb.RateLimitResponse_OK {
+			ok++
+		} else if name := r.Statuses[0].GetCurrentLimit().GetName(); name != "tokens" {
+			t.Fatalf("refused by %q, want the token budget", name)
+		}
+	}
+	if ok != 3 {
+		t.Fatalf("%d of 10 admitted through the gRPC service, want 3 (1,000 tokens, 300 an answer)", ok)
+	}
+}

@@ -91,7 +91,9 @@ type caller struct {
 	returned int64
 	// returnOnly: the check only hands back a lease that ended (handBack).
 	returnOnly bool
-	spent      int64 // lease tokens the filter reports spending since its last check
+	// chargeNow: no charge follows the response (wire.CheckRequest.ChargeNow).
+	chargeNow bool
+	spent     int64 // lease tokens the filter reports spending since its last check
 	// leaseCharges: the filter can spend a lease under a response-cost
 	// rule (chargeLease); chargeReturned hands back that rule's tokens of
 	// an earlier one.
@@ -299,7 +301,7 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	case req.ReturnOnly && req.Returned == 0 && req.ChargeReturned == 0 && req.Spent == 0:
 		return nil, apierr.Invalid("return_only", "has nothing to hand back (returned, charge_returned and spent are 0)")
 	}
-	c.returnOnly = req.ReturnOnly
+	c.returnOnly, c.chargeNow = req.ReturnOnly, req.ChargeNow
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
 	if p.Lease.Fraction == 0 || t.overrideOnly {

@@ -497,6 +497,13 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			if aerr != nil {
 				return wire.CheckResponse{}, aerr
 			}
+			if src, _ := rules.CostSourceOf(r.CostFrom); c.chargeNow && src.AfterResponse() {
+				// No charge follows (the gRPC rate limit service): the
+				// response's cost is spent now, as an unreported
+				// response's (an outsider's 1,000 answers through it
+				// spent a 1,500-token budget one token each).
+				n = max(n, r.UnreportedCost(), admit)
+			}
 			rs[i].req.Cost, rs[i].req.Admit = n, admit
 			continue
 		}
@@ -600,7 +607,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 		// numbers saying what would have happened.
 		resp.Allowed, resp.LogOnly, resp.RetryAfter, resp.Refusal, result = true, true, 0, nil, metrics.LogOnly
 	}
-	if resp.Allowed && !c.refused {
+	if resp.Allowed && !c.refused && !c.chargeNow {
 		resp.Charges = charges(rs)
 	}
 	var refused int64 // what a refused request asked of a rule that counts tokens

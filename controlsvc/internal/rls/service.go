@@ -731,8 +731,10 @@ func clientRefusal(err error) (string, bool) {
 func checkOf(i int, es []Entry, hits int64) (*wire.CheckRequest, error) {
 	var user, addr string
 	var overrides []string // the distinct methods override entries name
-	// A check spends at least one: hits_addend 0 counts 1 here.
-	c := &wire.CheckRequest{Cost: hits, Endpoint: "/"}
+	// A check spends at least one: hits_addend 0 counts 1 here. Envoy's
+	// rate limit filter reports no response: a rule whose cost the
+	// response reports spends it now (ChargeNow).
+	c := &wire.CheckRequest{Cost: hits, Endpoint: "/", ChargeNow: true}
 	for j, e := range es {
 		field := fmt.Sprintf("descriptors[%d].entries[%d]", i, j)
 		switch e.Key {
