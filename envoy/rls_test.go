@@ -103,6 +103,12 @@ func TestRateLimitServiceBootstrap(t *testing.T) {
 				continue
 			}
 			own++
+			// Its own limits replace the virtual host's: a plain prefix
+			// ("/search") took every path that starts so ("/searchadmin")
+			// out of the tollgate domain (an outsider's reading).
+			if p := r.GetMatch().GetPrefix(); p != "" && !strings.HasSuffix(p, "/") {
+				t.Fatalf("route %v has limits of its own behind a plain prefix: match with path_separated_prefix", r.GetMatch())
+			}
 			for _, lim := range r.GetRoute().GetRateLimits() {
 				checkActions(t, domain, exampleDomain, lim.GetActions())
 			}
