@@ -258,6 +258,23 @@ window_seconds = 60
 	if r.status != 403 || !strings.Contains(string(r.body), "charges") {
 		t.Fatalf("untrusted charge: %d %s", r.status, r.body)
 	}
+	// So no charge follows an untrusted check: it spends what an
+	// unreported answer costs (300 of 1,000) at admission, and names no
+	// charge (an outsider's 51 checks of a token-less service went
+	// through the budget at one token each).
+	admitted := 0
+	for range 10 {
+		r := open.check(map[string]any{"user_id": "alice", "endpoint": "/v1/chat/completions", "method": "POST"})
+		switch {
+		case r.status == 200 && r.json(t)["charges"] == nil:
+			admitted++
+		case r.status != 429:
+			t.Fatalf("untrusted check: %d %s", r.status, r.body)
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("%d of 10 untrusted checks admitted, want 3 (1,000 tokens, 300 an answer)", admitted)
+	}
 }
 
 // An estimate from the request (estimate_from: a max_tokens the client

@@ -686,3 +686,19 @@ func TestRLSResponseCostSpentAtAdmission(t *testing.T) {
 		t.Fatalf("%d of 10 admitted through the gRPC service, want 3 (1,000 tokens, 300 an answer)", ok)
 	}
 }
+
+// Without the decision token a signed-in user's descriptor (remote_address
+// and tollgate.user) is decided as the user, not refused: only the
+// credential may name an address beside another identity, and an
+// outsider's token-less service answered every signed-in user 429.
+func TestRLSUntrustedSignedInUser(t *testing.T) {
+	_, c, _ := rlsService(t, rlsYAML, "", map[string]string{"TOLLGATE_DECISION_TOKEN": ""})
+	r, err := c.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: rls.TollgateDomain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(rls.KeyRemoteAddress, "192.0.2.61", rls.KeyUser, "signed-in", rls.KeyPath, "/api/v1/items", rls.KeyMethod, "GET")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OverallCode != rlspb.RateLimitResponse_OK || hasHeader(r, "x-tollgate-refused") {
+		t.Fatalf("a signed-in user through a token-less service: %v, want OK", r)
+	}
+}

@@ -301,7 +301,11 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	case req.ReturnOnly && req.Returned == 0 && req.ChargeReturned == 0 && req.Spent == 0:
 		return nil, apierr.Invalid("return_only", "has nothing to hand back (returned, charge_returned and spent are 0)")
 	}
-	c.returnOnly, c.chargeNow = req.ReturnOnly, req.ChargeNow
+	// A caller without the service credential cannot charge (Charge needs
+	// it): no charge follows its checks either (an outsider's 51 checks
+	// of a token-less service went through a 1,500-token budget at one
+	// token each).
+	c.returnOnly, c.chargeNow = req.ReturnOnly, req.ChargeNow || trust == Untrusted
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
 	if p.Lease.Fraction == 0 || t.overrideOnly {

@@ -619,6 +619,15 @@ func (s *Service) tollgate(ctx context.Context, req *rlspb.RateLimitRequest, ent
 		if err != nil {
 			return nil, false, err
 		}
+		if trust == decision.Untrusted {
+			// Only the service credential may name a caller's address
+			// beside another identity (decision: client_address): without
+			// it a signed-in user (tollgate.user) is decided as the user,
+			// its address counted by no ip rule, rather than refused (an
+			// outsider's token-less service answered every signed-in user
+			// 429).
+			c.ClientAddress = ""
+		}
 		checks[i] = c
 	}
 	type answer struct {
