@@ -146,7 +146,7 @@ func TestRuleSelection(t *testing.T) {
 		{"a GET of the login path is no login", wire.CheckRequest{UserID: "ip:192.0.2.1", Endpoint: "/auth/login", Method: "GET"}, []string{"tier_free.total", "tier_free"}},
 		{"no rule: the caller's tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "premium"}, []string{"tier_premium.total", "tier_premium"}},
 		{"unknown tier: the default tier", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/items", Tier: "gold"}, []string{"tier_free.total", "tier_free"}},
-		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free.total", "tier_free_ep0"}},
+		{"tier endpoint beats tier default", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/search"}, []string{"tier_free.total", "tier_free_ep_21dc69f86e05fc2b"}}, // its path's FNV-1a
 		{"priority tie: the more specific pattern", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "POST"}, []string{"uploads_big", "tier_free.total", "tier_free", "ceiling"}},
 		{"priority tie, other path: the glob", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/small", Method: "POST"}, []string{"uploads", "tier_free.total", "tier_free", "ceiling"}},
 		{"higher priority beats specificity", wire.CheckRequest{UserID: "alice", Endpoint: "/api/v1/uploads/big", Method: "DELETE"}, []string{"uploads_delete", "tier_free.total", "tier_free", "ceiling"}},

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
@@ -207,5 +208,39 @@ func TestMappedPrefixesExemptTheirIPv4Callers(t *testing.T) {
 		if err != nil || p.String() != want {
 			t.Errorf("%q: %v %v, want %s", s, p, err, want)
 		}
+	}
+}
+
+// A tier's endpoint limits keep their ids, and so their counters, when
+// another endpoint limit comes or goes: named by their place among the
+// tier's paths, one added on a path that sorted first moved every other
+// onto fresh counters (an outsider's API key got 15 logins an hour past a
+// limit of 5 over two unrelated tier edits). A configured rule may not
+// take a tier's id.
+func TestEndpointLimitIDsAreStable(t *testing.T) {
+	ids := func(endpoints map[string]int64) map[string]string {
+		s := base()
+		s.Tiers[0].Endpoints = endpoints
+		p, err := Compile(&s, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, r := range p.tiers[s.Tiers[0].Name].set.Rules() {
+			if r.Path != "" {
+				out[r.Path] = r.ID
+			}
+		}
+		return out
+	}
+	before := ids(map[string]int64{"/login": 5})
+	after := ids(map[string]int64{"/login": 5, "/aaa": 3})
+	if before["/login"] == "" || before["/login"] != after["/login"] || after["/aaa"] == after["/login"] {
+		t.Fatalf("ids before %v, after an endpoint was added %v", before, after)
+	}
+	s := base()
+	s.Rules = append(s.Rules, rules.Rule{ID: "tier_free", Scope: rules.ScopeUser, Algorithm: rules.FixedWindow, Limit: 1, WindowSeconds: 60})
+	if fe, ok := fielderr.As(s.Validate()); !ok || !strings.Contains(fe.Error(), "tier_") {
+		t.Fatalf("a configured rule named tier_free: %v", s.Validate())
 	}
 }

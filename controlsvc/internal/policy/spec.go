@@ -211,6 +211,11 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 		if i < n.fileRules && strings.Trim(r.ID, "0123456789") == "" {
 			return fielderr.New(n.rule(i, "id", "rule_id"), "%q is a number; numbers are the ids of rules made through the admin API", r.ID)
 		}
+		// Tiers name their own rules tier_<name>...: a configured rule of
+		// such an id would share their counters.
+		if strings.HasPrefix(r.ID, "tier_") {
+			return fielderr.New(n.rule(i, "id", "rule_id"), "%q starts with tier_, which names the tiers' own rules", r.ID)
+		}
 		if j, dup := seen[r.ID]; dup {
 			return fielderr.New(n.rule(i, "id", "rule_id"), "%q is also the id of rules[%d]", r.ID, j)
 		}
