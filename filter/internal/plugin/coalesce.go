@@ -151,7 +151,7 @@ func (p *pluginContext) OnTick() {
 		p.wake(w.bucket, w.refill)
 	}
 	p.watchedSpare = watched[:0]
-	if len(p.kept) > 0 && now >= p.nextReturnMs {
+	if p.keptLen() > 0 && now >= p.nextReturnMs {
 		p.nextReturnMs = now + returnTickMs
 		p.returnEnded(now)
 	}

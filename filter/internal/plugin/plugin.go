@@ -74,6 +74,8 @@ type pluginContext struct {
 	// they end hands back what they left (returns.go); nextReturnMs is
 	// when a tick next looks.
 	kept         []keptLease
+	keptHead     int // the oldest's index in kept
+	keptBytes    int // the kept leases' strings' bytes
 	nextReturnMs int64
 	tickMs       uint32 // the tick's period asked for (retick)
 	rootID       uint32

@@ -19,25 +19,45 @@ import (
 // first) in a return-only check (wire.CheckRequest.ReturnOnly).
 
 // keptLease is a lease this VM kept, until it ends: its bucket, when it
-// ends, and what a check of that bucket says of the request (its strings
-// in one buffer of their own: a lease outlives its request).
+// ends, and what a check of that bucket says of the request, its eight
+// strings (identity, path, method, tier, tenant, API key, client address,
+// method override) one after another in one string of their own (a lease
+// outlives its request), by their lengths.
 type keptLease struct {
 	bucket leasecache.Owner
 	endsMs int64
-	req    wire.CheckRequest
+	parts  string
+	lens   [8]uint16
+}
+
+// request is the return-only check of k's bucket.
+func (k *keptLease) request() wire.CheckRequest {
+	var f [len(k.lens)]string
+	all := k.parts
+	for i, n := range k.lens {
+		f[i], all = all[:n], all[n:]
+	}
+	return wire.CheckRequest{UserID: f[0], Endpoint: f[1], Method: f[2], Tier: f[3], Tenant: f[4], APIKey: f[5], ClientAddress: f[6],
+		MethodOverride: f[7], LeaseCharges: true, ReturnOnly: true}
 }
 
 const (
-	// maxKept bounds the leases a VM remembers (each holds its path, up to
-	// 8 KiB): past it the oldest is forgotten, and its leftover stays
-	// spent until its bucket's next check or its window's end (the
-	// limiter under-admits, never over).
-	maxKept = 1024
+	// maxKept and maxKeptBytes bound the leases a VM remembers, in number
+	// and in their strings' bytes (a path is up to 8 KiB): past either the
+	// oldest are forgotten, and their leftovers stay spent until their
+	// buckets' next checks or their windows' ends (the limiter
+	// under-admits, never over). Large enough that pushing another
+	// caller's leases out takes many thousands of leases a second on each
+	// VM (at 1,024, an outsider's 3,200 requests did it, and the caller
+	// it pushed out was refused for the rest of the minute).
+	maxKept      = 16384
+	maxKeptBytes = 2 << 20
 	// returnTickMs is the tick's period while kept leases wait to end (a
 	// hand-back comes at most this long after its lease ends).
 	returnTickMs = 200
-	// maxReturnsPerTick bounds the return-only checks one tick sends.
-	maxReturnsPerTick = 64
+	// maxReturnsPerTick bounds the return-only checks one tick sends
+	// (1,280 a second a VM at most).
+	maxReturnsPerTick = 256
 )
 
 // calloutReturn is the kind of a return-only check's callout
@@ -48,28 +68,30 @@ const calloutReturn uint8 = 0
 func (h *httpContext) keep(endsMs int64) {
 	p := h.p
 	parts := [...]string{h.ident(), h.path, h.method, h.tier, h.tenant, h.apiKey, h.addressField(), h.override}
+	k := keptLease{bucket: h.bucket, endsMs: endsMs}
 	n := 0
-	for _, s := range parts {
+	for i, s := range parts {
+		if len(s) > 0xffff {
+			return // no part is this long (a path is 8 KiB at most)
+		}
+		k.lens[i] = uint16(len(s))
 		n += len(s)
 	}
 	buf := make([]byte, 0, n)
 	for _, s := range parts {
 		buf = append(buf, s...)
 	}
-	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is never written again
-	var f [len(parts)]string
-	for i, s := range parts {
-		f[i], all = all[:len(s)], all[len(s):]
+	k.parts = unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is never written again
+	for p.keptLen() > 0 && (p.keptLen() >= maxKept || p.keptBytes+n > maxKeptBytes) {
+		p.dropKept(1)
 	}
-	if len(p.kept) == maxKept {
-		p.dropKept(maxKept / 4) // the oldest, a quarter at once: one copy per 256 leases
-	}
-	p.kept = append(p.kept, keptLease{bucket: h.bucket, endsMs: endsMs, req: wire.CheckRequest{
-		UserID: f[0], Endpoint: f[1], Method: f[2], Tier: f[3], Tenant: f[4], APIKey: f[5], ClientAddress: f[6], MethodOverride: f[7],
-		LeaseCharges: true, ReturnOnly: true,
-	}})
+	p.kept = append(p.kept, k)
+	p.keptBytes += n
 	p.retick()
 }
+
+// keptLen is how many kept leases the VM remembers.
+func (p *pluginContext) keptLen() int { return len(p.kept) - p.keptHead }
 
 // returnEnded hands back what the kept leases that ended by nowMs left, in
 // the order they were kept, at most maxReturnsPerTick a tick.
@@ -82,36 +104,46 @@ func (p *pluginContext) returnEnded(nowMs int64) {
 		// back).
 		return
 	}
-	n, sent := 0, 0
-	for ; n < len(p.kept) && p.kept[n].endsMs <= nowMs && sent < maxReturnsPerTick; n++ {
-		k := &p.kept[n]
+	sent := 0
+	for p.keptLen() > 0 && sent < maxReturnsPerTick {
+		k := &p.kept[p.keptHead]
+		if k.endsMs > nowMs {
+			break
+		}
 		e, returned := p.cache.TakeEnded(k.bucket, nowMs)
-		if returned <= 0 && e.ChargeTokens <= 0 && e.Spent <= 0 {
-			continue // a check of its bucket handed it back, or it was spent
+		if returned > 0 || e.ChargeTokens > 0 || e.Spent > 0 {
+			sent++
+			req := k.request()
+			req.Returned, req.Spent, req.ChargeReturned = min(returned, maxHandBack), min(e.Spent, maxHandBack), min(e.ChargeTokens, maxHandBack)
+			req.LeasedAt, req.ChargeLeasedAt = e.LeasedAt, e.ChargeLeasedAt
+			body := wire.AppendCheckRequest(p.bodyBuf[:0], &req)
+			p.bodyBuf = body[:0]
+			if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, p, calloutReturn); err != nil {
+				proxywasm.LogWarn("tollgate: lease hand-back to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
+			} else {
+				p.m.leaseReturns.Increment(1)
+			}
 		}
-		sent++
-		req := k.req
-		req.Returned, req.Spent, req.ChargeReturned = min(returned, maxHandBack), min(e.Spent, maxHandBack), min(e.ChargeTokens, maxHandBack)
-		req.LeasedAt, req.ChargeLeasedAt = e.LeasedAt, e.ChargeLeasedAt
-		body := wire.AppendCheckRequest(p.bodyBuf[:0], &req)
-		p.bodyBuf = body[:0]
-		if _, err := proxywasm.DispatchHttpCallTo(p.cfg.ControlCluster, p.calloutHeaders, body, p.cfg.TimeoutMs, p, calloutReturn); err != nil {
-			proxywasm.LogWarn("tollgate: lease hand-back to " + p.cfg.ControlCluster + " not dispatched: " + err.Error())
-			continue
-		}
-		p.m.leaseReturns.Increment(1)
+		p.dropKept(1)
 	}
-	p.dropKept(n)
 }
 
-// dropKept forgets the n oldest kept leases (their strings with them).
+// dropKept forgets the n oldest kept leases (their strings with them): a
+// queue whose head moves on, its array compacted once the head passed half
+// of it (a copy per so many drops, not one each).
 func (p *pluginContext) dropKept(n int) {
-	if n == 0 {
-		return
+	for ; n > 0 && p.keptLen() > 0; n-- {
+		p.keptBytes -= len(p.kept[p.keptHead].parts)
+		p.kept[p.keptHead] = keptLease{}
+		p.keptHead++
 	}
-	m := copy(p.kept, p.kept[n:])
-	clear(p.kept[m:])
-	p.kept = p.kept[:m]
+	if p.keptLen() == 0 {
+		p.kept, p.keptHead = p.kept[:0], 0
+	} else if p.keptHead >= 64 && 2*p.keptHead >= len(p.kept) {
+		m := copy(p.kept, p.kept[p.keptHead:])
+		clear(p.kept[m:])
+		p.kept, p.keptHead = p.kept[:m], 0
+	}
 }
 
 // OnCalloutResponse receives a return-only check's answer, which carries
@@ -126,7 +158,7 @@ func (p *pluginContext) retick() {
 	switch {
 	case len(p.watched) > 0:
 		want = watchTickMs
-	case len(p.kept) > 0:
+	case p.keptLen() > 0:
 		want = returnTickMs
 	}
 	if want != p.tickMs && proxywasm.SetTickPeriodMilliSeconds(want) == nil {
