@@ -202,7 +202,7 @@ func (p *view) target(in *subject, trust Trust) (target, *apierr.Error) {
 		}
 		t.address = a.Value
 	}
-	if t.endpoint, t.script, err = p.Endpoints(in.endpoint); err != nil {
+	if t.endpoint, t.script, err = p.Endpoint(in.endpoint); err != nil {
 		return t, apierr.InvalidAt("endpoint", err)
 	}
 	if in.method != "" && !rules.ValidMethod(in.method) {

@@ -397,7 +397,7 @@ func (s *Service) checkValid(ctx context.Context, p *view, c *caller, req *wire.
 			unverified = true
 		}
 	}
-	if (req.APIKey == "" || unverified) && c.id.Kind != identity.KindKey && (p.KeyRequired(c.tier, c.endpoint) || c.script != "" && p.KeyRequired(c.tier, c.script)) {
+	if (req.APIKey == "" || unverified) && c.id.Kind != identity.KindKey && p.KeyRequired(c.tier, c.endpoint, c.script) {
 		if unverified {
 			// A 503 the filter passes on whatever its own failure_mode
 			// (its fallback would admit the request).
@@ -454,8 +454,9 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	if c.returnOnly {
 		if !p.Exempt(c.id, c.name) {
 			s.handBack(ctx, c, s.selectRules(p, &c.target, c.adhoc))
-		} else if c.spent > 0 && !c.refused {
-			s.usage.Record(c.name, s.now(), c.spent, nil)
+		}
+		if c.spent > 0 && !c.refused {
+			s.usage.Record(c.name, s.now(), c.spent, nil) // requests made on the lease
 		}
 		return wire.CheckResponse{Allowed: true, Identity: c.name, Tier: c.tier}, nil
 	}
@@ -658,12 +659,11 @@ func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, leasedAt i
 	}
 }
 
-// handBack is a return-only check (wire.CheckRequest.ReturnOnly): the
+// handBack is a return-only check's (wire.CheckRequest.ReturnOnly): the
 // filter hands back a lease that ended with tokens left, of a bucket no
 // request came back to. Each counter of the request's rules takes back
 // what it leased, in the window it leased it from (leased_at), as a
-// check's returned would; the tokens spent on the lease count as
-// requests made. Nothing is spent, and the answer carries nothing.
+// check's returned would. Nothing is spent.
 func (s *Service) handBack(ctx context.Context, c *caller, rs []applied) {
 	pool := chargePool(rs)
 	for i := range rs {
@@ -674,9 +674,6 @@ func (s *Service) handBack(ctx context.Context, c *caller, rs []applied) {
 		if n > 0 {
 			s.giveBack(ctx, rs[i].req, n, at)
 		}
-	}
-	if c.spent > 0 && !c.refused {
-		s.usage.Record(c.name, s.now(), c.spent, nil)
 	}
 }
 

@@ -189,13 +189,14 @@ func (p *Policy) KeyTier(tierID int, tierName string) string {
 }
 
 // KeyRequired reports whether a caller of tier on endpoint must present an
-// API key: its tier or the path says so.
-func (p *Policy) KeyRequired(tier, endpoint string) bool {
+// API key: its tier or the path says so, or the path of the PHP script
+// that runs the request (script, from Endpoint; "" for none).
+func (p *Policy) KeyRequired(tier, endpoint, script string) bool {
 	if t := p.TierByName(tier); t != nil && t.RequireAPIKey {
 		return true
 	}
 	for _, g := range p.spec.APIKeyRequiredPaths {
-		if rules.MatchGlob(g, endpoint) {
+		if rules.MatchGlob(g, endpoint) || script != "" && rules.MatchGlob(g, script) {
 			return true
 		}
 	}
@@ -322,15 +323,10 @@ func askOrder(r *rules.Rule) int {
 // and folds its case and its aliases when path_case and path_aliases say
 // the upstream does: one resource is one counter however it is spelled. The filter does not fold: its lease
 // buckets stay per spelling, each spending from the one folded counter.
-func (p *Policy) Endpoint(ep string) (string, error) {
-	route, _, err := p.Endpoints(ep)
-	return route, err
-}
-
-// Endpoints is Endpoint, and beside it the path of the PHP script that
-// runs the request with path info ("" when none runs it so; MatchScript
-// counts the request against both), folded the same way.
-func (p *Policy) Endpoints(ep string) (route, script string, err error) {
+// Beside that route it returns the path of the PHP script that runs the
+// request with path info ("" when none runs it so; MatchScript counts the
+// request against both), folded the same way.
+func (p *Policy) Endpoint(ep string) (route, script string, err error) {
 	if ep == "" {
 		return "", "", fielderr.New("", "is required")
 	}

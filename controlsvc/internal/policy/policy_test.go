@@ -109,9 +109,9 @@ func TestCompiledPolicy(t *testing.T) {
 		{"key tier by name (old keys)", p.KeyTier(0, "premium"), "premium"},
 		{"key without a tier", p.KeyTier(0, ""), ""},
 		{"unknown tier", p.Tier("gold"), "free"},
-		{"tier needs a key", p.KeyRequired("premium", "/x"), true},
-		{"path needs a key", p.KeyRequired("free", "/partner/a/b"), true},
-		{"no key needed", p.KeyRequired("free", "/x"), false},
+		{"tier needs a key", p.KeyRequired("premium", "/x", ""), true},
+		{"path needs a key", p.KeyRequired("free", "/partner/a/b", ""), true},
+		{"no key needed", p.KeyRequired("free", "/x", ""), false},
 		{"exempt prefix", p.Exempt(ipID("10.1.2.3"), "ip:10.1.2.3"), true},
 		{"exempt address", p.Exempt(ipID("192.0.2.1"), "ip:192.0.2.1"), true},
 		{"not exempt", p.Exempt(ipID("192.0.2.2"), "ip:192.0.2.2"), false},
@@ -122,7 +122,7 @@ func TestCompiledPolicy(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
 		}
 	}
-	if ep, err := p.Endpoint("/API//V1/./Items%41"); err != nil || ep != "/api/v1/itemsa" {
+	if ep, _, err := p.Endpoint("/API//V1/./Items%41"); err != nil || ep != "/api/v1/itemsa" {
 		t.Errorf("endpoint with insensitive paths: %q %v", ep, err)
 	}
 	s.PathAliases = PathAliasesFold
@@ -130,18 +130,18 @@ func TestCompiledPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{"/Login.JSON", "/login.", "/login%20", "/LOGIN.x.json.%20"} {
-		if got, err := p.Endpoint(ep); err != nil || got != "/login" {
+		if got, _, err := p.Endpoint(ep); err != nil || got != "/login" {
 			t.Errorf("endpoint %q with folded aliases: %q %v", ep, got, err)
 		}
 	}
-	if _, err := p.Endpoint(""); err == nil {
+	if _, _, err := p.Endpoint(""); err == nil {
 		t.Error("an empty endpoint was taken")
 	}
 	// A PHP front controller's path info is the route, whatever the
 	// settings (an outsider's /index.php/api/v1/auth/login escaped the
 	// login rule behind a PHP upstream).
 	for ep, want := range map[string]string{"/index.php/api/v1/auth/login": "/api/v1/auth/login", "/App/Index.PHP/Items": "/app/items"} {
-		if got, err := p.Endpoint(ep); err != nil || got != want {
+		if got, _, err := p.Endpoint(ep); err != nil || got != want {
 			t.Errorf("endpoint %q: %q %v, want %q", ep, got, err, want)
 		}
 	}
