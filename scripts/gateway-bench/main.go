@@ -27,7 +27,6 @@ import (
 	"net/url"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"syscall"
 	"time"
 
@@ -114,12 +113,12 @@ func run() error {
 		fmt.Printf("round %d: ratio with/without %.2f (per CPU second %.2f); control-service calls per 1,000 admitted %.1f\n",
 			round+1, ratios[round], cpuRatios[round], perK)
 	}
-	lo, mid, hi := spread(ratios)
+	lo, mid, hi := loadtest.Spread(ratios)
 	fmt.Printf("ratio with/without: %.2f (median of %d rounds; %.2f-%.2f)\n", mid, len(ratios), lo, hi)
-	lo, mid, hi = spread(cpuRatios)
+	lo, mid, hi = loadtest.Spread(cpuRatios)
 	fmt.Printf("requests per CPU second with/without: %.2f (median; %.2f-%.2f)\n", mid, lo, hi)
 	if *lease > 0 {
-		lo, mid, hi = spread(calls)
+		lo, mid, hi = loadtest.Spread(calls)
 		fmt.Printf("control-service calls per 1,000 admitted: %.1f (median; %.1f-%.1f)\n", mid, lo, hi)
 	}
 	return nil
@@ -197,13 +196,6 @@ func (b *bench) loadLabelled(ctx context.Context, round int, noFilter bool) (out
 		}
 	}
 	return loadResult{perSec: res.PerSec, cpu: cpu / time.Duration(b.requests)}, callsPerK, nil
-}
-
-// spread is the least, the median and the most of v.
-func spread(v []float64) (lo, mid, hi float64) {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[0], s[len(s)/2], s[len(s)-1]
 }
 
 func serve(h http.Handler) (*url.URL, func(), error) {

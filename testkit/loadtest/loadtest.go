@@ -163,3 +163,15 @@ func loopback(host string) bool {
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
+
+// Spread is the least, the median and the most of rounds' figures (zeros
+// for none): benchmarks report a ratio as its median over rounds with this
+// spread beside it.
+func Spread(v []float64) (lo, mid, hi float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[0], s[len(s)/2], s[len(s)-1]
+}
