@@ -2,6 +2,9 @@
 // start and counts the ticks it gets in a metric. With the plugin
 // configuration "sleep" it also sleeps on every tick, which makes Go's
 // runtime call poll_oneoff (the call Envoy 1.33 to 1.38 answer with ENOSYS).
+// With "rearm" it asks for a tick an hour at start and for one every
+// millisecond once a request comes: a host must tick it soon after (Envoy's
+// setTickPeriod re-arms its timer at once).
 package main
 
 import (
@@ -21,15 +24,19 @@ func (vm) NewPluginContext(uint32) types.PluginContext { return &plugin{} }
 
 type plugin struct {
 	types.DefaultPluginContext
-	ticks proxywasm.MetricCounter
-	sleep bool
+	ticks        proxywasm.MetricCounter
+	sleep, rearm bool
 }
 
 func (p *plugin) OnPluginStart(int) types.OnPluginStartStatus {
 	cfg, _ := proxywasm.GetPluginConfiguration()
-	p.sleep = string(cfg) == "sleep"
+	p.sleep, p.rearm = string(cfg) == "sleep", string(cfg) == "rearm"
 	p.ticks = proxywasm.DefineCounterMetric("ticks")
-	if err := proxywasm.SetTickPeriodMilliSeconds(250); err != nil {
+	period := uint32(250)
+	if p.rearm {
+		period = 3_600_000
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(period); err != nil {
 		return types.OnPluginStartStatusFailed
 	}
 	return types.OnPluginStartStatusOK
@@ -40,4 +47,18 @@ func (p *plugin) OnTick() {
 		time.Sleep(time.Millisecond)
 	}
 	p.ticks.Increment(1)
+}
+
+func (p *plugin) NewHttpContext(uint32) types.HttpContext { return &stream{rearm: p.rearm} }
+
+type stream struct {
+	types.DefaultHttpContext
+	rearm bool
+}
+
+func (s *stream) OnHttpRequestHeaders(int, bool) types.Action {
+	if s.rearm {
+		_ = proxywasm.SetTickPeriodMilliSeconds(1)
+	}
+	return types.ActionContinue
 }
