@@ -1,0 +1,175 @@
+package app_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/testkit/redistest"
+)
+
+// Resharding a cluster under load: the slot holding a busy caller's counter
+// moves to another node (as redis-cli --cluster reshard moves it: IMPORTING
+// and MIGRATING, the keys MIGRATEd, the slot handed over) while checks of
+// that caller run. Every check is decided by the counter, wherever it is
+// at that moment: exactly the limit admitted, nothing degraded, no error.
+// With penalties on, the script names the caller's penalty and block keys
+// too, which do not exist: the node importing the slot answers TRYAGAIN
+// to a script whose keys it does not all hold.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml string
+		split      bool // the nodes answer TRYAGAIN while the slot moves
+	}{
+		{"one key a check", "", false},
+		{"penalty keys named too", "[penalties]\nenabled = true\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { reshardUnderLoad(t, tc.toml, tc.split) })
+	}
+}
+
+func reshardUnderLoad(t *testing.T, toml string, split bool) {
+	nodes := redistest.StartCluster(t, 3)
+	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, toml, nil)
+	const limit, workers, each = 150, 6, 50
+	req := map[string]any{"user_id": "reshard", "endpoint": "/x", "limit": limit, "window_seconds": 3600, "strategy": "token_bucket"}
+	if r := s.check(req); r.status != 200 {
+		t.Fatalf("first check: %d %s", r.status, r.body)
+	}
+	src, slot := findOwnerSlot(t, nodes, "reshard")
+	dst := nodes[(src+1)%len(nodes)]
+
+	var done atomic.Int64
+	codes := make(chan string, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				r, err := s.tryDo("POST", "/v1/rate-limit/check", req)
+				switch {
+				case err != nil:
+					codes <- "error: " + err.Error()
+				case strings.Contains(string(r.body), `"degraded"`):
+					codes <- fmt.Sprintf("%d degraded", r.status)
+				default:
+					codes <- strconv.Itoa(r.status)
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	// Each step of the move waits for checks to go on meanwhile, and, once
+	// the caller's keys are split, for a node to have answered TRYAGAIN:
+	// the checks met the move (bounded waits: checks that hang or never
+	// meet it are failures the counts below show).
+	progress := func(n int64) {
+		target := done.Load() + n
+		for deadline := time.Now().Add(10 * time.Second); done.Load() < target && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tryAgains := func() int {
+		n := 0
+		for _, node := range nodes {
+			info, _ := redistest.Do(node.Addr, "INFO", "errorstats")
+			_, after, ok := strings.Cut(fmt.Sprint(info), "errorstat_TRYAGAIN:count=")
+			if ok {
+				v, _ := strconv.Atoi(strings.TrimSpace(strings.FieldsFunc(after, func(r rune) bool { return r < '0' || r > '9' })[0]))
+				n += v
+			}
+		}
+		return n
+	}
+	awaitTryAgain := func() {
+		before := tryAgains()
+		for deadline := time.Now().Add(10 * time.Second); tryAgains() == before && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	progress(30)
+	srcID, dstID := nodeID(t, nodes[src]), nodeID(t, dst)
+	slotArg := strconv.Itoa(slot)
+	mustDo(t, dst.Addr, "CLUSTER", "SETSLOT", slotArg, "IMPORTING", srcID)
+	mustDo(t, nodes[src].Addr, "CLUSTER", "SETSLOT", slotArg, "MIGRATING", dstID)
+	if split {
+		awaitTryAgain()
+	} else {
+		progress(30)
+	}
+	keys, err := redistest.Do(nodes[src].Addr, "CLUSTER", "GETKEYSINSLOT", slotArg, "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys.([]any) {
+		mustDo(t, nodes[src].Addr, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS", fmt.Sprint(k))
+		if split {
+			awaitTryAgain()
+		} else {
+			progress(20)
+		}
+	}
+	for _, n := range []*redistest.Server{dst, nodes[src], nodes[(src+2)%len(nodes)]} {
+		mustDo(t, n.Addr, "CLUSTER", "SETSLOT", slotArg, "NODE", dstID)
+	}
+	if n := tryAgains(); split && n == 0 {
+		t.Fatal("no node answered TRYAGAIN: the checks never met the slot split")
+	} else {
+		t.Logf("%d checks done at the handover, %d TRYAGAIN answers", done.Load(), n)
+	}
+	wg.Wait()
+	close(codes)
+	got := map[string]int{}
+	for c := range codes {
+		got[c]++
+	}
+	// The first check spent one token.
+	if got["200"] != limit-1 || got["429"] != workers*each-(limit-1) {
+		t.Fatalf("checks while the slot moved: %v; want %d allowed and %d denied, nothing else\n%s", got, limit-1, workers*each-(limit-1), s.logs)
+	}
+	if n, _ := redistest.Do(dst.Addr, "CLUSTER", "COUNTKEYSINSLOT", slotArg); fmt.Sprint(n) == "0" {
+		t.Fatalf("the caller's keys did not move to %s", dst.Addr)
+	}
+}
+
+// findOwnerSlot is the node holding the caller's counter and its slot.
+func findOwnerSlot(t *testing.T, nodes []*redistest.Server, id string) (int, int) {
+	t.Helper()
+	for i, n := range nodes {
+		ks, err := redistest.Do(n.Addr, "KEYS", "*"+id+"*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := ks.([]any); len(l) > 0 {
+			slot, err := redistest.Do(n.Addr, "CLUSTER", "KEYSLOT", fmt.Sprint(l[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := strconv.Atoi(fmt.Sprint(slot))
+			return i, v
+		}
+	}
+	t.Fatalf("no node holds a key of %s", id)
+	return 0, 0
+}
+
+func nodeID(t *testing.T, n *redistest.Server) string {
+	t.Helper()
+	id, err := redistest.Do(n.Addr, "CLUSTER", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(id)
+}
+
+func mustDo(t *testing.T, addr string, args ...string) {
+	t.Helper()
+	if _, err := redistest.Do(addr, args...); err != nil {
+		t.Fatalf("%s %v: %v", addr, args, err)
+	}
+}
