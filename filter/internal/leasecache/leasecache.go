@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/tollgate-rl/tollgate/filter/internal/siphash"
 	"github.com/tollgate-rl/tollgate/shared/identity"
 )
 
@@ -192,7 +193,7 @@ func (c *Cache) loadKey() error {
 		data, cas, err := c.store.Get(c.keyKey)
 		switch {
 		case err == nil && len(data) == keyLen:
-			c.k0, c.k1 = keyWords(data)
+			c.k0, c.k1 = siphash.KeyWords(data)
 			return nil
 		case err == nil:
 			// Not a key (written by something else): replace this very
@@ -208,7 +209,7 @@ func (c *Cache) loadKey() error {
 		}
 		switch err := c.store.Set(c.keyKey, k[:], cas); {
 		case err == nil:
-			c.k0, c.k1 = keyWords(k[:])
+			c.k0, c.k1 = siphash.KeyWords(k[:])
 			return nil
 		case !errors.Is(err, ErrCasMismatch):
 			return errors.New("leasecache: store the hash key: " + err.Error())
@@ -230,25 +231,25 @@ func (c *Cache) Bucket(parts ...string) Owner {
 // Bucket call one at a time, from strings or from bytes, gives the same
 // owner. The filter hashes what it read where it lies, building no string
 // for a part it does not keep.
-type BucketHasher struct{ s sip }
+type BucketHasher struct{ s siphash.State }
 
 // NewBucket starts the owner id of a bucket.
-func (c *Cache) NewBucket() BucketHasher { return BucketHasher{newSip(c.k0, c.k1)} }
+func (c *Cache) NewBucket() BucketHasher { return BucketHasher{siphash.New(c.k0, c.k1)} }
 
 // Add adds the next parts, in order (all at once costs one call: the
 // filter hashes a request's parts on every request).
-func (b *BucketHasher) Add(parts ...string) { addParts(&b.s, parts) }
+func (b *BucketHasher) Add(parts ...string) { b.s.AddParts(parts) }
 
 // AddBytes adds the next part, held in a buffer. The hash reads the bytes
 // during the call and keeps nothing of them, so they are read as a string
 // where they lie rather than copied into one.
 func (b *BucketHasher) AddBytes(part []byte) {
-	addParts(&b.s, []string{unsafe.String(unsafe.SliceData(part), len(part))})
+	b.s.AddParts([]string{unsafe.String(unsafe.SliceData(part), len(part))})
 }
 
 // Owner is the owner id of the parts added.
 func (b *BucketHasher) Owner() Owner {
-	h0, h1 := b.s.sum()
+	h0, h1 := b.s.Sum()
 	var o Owner
 	binary.LittleEndian.PutUint64(o[:8], h0|1) // never zero: the zero Owner is no bucket
 	binary.LittleEndian.PutUint64(o[8:], h1)
@@ -758,7 +759,7 @@ func (c *Cache) keyReplaced() bool {
 	if err != nil || len(data) != keyLen {
 		return false
 	}
-	k0, k1 := keyWords(data)
+	k0, k1 := siphash.KeyWords(data)
 	return k0 != c.k0 || k1 != c.k1
 }
 

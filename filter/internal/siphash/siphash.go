@@ -1,12 +1,15 @@
-package leasecache
+// Package siphash is SipHash-2-4 with its 128-bit output (Aumasson and
+// Bernstein), a keyed PRF: under a secret key nobody can pick inputs that
+// share an output or land in a given slot. The filter keys its lease
+// cache's buckets and its token cache with it.
+package siphash
 
 import (
 	"encoding/binary"
 	"math/bits"
 )
 
-// bucketHash is SipHash-2-4 with its 128-bit output (Aumasson and Bernstein)
-// of the parts' encoding: for each part, its length as a little-endian
+// Parts is SipHash-2-4-128 of the parts' encoding: for each part, its length as a little-endian
 // 64-bit word, then its bytes zero-padded to a whole number of words.
 //
 // The encoding is injective (the length says where a part ends and how much
@@ -16,18 +19,19 @@ import (
 // every part word-aligned lets the hash consume whole words straight from
 // the strings, with its state in locals: no tail buffer, no byte-at-a-time
 // path, no allocation (this runs on every request).
-func bucketHash(k0, k1 uint64, parts []string) (h0, h1 uint64) {
-	s := newSip(k0, k1)
-	addParts(&s, parts)
-	return s.sum()
+func Parts(k0, k1 uint64, parts []string) (h0, h1 uint64) {
+	s := New(k0, k1)
+	s.AddParts(parts)
+	return s.Sum()
 }
 
-// sip is SipHash's state while parts are absorbed; n is the message length
-// so far in bytes, always a multiple of 8.
-type sip struct{ v0, v1, v2, v3, n uint64 }
+// State is SipHash's state while parts are absorbed; n is the message
+// length so far in bytes, always a multiple of 8.
+type State struct{ v0, v1, v2, v3, n uint64 }
 
-func newSip(k0, k1 uint64) sip {
-	return sip{
+// New starts a hash under the key (k0, k1).
+func New(k0, k1 uint64) State {
+	return State{
 		v0: k0 ^ 0x736f6d6570736575,
 		v1: k1 ^ 0x646f72616e646f6d ^ 0xee, // 0xee: the 128-bit variant
 		v2: k0 ^ 0x6c7967656e657261,
@@ -35,7 +39,7 @@ func newSip(k0, k1 uint64) sip {
 	}
 }
 
-// addParts absorbs parts, each as its length word, then its bytes
+// AddParts absorbs parts, each as its length word, then its bytes
 // zero-padded to whole words, read where they lie. (Not generic over
 // []byte: a generic call inlined into another package loses its escape
 // facts, and the caller's state and buffers moved to the heap.) One loop
@@ -43,7 +47,7 @@ func newSip(k0, k1 uint64) sip {
 // caller has at once: compress is too large to inline, and in the Wasm
 // build a call cost more than the two rounds it makes (a lease hit hashes
 // six parts, a dozen words).
-func addParts(s *sip, parts []string) {
+func (s *State) AddParts(parts []string) {
 	v0, v1, v2, v3, n := s.v0, s.v1, s.v2, s.v3, s.n
 	for _, p := range parts {
 		m := uint64(len(p))
@@ -72,8 +76,8 @@ func addParts(s *sip, parts []string) {
 	s.v0, s.v1, s.v2, s.v3, s.n = v0, v1, v2, v3, n
 }
 
-// sum finishes the hash.
-func (s *sip) sum() (h0, h1 uint64) {
+// Sum finishes the hash.
+func (s *State) Sum() (h0, h1 uint64) {
 	// The message is whole words: the last block is only its length (mod
 	// 256, in the top byte), as SipHash pads any message.
 	v0, v1, v2, v3 := compress(s.v0, s.v1, s.v2, s.v3, s.n<<56)
@@ -126,7 +130,7 @@ func round(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 	return v0, v1, v2, v3
 }
 
-// keyWords splits a 16-byte hash key into SipHash's two key words.
-func keyWords(k []byte) (k0, k1 uint64) {
+// KeyWords splits a 16-byte hash key into SipHash's two key words.
+func KeyWords(k []byte) (k0, k1 uint64) {
 	return binary.LittleEndian.Uint64(k[:8]), binary.LittleEndian.Uint64(k[8:16])
 }
