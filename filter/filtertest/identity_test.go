@@ -244,6 +244,77 @@ func TestJunkTokensAreCheckedAtMostSixteenASecond(t *testing.T) {
 	}
 }
 
+// A token's checks count what they cost the VM (attack 45): a token without
+// kid is checked against every key of its alg, and counts a check for each
+// (under four keys, one count let 200 addresses keep the VM at 97 % of a
+// core within their budgets); a long payload is read only while the
+// address has checks left, and counts one when the token then fails (a
+// junk token of a thousand tiny claims and the wrong issuer cost 0.9 ms
+// and counted nothing). So four kid-less junk tokens, or sixteen long
+// ones, spend an address's sixteen checks of the second.
+func TestTokenChecksCountWhatTheyCost(t *testing.T) {
+	var set struct{ Keys []map[string]string }
+	if err := json.Unmarshal(keys.JWKS(), &set); err != nil {
+		t.Fatal(err)
+	}
+	jwks := set.Keys
+	for i := range 3 {
+		other, err := jwttest.NewKeys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o struct{ Keys []map[string]string }
+		if err := json.Unmarshal(other.JWKS(), &o); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range o.Keys {
+			if k["kty"] == "EC" {
+				k["kid"] = fmt.Sprint("es", i+2)
+				jwks = append(jwks, k)
+			}
+		}
+	}
+	raw, _ := json.Marshal(map[string]any{"keys": jwks})
+	e := newEnv(t, fmt.Sprintf(`{"control_cluster":"controlsvc","lease":{"request":0},"jwt":{"jwks":%s,"issuer":"https://issuer.example"}}`, raw), 1)
+	caller := func(token, source string) string {
+		t.Helper()
+		e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + token}}, source: source})
+		_, c := e.callout(0)
+		e.answer(0, "200", decision(true, 50, 0, 0))
+		return c.UserID
+	}
+	kidless := func(c map[string]any) string {
+		p, _ := json.Marshal(c)
+		return forge(keys.SignWithHeader("ES256", map[string]any{"kid": nil}, p))
+	}
+	long := claims(epoch.Add(time.Hour))
+	long["iss"], long["pad"] = "https://other.example", strings.Repeat("x", 3000)
+	for _, tc := range []struct {
+		name, source string
+		junk         func(i int) string
+		count        int
+	}{
+		{"kid-less, four keys", "198.51.100.7:1", func(i int) string { return kidless(claims(epoch.Add(time.Duration(i+1) * time.Hour))) }, 4},
+		{"long payload, wrong issuer", "198.51.100.8:1", func(int) string { return keys.Sign("ES256", long) }, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.count {
+				if got := caller(tc.junk(i), tc.source); got != "ip:"+strings.TrimSuffix(tc.source, ":1") {
+					t.Fatalf("junk token %d: %s", i, got)
+				}
+			}
+			fresh := keys.Sign("ES256", claims(epoch.Add(time.Duration(10+len(tc.name))*time.Hour)))
+			if got := caller(fresh, tc.source); got == "user:alice" {
+				t.Fatalf("a new token after %d such junk tokens was checked: the address's 16 checks were not spent", tc.count)
+			}
+		})
+	}
+	e.clock.Advance(time.Second)
+	if got := caller(keys.Sign("ES256", claims(epoch.Add(99*time.Hour))), "198.51.100.7:1"); got != "user:alice" {
+		t.Fatalf("the next second: %s", got)
+	}
+}
+
 // Past an address's bad-token checks of the second (badtokens.go) a new
 // token goes unchecked; under reject_invalid that is a 503 with
 // Retry-After, not a 401: the token may be valid (an outsider spending the

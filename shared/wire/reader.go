@@ -74,6 +74,11 @@ func (r *Reader) Object(field func(key string) error) error {
 	return r.p.object(func(key []byte) error { return field(string(key)) })
 }
 
+// Fields is Object with each key as the reader's bytes, valid only until
+// field returns: no string is made of a key the caller does not keep (a
+// token's payload of a thousand tiny claims made a thousand).
+func (r *Reader) Fields(field func(key []byte) error) error { return r.p.object(field) }
+
 // Array reads an array, calling elem for each element with its index; elem
 // must consume it.
 func (r *Reader) Array(elem func(i int) error) error {
@@ -143,6 +148,38 @@ func (r *Reader) Float() (float64, error) {
 		return 0, ErrSyntax
 	}
 	return f, nil
+}
+
+// Number consumes a number, refusing what Float refuses (one beyond the
+// float64 range), without converting it when it cannot be out of range: no
+// exponent and at most 308 digits before any fraction.
+func (r *Reader) Number() error {
+	if r.Kind() != KindNumber {
+		return ErrSyntax
+	}
+	p := &r.p
+	start := p.i
+	if err := p.number(); err != nil {
+		return err
+	}
+	lit := p.b[start:p.i]
+	whole := len(lit)
+	for i, c := range lit {
+		switch c {
+		case 'e', 'E':
+			whole = 1 << 30 // an exponent: convert
+		case '.':
+			whole = min(whole, i)
+		}
+	}
+	if whole <= 308 {
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return ErrSyntax
+	}
+	return nil
 }
 
 // Raw consumes the next value and returns its bytes as they are.

@@ -5,7 +5,6 @@
 package jwt
 
 import (
-	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -14,12 +13,19 @@ import (
 
 	"github.com/tollgate-rl/tollgate/filter/internal/digest"
 	"github.com/tollgate-rl/tollgate/filter/internal/sigverify"
+	"github.com/tollgate-rl/tollgate/filter/internal/siphash"
 	"github.com/tollgate-rl/tollgate/shared/fielderr"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // MaxTokenLen bounds a token; a longer one is refused before any parsing.
 const MaxTokenLen = 8192
+
+// cheapPayload is the longest payload (base64url) read without asking
+// VerifyIf's allow first: 2 KiB, which an identity provider's tokens fit
+// but for long group lists; the most a junk one costs is about a quarter
+// of the longest one's.
+const cheapPayload = 2048
 
 // ErrInvalid is wrapped by every verification failure.
 var ErrInvalid = errors.New("invalid token")
@@ -33,8 +39,11 @@ func (e *invalidError) Unwrap() error { return ErrInvalid }
 func invalid(why string) error { return &invalidError{why} }
 
 type key struct {
-	kid    string
-	alg    string // HS256, RS256, ES256
+	kid string
+	alg string // HS256, RS256, ES256
+	// cost is a signature check with the key in checks (VerifyIf): 1, or
+	// 2 for an RSA key over 2048 bits.
+	cost   int
 	secret []byte
 	rsa    *sigverify.RSAKey
 	ec     *sigverify.P256Key
@@ -169,6 +178,18 @@ func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
 			if err != nil || len(n) < 256 {
 				return nil, fielderr.New(at+".n", "must be base64url of a modulus of at least 2048 bits")
 			}
+			// A check with an 8192-bit key cost 3.1 ms of the VM's time,
+			// and a token without kid is checked against every key of its
+			// alg (attack 45 A2).
+			for len(n) > 0 && n[0] == 0 {
+				n = n[1:]
+			}
+			if len(n) > 512 {
+				return nil, fielderr.New(at+".n", "a modulus of more than 4096 bits is not supported (a signature check with it costs milliseconds in the VM)")
+			}
+			if len(n) > 256 {
+				k.cost = 2
+			}
 			e, err := b64(j.E)
 			if err != nil || len(e) == 0 || len(e) > 4 {
 				return nil, fielderr.New(at+".e", "must be base64url of a small exponent")
@@ -195,6 +216,7 @@ func ParseJWKS(raw []byte) (*KeySet, *fielderr.Error) {
 		default:
 			return nil, fielderr.New(at+".kty", "%q must be RSA, EC or oct", j.Kty)
 		}
+		k.cost = max(k.cost, 1)
 		ks.keys = append(ks.keys, k)
 	}
 	return ks, nil
@@ -251,26 +273,31 @@ type Verifier struct {
 }
 
 type cacheEntry struct {
-	sum    [32]byte
+	sum    [2]uint64 // the token's SipHash under Options.CacheKey
 	claims Claims
 	used   bool
 	last   uint64 // the verifier's uses when last hit or stored
 }
 
+// sum is the token's SipHash-2-4-128 under the process's secret cache key:
+// a PRF, so nobody without the key can make a token whose sum is another
+// token's and be taken for its holder (2^-128 a guess, blind: sums are
+// never shown). It replaced SHA-256, which cost a token of 8 KiB 35 % of
+// its rejection natively, and a copy of it, before any check (attack 45
+// A1: a junk token of 1,000 tiny claims cost the VM 0.9 ms, twice an RS256
+// check, with no budget spent).
+func (v *Verifier) sum(token string) [2]uint64 {
+	h0, h1 := siphash.Parts(v.o.CacheKey[0], v.o.CacheKey[1], []string{token})
+	return [2]uint64{h0, h1}
+}
+
 // places are the two cache slots a token's sum may sit in (the cache is
-// two-way: two tokens of the same places both stay), by a keyed mix of
-// the sum (Options.CacheKey).
-func (v *Verifier) places(sum *[32]byte) (int, int) {
-	mix := func(x uint64) uint64 { // splitmix64's finalizer
-		x ^= x >> 30
-		x *= 0xbf58476d1ce4e5b9
-		x ^= x >> 27
-		x *= 0x94d049bb133111eb
-		return x ^ x>>31
-	}
-	h := mix(binary.LittleEndian.Uint64(sum[:8])^v.o.CacheKey[0]) ^ mix(binary.LittleEndian.Uint64(sum[8:16])^v.o.CacheKey[1])
+// two-way: two tokens of the same places both stay). The sum is keyed
+// (Options.CacheKey): with the places worked out from the token alone,
+// an outsider could pick tokens that share them.
+func (v *Verifier) places(sum [2]uint64) (int, int) {
 	n := uint64(len(v.cache))
-	i, j := h%n, (h>>32)%n
+	i, j := sum[0]%n, sum[1]%n
 	if i == j && n > 1 {
 		j = (i + 1) % n
 	}
@@ -291,20 +318,25 @@ func (v *Verifier) Verify(token string, now int64) (Claims, error) {
 // not allowed to check.
 var ErrNotVerified = invalid("not verified: too many invalid tokens from this client")
 
-// VerifyIf is Verify that checks a token's signature only when allow (nil:
-// always) says so: a token it holds verified costs a hash, a signature
-// check up to milliseconds inside Wasm, which a client sending new junk
-// tokens would otherwise have the VM pay on every request. allow is asked
-// only for a token that passed every check but its signature (its form,
-// dates, issuer, audience, subject, a key for its alg and kid), all of
-// them cheap: an expired or malformed token fails without it, and counts
-// against no budget of the caller's.
-func (v *Verifier) VerifyIf(token string, now int64, allow func() bool) (Claims, error) {
+// VerifyIf is Verify that does the dear parts of a check only when allow
+// (nil: always) says so, given what the part costs in checks: a token it
+// holds verified costs a hash, a signature check up to milliseconds inside
+// Wasm, which a client sending new junk tokens would otherwise have the VM
+// pay on every request. allow is asked before the signature checks, with
+// their number weighted by key (a token without kid is checked against
+// every key of its alg; a check with an RSA key over 2048 bits counts
+// two), for a token that passed every cheap check (its form, dates,
+// issuer, audience, subject, a key for its alg and kid): a short expired
+// or malformed token fails without it, and counts against no budget of
+// the caller's. It is asked too, for one check, before a payload longer
+// than cheapPayload is read, which is not cheap. A caller that counts
+// failures counts what it allowed.
+func (v *Verifier) VerifyIf(token string, now int64, allow func(checks int) bool) (Claims, error) {
 	if len(token) > MaxTokenLen {
 		return Claims{}, invalid("longer than " + strconv.Itoa(MaxTokenLen) + " bytes")
 	}
-	sum := digest.Sum256([]byte(token))
-	i, j := v.places(&sum)
+	sum := v.sum(token)
+	i, j := v.places(sum)
 	a, b := &v.cache[i], &v.cache[j]
 	v.uses++
 	for _, slot := range [2]*cacheEntry{a, b} {
@@ -394,22 +426,32 @@ func skipValue(r *wire.Reader, depth int) error {
 	}
 	switch r.Kind() {
 	case wire.KindNumber:
-		_, err := r.Float()
-		return err
+		return r.Number()
 	case wire.KindArray:
 		return r.Array(func(int) error { return skipValue(r, depth+1) })
 	case wire.KindObject:
-		return r.Object(func(string) error { return skipValue(r, depth+1) })
+		return r.Fields(func([]byte) error { return skipValue(r, depth+1) })
 	}
 	return r.Skip()
 }
 
-// readClaims reads the payload's members named in want.
+// readClaims reads the payload's members named in want. A member it does
+// not read costs no string and no conversion (wire.Reader.Fields and
+// Number): the claims are read before the issuer or the signature can
+// refuse the token, so a junk token's thousand tiny claims are all a
+// client can make the VM read.
 func readClaims(b []byte, want ...string) (claims, error) {
 	out := claims{}
 	r := wire.NewReader(b)
-	err := r.Object(func(name string) error {
-		if !slices.Contains(want, name) {
+	err := r.Fields(func(key []byte) error {
+		name := ""
+		for _, w := range want {
+			if w != "" && string(key) == w {
+				name = w
+				break
+			}
+		}
+		if name == "" {
 			return skipValue(r, 0)
 		}
 		c := claim{kind: r.Kind()}
@@ -440,7 +482,7 @@ func readClaims(b []byte, want ...string) (claims, error) {
 	return out, err
 }
 
-func (v *Verifier) verify(token string, now int64, allow func() bool) (Claims, error) {
+func (v *Verifier) verify(token string, now int64, allow func(checks int) bool) (Claims, error) {
 	h64, rest, ok1 := strings.Cut(token, ".")
 	p64, s64, ok2 := strings.Cut(rest, ".")
 	if !ok1 || !ok2 || strings.Contains(s64, ".") {
@@ -460,6 +502,17 @@ func (v *Verifier) verify(token string, now int64, allow func() bool) (Claims, e
 	sig, err := tokenB64(s64)
 	if err != nil {
 		return Claims{}, invalid("signature is not base64url")
+	}
+	// No key, no signature check to pay for, and no payload to read.
+	if !v.hasKey(h) {
+		return Claims{}, invalid("bad signature or unknown key")
+	}
+	// A long payload costs reading before any check can refuse it (a junk
+	// token of a thousand tiny claims in 8 KiB: 0.3 ms of the VM's time),
+	// so a long token is read only while its client may still have a token
+	// checked, and once read it counts as one check (allow was asked).
+	if len(p64) > cheapPayload && allow != nil && !allow(1) {
+		return Claims{}, ErrNotVerified
 	}
 	pb, err := tokenB64(p64)
 	if err != nil {
@@ -505,10 +558,7 @@ func (v *Verifier) verify(token string, now int64, allow func() bool) (Claims, e
 	}
 	// The signature last: the claims above are read from what it signs,
 	// and none of them is used unless it holds.
-	if !v.hasKey(h) {
-		return Claims{}, invalid("bad signature or unknown key")
-	}
-	if allow != nil && !allow() {
+	if allow != nil && !allow(v.checksFor(h)) {
 		return Claims{}, ErrNotVerified
 	}
 	if !v.checkSignature(h, token[:len(h64)+1+len(p64)], sig) {
@@ -521,26 +571,37 @@ func (v *Verifier) verify(token string, now int64, allow func() bool) (Claims, e
 
 // hasKey reports whether a key could check h's signature (its alg, and its
 // kid when both name one): no key, no signature check to pay for.
-func (v *Verifier) hasKey(h header) bool {
+func (v *Verifier) hasKey(h header) bool { return v.checksFor(h) > 0 }
+
+// checksFor is what checking h's signature may cost, in checks: every key
+// that could check it, each by its cost.
+func (v *Verifier) checksFor(h header) int {
 	if v.o.Keys == nil {
-		return false
+		return 0
 	}
+	n := 0
 	for i := range v.o.Keys.keys {
-		if v.o.Keys.keys[i].checks(h) {
-			return true
+		if k := &v.o.Keys.keys[i]; k.checks(h) {
+			n += k.cost
 		}
 	}
-	return false
+	return n
 }
 
 func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 	if v.o.Keys == nil {
 		return false
 	}
+	var sum [32]byte
+	hashed := false
 	for i := range v.o.Keys.keys {
 		k := &v.o.Keys.keys[i]
 		if !k.checks(h) {
 			continue
+		}
+		if k.alg != "HS256" && !hashed {
+			// Once for every key a kid-less token is tried against.
+			sum, hashed = digest.Sum256([]byte(signed)), true
 		}
 		switch k.alg {
 		case "HS256":
@@ -548,11 +609,11 @@ func (v *Verifier) checkSignature(h header, signed string, sig []byte) bool {
 				return true
 			}
 		case "RS256":
-			if k.rsa.VerifyPKCS1v15(digest.Sum256([]byte(signed)), sig) {
+			if k.rsa.VerifyPKCS1v15(sum, sig) {
 				return true
 			}
 		case "ES256":
-			if k.ec.Verify(digest.Sum256([]byte(signed)), sig) {
+			if k.ec.Verify(sum, sig) {
 				return true
 			}
 		}
@@ -634,39 +695,57 @@ var errBase64 = errors.New("not unpadded base64url")
 
 // base64URL decodes unpadded base64url (RFC 4648, section 5); strict also
 // refuses a last character whose unused bits are not zero. Hand-written:
-// encoding/base64 was 12 kB of the module for these two uses.
+// encoding/base64 was 12 kB of the module for these two uses. Four
+// characters at a time through a table: a token's payload is decoded
+// before any check can refuse it, and the switch a character took cost a
+// junk token of 8 KiB a third of its rejection natively.
 func base64URL(s string, strict bool) ([]byte, error) {
 	if len(s)%4 == 1 {
 		return nil, errBase64
 	}
-	out := make([]byte, 0, len(s)*3/4)
-	var acc uint32
-	bits := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		var v byte
-		switch {
-		case c >= 'A' && c <= 'Z':
-			v = c - 'A'
-		case c >= 'a' && c <= 'z':
-			v = c - 'a' + 26
-		case c >= '0' && c <= '9':
-			v = c - '0' + 52
-		case c == '-':
-			v = 62
-		case c == '_':
-			v = 63
-		default:
+	out := make([]byte, len(s)*3/4)
+	n, i := 0, 0
+	for ; i+4 <= len(s); i += 4 {
+		a, b, c, d := b64URL[s[i]], b64URL[s[i+1]], b64URL[s[i+2]], b64URL[s[i+3]]
+		if (a|b|c|d)&0xc0 != 0 {
 			return nil, errBase64
 		}
-		acc, bits = acc<<6|uint32(v), bits+6
-		if bits >= 8 {
-			bits -= 8
-			out = append(out, byte(acc>>bits))
-		}
+		v := uint32(a)<<18 | uint32(b)<<12 | uint32(c)<<6 | uint32(d)
+		out[n], out[n+1], out[n+2] = byte(v>>16), byte(v>>8), byte(v)
+		n += 3
 	}
-	if strict && acc&(1<<bits-1) != 0 {
+	var v, unused uint32
+	switch len(s) - i {
+	case 2:
+		a, b := b64URL[s[i]], b64URL[s[i+1]]
+		if (a|b)&0xc0 != 0 {
+			return nil, errBase64
+		}
+		v = uint32(a)<<6 | uint32(b)
+		out[n], unused = byte(v>>4), v&0xf
+	case 3:
+		a, b, c := b64URL[s[i]], b64URL[s[i+1]], b64URL[s[i+2]]
+		if (a|b|c)&0xc0 != 0 {
+			return nil, errBase64
+		}
+		v = uint32(a)<<12 | uint32(b)<<6 | uint32(c)
+		out[n], out[n+1], unused = byte(v>>10), byte(v>>2), v&0x3
+	}
+	if strict && unused != 0 {
 		return nil, errBase64
 	}
 	return out, nil
 }
+
+// b64URL is each character's six bits in base64url, 0xff for a character
+// outside it.
+var b64URL = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for i := range len(alphabet) {
+		t[alphabet[i]] = byte(i)
+	}
+	return t
+}()

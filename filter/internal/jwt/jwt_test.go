@@ -198,6 +198,8 @@ func TestParseJWKSErrorsNameThePart(t *testing.T) {
 		`{"keys":[{"kty":"EC","crv":"P-384"}]}`:          ".keys[0].crv:",
 		`{"keys":[{"kty":"OKP"}]}`:                       ".keys[0].kty:",
 		`[1]`:                                            "not a JWKS",
+		// 4,104 bits: a check with it costs milliseconds (attack 45 A2).
+		`{"keys":[{"kty":"RSA","n":"` + base64.RawURLEncoding.EncodeToString(append([]byte{1}, make([]byte, 512)...)) + `","e":"AQAB"}]}`: ".keys[0].n: a modulus of more than 4096 bits",
 	} {
 		if _, err := jwt.ParseJWKS([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", raw, err, want)
@@ -374,15 +376,20 @@ func TestVerifyIfAsksBeforeTheSignatureOnly(t *testing.T) {
 		{"no key for its alg", testKeys.SignWithHeader("ES256", map[string]any{"alg": "PS256"}, []byte(`{"sub":"a","exp":1800000600}`)), false},
 		{"a bad signature", forged, true},
 		{"valid", valid, true},
+		// A long payload is not cheap to read: asked before it is.
+		{"long, wrong issuer", testKeys.Sign("ES256", with("iss", strings.Repeat("x", 3000))), true},
+		{"long, expired", testKeys.Sign("ES256", map[string]any{"sub": "alice", "exp": now.Unix() - 60, "pad": strings.Repeat("x", 3000)}), true},
 	} {
 		asked := false
-		_, err := v.VerifyIf(tc.token, now.UnixNano(), func() bool { asked = true; return true })
+		_, err := v.VerifyIf(tc.token, now.UnixNano(), func(int) bool { asked = true; return true })
 		if asked != tc.asked || (tc.name == "valid") != (err == nil) {
 			t.Errorf("%s: asked %v (want %v), err %v", tc.name, asked, tc.asked, err)
 		}
 	}
-	if _, err := v.VerifyIf(testKeys.Sign("ES256", with("sub", "bob")), now.UnixNano(), func() bool { return false }); err != jwt.ErrNotVerified {
-		t.Errorf("a token refused its check: %v, want ErrNotVerified", err)
+	for _, tok := range []string{testKeys.Sign("ES256", with("sub", "bob")), testKeys.Sign("ES256", with("iss", strings.Repeat("x", 3000)))} {
+		if _, err := v.VerifyIf(tok, now.UnixNano(), func(int) bool { return false }); err != jwt.ErrNotVerified {
+			t.Errorf("a token refused its check: %v, want ErrNotVerified", err)
+		}
 	}
 }
 
@@ -406,11 +413,31 @@ func TestCacheKeepsTwoTokensOfOnePlace(t *testing.T) {
 	}
 	asked := 0
 	for i := 0; i < 10; i++ {
-		if _, err := v.VerifyIf(toks[i%2], now.UnixNano(), func() bool { asked++; return true }); err != nil {
+		if _, err := v.VerifyIf(toks[i%2], now.UnixNano(), func(int) bool { asked++; return true }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if asked != 2 {
 		t.Fatalf("%d signature checks for two tokens sent in turn, want 2", asked)
+	}
+}
+
+// A token that fails a cheap check (its issuer) after a payload of about
+// 1,000 tiny claims, as long as a token may be: what the claims cost to
+// read before the issuer refuses it, with no signature checked (attack 45
+// A1: 0.9 ms a request under wazero, twice an RS256 check).
+func BenchmarkVerifyManyClaims(b *testing.B) {
+	now := time.Unix(1_800_000_000, 0)
+	claims := map[string]any{"sub": "a", "exp": now.Unix() + 600, "iss": "someone-else"}
+	for i := 0; len(testKeys.Sign("RS256", claims)) < jwt.MaxTokenLen-16; i++ {
+		claims[strconv.FormatInt(int64(i), 36)] = i % 10
+	}
+	tok := testKeys.Sign("RS256", claims)
+	v := verifier(b, jwt.Options{Issuer: "https://issuer"})
+	b.ReportMetric(float64(len(claims)), "claims")
+	for b.Loop() {
+		if _, err := v.Verify(tok, now.UnixNano()); err == nil {
+			b.Fatal("a wrong issuer verified")
+		}
 	}
 }
