@@ -204,6 +204,16 @@ func TestJWTLeaseIsPerAddress(t *testing.T) {
 	}
 }
 
+// bearerCaller is the identity a request with the bearer token from source
+// is decided as (the check it calls out with, answered allowed).
+func (e *env) bearerCaller(token, source string) string {
+	e.t.Helper()
+	e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + token}}, source: source})
+	_, c := e.callout(0)
+	e.answer(0, "200", decision(true, 50, 0, 0))
+	return c.UserID
+}
+
 // A client address gets 16 failed token checks a second per VM: past them
 // its new tokens are not checked (each junk ES256 token cost the VM a
 // signature check, milliseconds inside Wasm, refused or not) and count as
@@ -212,13 +222,7 @@ func TestJWTLeaseIsPerAddress(t *testing.T) {
 func TestJunkTokensAreCheckedAtMostSixteenASecond(t *testing.T) {
 	e := newEnv(t, jwtConfig(false), 1)
 	valid := claims(epoch.Add(time.Hour))
-	caller := func(token, source string) string {
-		t.Helper()
-		e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + token}}, source: source})
-		_, c := e.callout(0)
-		e.answer(0, "200", decision(true, 50, 0, 0))
-		return c.UserID
-	}
+	caller := func(token, source string) string { t.Helper(); return e.bearerCaller(token, source) }
 	known := keys.Sign("ES256", valid)
 	if got := caller(known, "198.51.100.7:1"); got != "user:alice" {
 		t.Fatalf("a valid token: %s", got)
@@ -276,13 +280,7 @@ func TestTokenChecksCountWhatTheyCost(t *testing.T) {
 	}
 	raw, _ := json.Marshal(map[string]any{"keys": jwks})
 	e := newEnv(t, fmt.Sprintf(`{"control_cluster":"controlsvc","lease":{"request":0},"jwt":{"jwks":%s,"issuer":"https://issuer.example"}}`, raw), 1)
-	caller := func(token, source string) string {
-		t.Helper()
-		e.start(req{headers: wasmhost.Headers{{"authorization", "Bearer " + token}}, source: source})
-		_, c := e.callout(0)
-		e.answer(0, "200", decision(true, 50, 0, 0))
-		return c.UserID
-	}
+	caller := func(token, source string) string { t.Helper(); return e.bearerCaller(token, source) }
 	kidless := func(c map[string]any) string {
 		p, _ := json.Marshal(c)
 		return forge(keys.SignWithHeader("ES256", map[string]any{"kid": nil}, p))
