@@ -19,7 +19,11 @@ import (
 // at that moment: exactly the limit admitted, nothing degraded, no error.
 // With penalties on, the script names the caller's penalty and block keys
 // too, which do not exist: the node importing the slot answers TRYAGAIN
-// to a script whose keys it does not all hold.
+// to a script whose keys it does not all hold. Callers on other slots of
+// the same node share the moving caller's pipelines meanwhile, and are
+// counted exactly too: once a check (go-redis sent a node's whole part of
+// a pipeline again when its first answer was TRYAGAIN, and scripts that
+// had run counted their callers up to four times: attack 46 B1).
 func TestClusterReshardUnderLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name, toml string
@@ -42,14 +46,39 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	}
 	src, slot := findOwnerSlot(t, nodes, "reshard")
 	dst := nodes[(src+1)%len(nodes)]
+	bystanders := callersOn(t, nodes[src], 8)
 
 	var done atomic.Int64
 	codes := make(chan string, workers*each)
 	var wg sync.WaitGroup
-	for range workers {
+	stop := make(chan struct{})
+	sent := make([]int, len(bystanders))
+	// A fixed window counts every check: what a bystander's counter says
+	// is what it was counted (unless an hour began during the test).
+	hour := time.Now().Unix() / 3600
+	for i, id := range bystanders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if st := s.checkStatus(map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"}); st != 200 {
+					t.Errorf("bystander %s: %d", id, st)
+					return
+				}
+				sent[i]++
+			}
+		}()
+	}
+	var moving sync.WaitGroup
+	for range workers {
+		moving.Add(1)
+		go func() {
+			defer moving.Done()
 			for range each {
 				r, err := s.tryDo("POST", "/v1/rate-limit/check", req)
 				switch {
@@ -122,8 +151,20 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	} else {
 		t.Logf("%d checks done at the handover, %d TRYAGAIN answers", done.Load(), n)
 	}
+	moving.Wait()
+	close(stop)
 	wg.Wait()
 	close(codes)
+	for i, id := range bystanders {
+		if time.Now().Unix()/3600 != hour {
+			t.Log("an hour began during the test: its fixed windows were not compared")
+			break
+		}
+		r := s.check(map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+		if counted := 1_000_000 - int(r.json(t)["remaining"].(float64)); counted != sent[i]+1 {
+			t.Errorf("bystander %s on the moving slot's node: %d checks counted %d times", id, sent[i]+1, counted)
+		}
+	}
 	got := map[string]int{}
 	for c := range codes {
 		got[c]++
@@ -135,6 +176,38 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	if n, _ := redistest.Do(dst.Addr, "CLUSTER", "COUNTKEYSINSLOT", slotArg); fmt.Sprint(n) == "0" {
 		t.Fatalf("the caller's keys did not move to %s", dst.Addr)
 	}
+}
+
+// callersOn is n user ids whose counters live on node (the slots it serves).
+func callersOn(t *testing.T, node *redistest.Server, n int) []string {
+	t.Helper()
+	slots, err := redistest.Do(node.Addr, "CLUSTER", "SLOTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owns := func(slot int) bool {
+		for _, r := range slots.([]any) {
+			e := r.([]any)
+			lo, _ := strconv.Atoi(fmt.Sprint(e[0]))
+			hi, _ := strconv.Atoi(fmt.Sprint(e[1]))
+			if slot >= lo && slot <= hi && fmt.Sprint(e[2].([]any)[1]) == strconv.Itoa(node.Port) {
+				return true
+			}
+		}
+		return false
+	}
+	var ids []string
+	for i := 0; len(ids) < n && i < 10_000; i++ {
+		id := "bystander" + strconv.Itoa(i)
+		v, err := redistest.Do(node.Addr, "CLUSTER", "KEYSLOT", "{identity:user:"+id+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slot, _ := strconv.Atoi(fmt.Sprint(v)); owns(slot) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // findOwnerSlot is the node holding the caller's counter and its slot.

@@ -138,7 +138,7 @@ func (b *batcher) send(batch []*call) {
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range batch {
 			cmds[i] = redis.NewCmd(ctx, c.argv...)
-			_ = p.Process(ctx, cmds[i])
+			_ = p.Process(ctx, once{cmds[i]})
 		}
 		return nil
 	})

@@ -29,11 +29,24 @@ func (s *script) evalSha(n, more int) []any {
 	return append(argv, "evalsha", s.hash, n)
 }
 
+// once is a script call go-redis must not send again by itself: a script
+// that ran and whose answer was lost (a timeout), or that shared a
+// pipeline with a call answered TRYAGAIN (go-redis's cluster pipeline sends
+// a node's whole part again when its first command's answer is retryable),
+// would count its caller again; every other caller of a resharded node
+// was counted up to four times a check (attack 46 B1). Answers that say a
+// script did not run (MOVED, ASK: go-redis follows them; TRYAGAIN: the
+// batcher's tryAgain) are still followed.
+type once struct{ *redis.Cmd }
+
+// NoRetry is redis.Cmder's: never send it again.
+func (once) NoRetry() bool { return true }
+
 // run runs argv (from evalSha, or "evalsha_ro" in its first slot), loading
 // the script with EVAL when Redis does not have it.
 func (s *script) run(ctx context.Context, c Client, argv []any) (any, error) {
 	cmd := redis.NewCmd(ctx, argv...)
-	_ = c.Process(ctx, cmd)
+	_ = c.Process(ctx, once{cmd})
 	v, err := cmd.Result()
 	if noScript(err) {
 		return s.eval(ctx, c, argv)
@@ -52,7 +65,7 @@ func (s *script) eval(ctx context.Context, c Client, argv []any) (any, error) {
 	copy(e, argv)
 	e[0], e[1] = name, s.src
 	cmd := redis.NewCmd(ctx, e...)
-	_ = c.Process(ctx, cmd)
+	_ = c.Process(ctx, once{cmd})
 	return cmd.Result()
 }
 
