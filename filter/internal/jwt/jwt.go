@@ -21,11 +21,11 @@ import (
 // MaxTokenLen bounds a token; a longer one is refused before any parsing.
 const MaxTokenLen = 8192
 
-// cheapPayload is the longest payload (base64url) read without asking
-// VerifyIf's allow first: 2 KiB, which an identity provider's tokens fit
-// but for long group lists; the most a junk one costs is about a quarter
-// of the longest one's.
-const cheapPayload = 2048
+// cheapRead is the longest header and payload (base64url, together) read
+// without asking VerifyIf's allow first: 2 KiB, which an identity
+// provider's tokens fit but for long group lists; the most a junk one
+// costs is about a quarter of the longest one's.
+const cheapRead = 2048
 
 // ErrInvalid is wrapped by every verification failure.
 var ErrInvalid = errors.New("invalid token")
@@ -328,8 +328,8 @@ var ErrNotVerified = invalid("not verified: too many invalid tokens from this cl
 // two), for a token that passed every cheap check (its form, dates,
 // issuer, audience, subject, a key for its alg and kid): a short expired
 // or malformed token fails without it, and counts against no budget of
-// the caller's. It is asked too, for one check, before a payload longer
-// than cheapPayload is read, which is not cheap. A caller that counts
+// the caller's. It is asked too, for one check, before a header and
+// payload longer than cheapRead are read, which is not cheap. A caller that counts
 // failures counts what it allowed.
 func (v *Verifier) VerifyIf(token string, now int64, allow func(checks int) bool) (Claims, error) {
 	if len(token) > MaxTokenLen {
@@ -488,6 +488,14 @@ func (v *Verifier) verify(token string, now int64, allow func(checks int) bool) 
 	if !ok1 || !ok2 || strings.Contains(s64, ".") {
 		return Claims{}, invalid("not a compact JWS")
 	}
+	// A long header or payload costs reading before any check can refuse
+	// it (8 KiB of a thousand tiny claims cost the VM 0.9 ms, attack 45
+	// A1; of a thousand header members 0.6 ms, attack 46 A1), so a long
+	// token is read only while its client may still have a token checked,
+	// and once read it counts as one check (allow was asked).
+	if len(h64)+len(p64) > cheapRead && allow != nil && !allow(1) {
+		return Claims{}, ErrNotVerified
+	}
 	hb, err := tokenB64(h64)
 	if err != nil {
 		return Claims{}, invalid("header is not base64url")
@@ -506,13 +514,6 @@ func (v *Verifier) verify(token string, now int64, allow func(checks int) bool) 
 	// No key, no signature check to pay for, and no payload to read.
 	if !v.hasKey(h) {
 		return Claims{}, invalid("bad signature or unknown key")
-	}
-	// A long payload costs reading before any check can refuse it (a junk
-	// token of a thousand tiny claims in 8 KiB: 0.3 ms of the VM's time),
-	// so a long token is read only while its client may still have a token
-	// checked, and once read it counts as one check (allow was asked).
-	if len(p64) > cheapPayload && allow != nil && !allow(1) {
-		return Claims{}, ErrNotVerified
 	}
 	pb, err := tokenB64(p64)
 	if err != nil {

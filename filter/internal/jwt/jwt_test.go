@@ -379,6 +379,7 @@ func TestVerifyIfAsksBeforeTheSignatureOnly(t *testing.T) {
 		// A long payload is not cheap to read: asked before it is.
 		{"long, wrong issuer", testKeys.Sign("ES256", with("iss", strings.Repeat("x", 3000))), true},
 		{"long, expired", testKeys.Sign("ES256", map[string]any{"sub": "alice", "exp": now.Unix() - 60, "pad": strings.Repeat("x", 3000)}), true},
+		{"long header, no key for its kid", testKeys.SignWithHeader("ES256", map[string]any{"kid": "nobody", "pad": strings.Repeat("x", 3000)}, []byte(`{"sub":"a","exp":1800000600}`)), true},
 	} {
 		asked := false
 		_, err := v.VerifyIf(tc.token, now.UnixNano(), func(int) bool { asked = true; return true })

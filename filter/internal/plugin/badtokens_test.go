@@ -25,11 +25,11 @@ func TestBadTokensCollidingAddresses(t *testing.T) {
 		if !b.allow(a, now) {
 			t.Fatalf("a refused after %d failures", i)
 		}
-		b.failed(a, now)
+		b.failed(a, now, 1)
 		if !b.allow(c, now) {
 			t.Fatalf("c refused after a's %d failures", i+1)
 		}
-		b.failed(c, now)
+		b.failed(c, now, 1)
 	}
 	if b.allow(a, now) || b.allow(c, now) {
 		t.Fatal("an address past its budget is still checked: the other reset it")
@@ -38,7 +38,7 @@ func TestBadTokensCollidingAddresses(t *testing.T) {
 		if !b.allow(d, now) {
 			t.Fatalf("a third address in two slots counting others refused after %d failures", i)
 		}
-		b.failed(d, now)
+		b.failed(d, now, 1)
 	}
 	if b.allow(d, now) {
 		t.Fatal("an address with no slot is checked past its network's share")
@@ -64,7 +64,7 @@ func TestBadTokensWithoutASlot(t *testing.T) {
 		if !b.allow(c, now) {
 			t.Fatal("a first failure refused")
 		}
-		b.failed(c, now)
+		b.failed(c, now, 1)
 	}
 	slotless := func(k int) tokenClient {
 		c := tc(h, uint64(200+k), netip.AddrFrom4([4]byte{198, 51, 100, byte(k)}).String())
@@ -78,7 +78,7 @@ func TestBadTokensWithoutASlot(t *testing.T) {
 		for range 10 {
 			if x := slotless(k); b.allow(x, now) {
 				checked++
-				b.failed(x, now)
+				b.failed(x, now, 1)
 			}
 		}
 	}
@@ -109,14 +109,14 @@ func TestBadTokensNetworkCapHasNoSlots(t *testing.T) {
 		if !b.allow(c, now) {
 			t.Fatalf("network %d refused", i)
 		}
-		b.failed(c, now)
+		b.failed(c, now, 1)
 	}
 	checked := 0
 	for i := range uint64(40) { // one /56's /64s, each an address of its own
 		c := tokenClient{addr: netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 7, 0, byte(i)}), h: mix(i + 5000), hNet: 0xabcdef}
 		if b.allow(c, now) {
 			checked++
-			b.failed(c, now)
+			b.failed(c, now, 1)
 		}
 	}
 	if checked != badTokenFreshPerNet {
@@ -144,7 +144,7 @@ func TestBadTokensTotals(t *testing.T) {
 	failures := 0
 	for i := 200; i < 205; i++ {
 		for c := addr(i); b.allow(c, now); failures++ {
-			b.failed(c, now)
+			b.failed(c, now, 1)
 		}
 	}
 	if failures != 5+badTokenTotal {
@@ -163,7 +163,7 @@ func TestBadTokensTotals(t *testing.T) {
 		if !b.allow(net(i), now) {
 			t.Fatalf("address %d of one network refused after %d", i, i)
 		}
-		b.failed(net(i), now)
+		b.failed(net(i), now, 1)
 	}
 	if b.allow(net(100), now) {
 		t.Fatal("a network's new address is checked past its share of first failures")
@@ -175,7 +175,7 @@ func TestBadTokensTotals(t *testing.T) {
 		if !b.allow(addr(i), now) {
 			t.Fatalf("new address %d refused before the total", i)
 		}
-		b.failed(addr(i), now)
+		b.failed(addr(i), now, 1)
 	}
 	if b.allow(addr(220), now) {
 		t.Fatal("a new address is checked past the first failures' total")
@@ -223,5 +223,32 @@ func TestReadLengthsOfFixedNames(t *testing.T) {
 	}
 	if m := readLengths("x-api-key", []string{"x-units"}); m&(1<<len("x-api-key")) == 0 || m&(1<<len("x-units")) == 0 {
 		t.Errorf("the configured names' lengths are not read: %b", m)
+	}
+}
+
+// The bounds count checks, not tokens: 200 addresses sending junk worth
+// eight checks each (no kid, four RSA keys over 2048 bits), all of them
+// round after round within one second, have no more checks run than the
+// totals allow, give or take a token's worth each (a token is checked
+// while its address or total has room). Counted a token each, the first
+// failures' total let 1,024 checks through (attack 46 A2).
+func TestBadTokensCountChecks(t *testing.T) {
+	for _, checks := range []int{1, 2, 8, 16} {
+		var b badTokens
+		const now = 5_000_000
+		ran := 0
+		for range 50 {
+			for i := range 200 {
+				c := tokenClient{addr: netip.AddrFrom4([4]byte{127, 45, byte(i / 250), byte(i%250 + 1)}),
+					h: uint64(i+1) * 0x9e3779b97f4a7c15, hNet: uint64(i+1) * 0xc2b2ae3d27d4eb4f}
+				if b.allow(c, now) {
+					ran += checks
+					b.failed(c, now, checks)
+				}
+			}
+		}
+		if most := badTokenFresh + badTokenTotal + badTokenOverflow + 3*(checks-1); ran > most {
+			t.Errorf("tokens of %d checks: %d checks ran in a second, want at most %d", checks, ran, most)
+		}
 	}
 }

@@ -593,14 +593,12 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 			charged += checks
 			return true
 		})
-		if err != nil {
+		if err != nil && charged > 0 {
 			// What was spent on a token that failed counts, check by
 			// check: a token without kid tried against four keys is four
 			// (one counted, an outsider's 200 addresses kept the VM at 97 %
 			// of a core within the budget: attack 45 A2).
-			for range charged {
-				p.badTokens.failed(client, now.UnixMilli())
-			}
+			p.badTokens.failed(client, now.UnixMilli(), charged)
 		}
 		if err == nil {
 			if id, err := identity.User(c.Subject); err == nil {
