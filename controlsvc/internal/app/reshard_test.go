@@ -25,18 +25,26 @@ import (
 // a pipeline again when its first answer was TRYAGAIN, and scripts that
 // had run counted their callers up to four times: attack 46 B1).
 func TestClusterReshardUnderLoad(t *testing.T) {
+	const penalties = "[penalties]\nenabled = true\n"
 	for _, tc := range []struct {
 		name, toml string
 		split      bool // the nodes answer TRYAGAIN while the slot moves
+		long       bool // longer than the retries: the mover's checks fail
 	}{
-		{"one key a check", "", false},
-		{"penalty keys named too", "[penalties]\nenabled = true\n", true},
+		{"one key a check", "", false, false},
+		{"penalty keys named too", penalties, true, false},
+		{"a move longer than the retries", penalties, true, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { reshardUnderLoad(t, tc.toml, tc.split) })
+		t.Run(tc.name, func(t *testing.T) { reshardUnderLoad(t, tc.toml, tc.split, tc.long) })
 	}
 }
 
-func reshardUnderLoad(t *testing.T, toml string, split bool) {
+// A move longer than the retries leaves the moving slot's callers to the
+// failure mode meanwhile, and only them: the breaker, which would send
+// every caller there, does not count a node's TRYAGAIN against Redis (it
+// did: a 0.9 s move answered 679 of 2,654 other callers' checks degraded,
+// attack 47 A1).
+func reshardUnderLoad(t *testing.T, toml string, split, long bool) {
 	nodes := redistest.StartCluster(t, 3)
 	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, toml, nil)
 	const limit, workers, each = 150, 6, 50
@@ -48,7 +56,7 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	dst := nodes[(src+1)%len(nodes)]
 	bystanders := callersOn(t, nodes[src], 8)
 
-	var done atomic.Int64
+	var done, moverDegraded, bystanderDegraded atomic.Int64
 	codes := make(chan string, workers*each)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -66,10 +74,18 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 					return
 				default:
 				}
-				if st := s.checkStatus(map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"}); st != 200 {
-					t.Errorf("bystander %s: %d", id, st)
+				r, err := s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+				if err != nil || r.status != 200 {
+					t.Errorf("bystander %s: %v %v", id, r, err)
 					return
 				}
+				if strings.Contains(string(r.body), `"degraded"`) {
+					bystanderDegraded.Add(1)
+				}
+				// A paced caller (400 checks a second in all), as most are:
+				// a busy one's successes between the mover's failures would
+				// keep the breaker from opening whatever it counted.
+				time.Sleep(20 * time.Millisecond)
 				sent[i]++
 			}
 		}()
@@ -85,6 +101,7 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 				case err != nil:
 					codes <- "error: " + err.Error()
 				case strings.Contains(string(r.body), `"degraded"`):
+					moverDegraded.Add(1)
 					codes <- fmt.Sprintf("%d degraded", r.status)
 				default:
 					codes <- strconv.Itoa(r.status)
@@ -126,9 +143,19 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	slotArg := strconv.Itoa(slot)
 	mustDo(t, dst.Addr, "CLUSTER", "SETSLOT", slotArg, "IMPORTING", srcID)
 	mustDo(t, nodes[src].Addr, "CLUSTER", "SETSLOT", slotArg, "MIGRATING", dstID)
-	if split {
+	switch {
+	case long:
+		// Hold the split until every mover's check has run out of retries
+		// once.
+		for deadline := time.Now().Add(10 * time.Second); moverDegraded.Load() < workers; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the mover's checks never ran out of retries: %d degraded", moverDegraded.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	case split:
 		awaitTryAgain()
-	} else {
+	default:
 		progress(30)
 	}
 	keys, err := redistest.Do(nodes[src].Addr, "CLUSTER", "GETKEYSINSLOT", slotArg, "100")
@@ -155,6 +182,9 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	close(stop)
 	wg.Wait()
 	close(codes)
+	if n := bystanderDegraded.Load(); n > 0 {
+		t.Errorf("%d checks of callers on other slots were answered degraded while one slot moved", n)
+	}
 	for i, id := range bystanders {
 		if time.Now().Unix()/3600 != hour {
 			t.Log("an hour began during the test: its fixed windows were not compared")
@@ -168,6 +198,14 @@ func reshardUnderLoad(t *testing.T, toml string, split bool) {
 	got := map[string]int{}
 	for c := range codes {
 		got[c]++
+	}
+	if long {
+		// The mover's checks in the failure mode meanwhile: fail_open,
+		// degraded; the others counted.
+		if got["200"] > limit-1 || got["200 degraded"]+got["429 degraded"] < workers {
+			t.Fatalf("checks while the slot moved too long: %v", got)
+		}
+		return
 	}
 	// The first check spent one token.
 	if got["200"] != limit-1 || got["429"] != workers*each-(limit-1) {

@@ -171,9 +171,11 @@ const (
 	maxTryAgain   = 10
 )
 
-// slotMoving says err is a cluster's answer that the slot is moving: the
-// command did not run.
-func slotMoving(err error) bool {
+// SlotMoving says err is a cluster's answer that the slot is moving: the
+// command did not run, and the node that said so works (a circuit breaker
+// in front of Redis must not count it: the other slots' callers would go
+// to the failure mode with the moving slot's).
+func SlotMoving(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -185,7 +187,7 @@ func slotMoving(err error) bool {
 // tryAgain queues c again later if err says its slot is moving and c has
 // tries left; false when c is to be answered now.
 func (b *batcher) tryAgain(c *call, err error) bool {
-	if !slotMoving(err) || c.tries >= maxTryAgain {
+	if !SlotMoving(err) || c.tries >= maxTryAgain {
 		return false
 	}
 	pause := tryAgainPause << min(c.tries, 6)

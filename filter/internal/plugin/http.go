@@ -627,7 +627,11 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 				// failed a cheap check gets the same answer then: a 401
 				// for it beside a 503 for a token that passed them told
 				// an outsider which issuer, audience and key ids are
-				// accepted, without a signature.
+				// accepted, without a signature. Before its address is
+				// out of checks the two still differ, since only what
+				// passed the cheap checks spends them: the 17th forged
+				// token of a second tells (security.md, "Known and
+				// kept"; attack 47 B1).
 				h.sendError(503, wire.CodeServiceUnavailable, "the bearer token could not be checked now; retry", [][2]string{{"retry-after", "1"}})
 				return false
 			}
