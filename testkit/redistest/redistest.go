@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -195,6 +196,22 @@ func (s *Server) Stop() {
 	}
 	_ = cmd.Process.Kill()
 	<-done
+}
+
+// Freeze stops the process (SIGSTOP) until Thaw: it keeps its port and
+// accepted connections and answers nothing, as a hung host or a black-holed
+// network does.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen process run again (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
 }
 
 // Restart starts a stopped server again on the same port, for tests of

@@ -284,3 +284,73 @@ func mustDo(t *testing.T, addr string, args ...string) {
 		t.Fatalf("%s %v: %v", addr, args, err)
 	}
 }
+
+// A hung cluster master (frozen: it keeps its connections and answers
+// nothing) holds its own callers' checks until the Redis timeout, then
+// they take the failure mode; callers on the other masters go on being
+// counted, at their pace, and are never answered degraded. With one
+// pipeline for all nodes every check waited for the hung one (attack 48:
+// 24 checks answered in 4 s where 1,500 were asked).
+func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, "", nil)
+	hung := callersOn(t, nodes[0], 8)
+	healthy := append(callersOn(t, nodes[1], 2), callersOn(t, nodes[2], 2)...)
+	check := func(id string) (*response, error) {
+		return s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/h", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+	}
+	for _, id := range append(hung, healthy...) {
+		if r, err := check(id); err != nil || r.status != 200 {
+			t.Fatalf("%s before: %v %v", id, r, err)
+		}
+	}
+	nodes[0].Freeze()
+	defer nodes[0].Thaw()
+	var answered, degraded, hungDegraded atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, id := range append(hung, healthy...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := check(id)
+				if err != nil || r.status != 200 {
+					t.Errorf("%s: %v %v", id, r, err)
+					return
+				}
+				isDegraded := strings.Contains(string(r.body), `"degraded"`)
+				switch {
+				case i < len(hung):
+					if isDegraded {
+						hungDegraded.Add(1)
+					}
+				case isDegraded:
+					degraded.Add(1)
+				default:
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	// Bounded waits: the hung master's callers must take the failure mode
+	// and the others go on meanwhile.
+	for deadline := time.Now().Add(20 * time.Second); hungDegraded.Load() < 2 || answered.Load() < 300; {
+		if time.Now().After(deadline) {
+			t.Errorf("after 20 s with a master hung: %d checks of the other masters' callers answered, %d of the hung one's degraded", answered.Load(), hungDegraded.Load())
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("with a master hung: %d checks of the other masters' callers answered, %d of the hung one's degraded", answered.Load(), hungDegraded.Load())
+	close(stop)
+	wg.Wait()
+	if n := degraded.Load(); n > 0 {
+		t.Errorf("%d checks of callers on healthy masters answered degraded while one master hung", n)
+	}
+}
