@@ -2,11 +2,15 @@ package limiter
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/breaker"
 )
 
 // Concurrent checks share round trips: each script call waits in a queue,
@@ -58,15 +62,41 @@ type batcher struct {
 	node func(ctx context.Context, key string) string
 	// one is the queue of a single Redis, and of calls a cluster's slot
 	// map has no node for yet.
-	one    chan *call
+	one    *queue
 	mu     sync.Mutex
-	queues map[string]chan *call // a cluster's, by node address
+	queues map[string]*queue // a cluster's, by node address
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
 
+// queue is one node's calls and, on a cluster, the node's own breaker: a
+// pipeline it left unanswered (a timeout, a dead connection: no reply at
+// all, not an error reply) stops its calls for nodeCooldown, answered at
+// once with ErrNodeDown, then one pipeline probes. Waiting out the Redis
+// timeout on every call of a hung node, its callers took up to 3.2 s a
+// check (the client redialling and handshaking with a node that accepts
+// and never answers). The service's breaker does not count a node's
+// failures (NodeLocal): on a cluster one node says nothing of the others.
+type queue struct {
+	ch   chan *call
+	name string
+	down *breaker.Breaker // nil for a single Redis
+}
+
+// ErrNodeDown is the answer to a call of a cluster node that is not
+// answering.
+var ErrNodeDown = errors.New("redis cluster node not answering")
+
+// nodeCooldown is how long a cluster node that left a pipeline unanswered
+// is not asked.
+const nodeCooldown = time.Second
+
+// NodeLocal says err is about one cluster node (a slot moving, a node not
+// answering): a breaker in front of all of Redis must not count it.
+func NodeLocal(err error) bool { return SlotMoving(err) || errors.Is(err, ErrNodeDown) }
+
 func newBatcher(rdb Client) *batcher {
-	b := &batcher{rdb: rdb, queues: map[string]chan *call{}, stop: make(chan struct{})}
+	b := &batcher{rdb: rdb, queues: map[string]*queue{}, stop: make(chan struct{})}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		b.node = func(ctx context.Context, key string) string {
 			n, err := cc.MasterForKey(ctx, key)
@@ -76,7 +106,8 @@ func newBatcher(rdb Client) *batcher {
 			return n.Options().Addr
 		}
 	}
-	b.one = b.queueFor("")
+	b.queueFor("")
+	b.one = b.queues[""]
 	return b
 }
 
@@ -86,27 +117,37 @@ func (b *batcher) queueFor(node string) chan *call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if q, ok := b.queues[node]; ok {
-		return q
+		return q.ch
 	}
 	select {
 	case <-b.stop:
 		return nil
 	default:
 	}
-	q := make(chan *call, 4*maxBatch)
+	q := &queue{ch: make(chan *call, 4*maxBatch), name: node}
+	if node != "" {
+		q.down = breaker.New(1, int64(nodeCooldown))
+	}
 	b.queues[node] = q
 	b.wg.Add(1)
 	go b.flusher(q)
-	return q
+	return q.ch
+}
+
+// refuse answers calls of a node that is not answering.
+func (q *queue) refuse(calls []*call) {
+	for _, c := range calls {
+		c.answer(nil, fmt.Errorf("%w: %s", ErrNodeDown, q.name))
+	}
 }
 
 // route is the queue of a call: its first key's node's.
 func (b *batcher) route(ctx context.Context, argv []any) chan *call {
 	if b.node == nil {
-		return b.one
+		return b.one.ch
 	}
 	if n, _ := argv[2].(int); n < 1 {
-		return b.one
+		return b.one.ch
 	}
 	key, _ := argv[3].(string)
 	return b.queueFor(b.node(ctx, key))
@@ -147,62 +188,90 @@ func (c *call) wait(ctx context.Context) (any, error) {
 	}
 }
 
-func (b *batcher) flusher(queue chan *call) {
+func (b *batcher) flusher(q *queue) {
 	defer b.wg.Done()
 	batch := make([]*call, 0, maxBatch)
 	for {
 		select {
 		case <-b.stop:
 			return
-		case c := <-queue:
+		case c := <-q.ch:
 			batch = append(batch[:0], c)
 		}
-		if len(queue) == 0 {
+		if len(q.ch) == 0 {
 			runtime.Gosched() // see the comment at the top
 		}
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case c := <-queue:
+			case c := <-q.ch:
 				batch = append(batch, c)
 			default:
 				break drain
 			}
 		}
-		b.send(batch)
+		if q.down == nil {
+			b.send(batch, nil)
+			continue
+		}
+		probe := q.down.Open()
+		if !q.down.Allow(time.Now().UnixNano()) {
+			q.refuse(batch)
+			continue
+		}
+		if probe {
+			// One call probes; the others need not wait for it (a hung
+			// node's probe waits out the client's redial: 1.9 s).
+			q.refuse(batch[1:])
+			batch = batch[:1]
+		}
+		q.down.Record(b.send(batch, q), time.Now().UnixNano())
 	}
 }
 
-// send runs a batch as one pipeline and answers each call.
-func (b *batcher) send(batch []*call) {
+// send runs a batch as one pipeline and answers each call; it reports
+// whether the node answered at all (a reply, an error reply included).
+// With a cluster node's queue (q), calls the node left unanswered are
+// answered with ErrNodeDown wrapped around their error.
+func (b *batcher) send(batch []*call, q *queue) (answered bool) {
 	ctx := context.Background()
+	vs, errs := make([]any, len(batch)), make([]error, len(batch))
 	if len(batch) == 1 {
-		c := batch[0]
-		v, err := c.s.run(ctx, b.rdb, c.argv)
-		if !b.tryAgain(c, err) {
-			c.answer(v, err)
-		}
-		return
-	}
-	cmds := make([]*redis.Cmd, len(batch))
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		vs[0], errs[0] = batch[0].s.run(ctx, b.rdb, batch[0].argv)
+	} else {
+		cmds := make([]*redis.Cmd, len(batch))
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range batch {
+				cmds[i] = redis.NewCmd(ctx, c.argv...)
+				_ = p.Process(ctx, once{cmds[i]})
+			}
+			return nil
+		})
 		for i, c := range batch {
-			cmds[i] = redis.NewCmd(ctx, c.argv...)
-			_ = p.Process(ctx, once{cmds[i]})
-		}
-		return nil
-	})
-	for i, c := range batch {
-		v, err := cmds[i].Result()
-		if noScript(err) {
-			// Redis lost the script (a restart, SCRIPT FLUSH): EVAL loads
-			// it and runs this call again, as a lone call would.
-			v, err = c.s.eval(ctx, b.rdb, c.argv)
-		}
-		if !b.tryAgain(c, err) {
-			c.answer(v, err)
+			vs[i], errs[i] = cmds[i].Result()
+			if noScript(errs[i]) {
+				// Redis lost the script (a restart, SCRIPT FLUSH): EVAL
+				// loads it and runs this call again, as a lone call would.
+				vs[i], errs[i] = c.s.eval(ctx, b.rdb, c.argv)
+			}
 		}
 	}
+	for _, err := range errs {
+		var reply redis.Error
+		if err == nil || errors.As(err, &reply) {
+			answered = true
+		}
+	}
+	for i, c := range batch {
+		err := errs[i]
+		if err != nil && q != nil && !answered {
+			err = fmt.Errorf("%w (%s): %w", ErrNodeDown, q.name, err)
+		}
+		if !b.tryAgain(c, err) {
+			c.answer(vs[i], err)
+		}
+	}
+	return answered
 }
 
 // A cluster node moving a slot (resharding) answers TRYAGAIN to a script

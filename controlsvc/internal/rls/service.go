@@ -513,7 +513,7 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 				o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
 			}
 		}
-		if ctx.Err() == nil && !errors.Is(err, limiter.ErrBadRequest) && !errors.Is(err, limiter.ErrScript) && !limiter.SlotMoving(err) {
+		if ctx.Err() == nil && !errors.Is(err, limiter.ErrBadRequest) && !errors.Is(err, limiter.ErrScript) && !limiter.NodeLocal(err) {
 			s.breaker.Record(err == nil, s.d.Now().UnixNano())
 		}
 		if err != nil {
