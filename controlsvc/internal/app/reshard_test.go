@@ -65,30 +65,22 @@ func reshardUnderLoad(t *testing.T, toml string, split, long bool) {
 	// is what it was counted (unless an hour began during the test).
 	hour := time.Now().Unix() / 3600
 	for i, id := range bystanders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
-				if err != nil || r.status != 200 {
-					t.Errorf("bystander %s: %v %v", id, r, err)
-					return
-				}
-				if strings.Contains(string(r.body), `"degraded"`) {
-					bystanderDegraded.Add(1)
-				}
-				// A paced caller (400 checks a second in all), as most are:
-				// a busy one's successes between the mover's failures would
-				// keep the breaker from opening whatever it counted.
-				time.Sleep(20 * time.Millisecond)
-				sent[i]++
+		untilStopped(stop, &wg, func() bool {
+			r, err := s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/y", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+			if err != nil || r.status != 200 {
+				t.Errorf("bystander %s: %v %v", id, r, err)
+				return false
 			}
-		}()
+			if strings.Contains(string(r.body), `"degraded"`) {
+				bystanderDegraded.Add(1)
+			}
+			// A paced caller (400 checks a second in all), as most are: a
+			// busy one's successes between the mover's failures would keep
+			// the breaker from opening whatever it counted.
+			time.Sleep(20 * time.Millisecond)
+			sent[i]++
+			return true
+		})
 	}
 	var moving sync.WaitGroup
 	for range workers {
@@ -216,6 +208,25 @@ func reshardUnderLoad(t *testing.T, toml string, split, long bool) {
 	}
 }
 
+// untilStopped runs step over and over in a goroutine of wg, until stop
+// is closed or step says no more.
+func untilStopped(stop <-chan struct{}, wg *sync.WaitGroup, step func() bool) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !step() {
+				return
+			}
+		}
+	}()
+}
+
 // callersOn is n user ids whose counters live on node (the slots it serves).
 func callersOn(t *testing.T, node *redistest.Server, n int) []string {
 	t.Helper()
@@ -312,33 +323,25 @@ func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, id := range append(hung, healthy...) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := check(id)
-				if err != nil || r.status != 200 {
-					t.Errorf("%s: %v %v", id, r, err)
-					return
-				}
-				isDegraded := strings.Contains(string(r.body), `"degraded"`)
-				switch {
-				case i < len(hung):
-					if isDegraded {
-						hungDegraded.Add(1)
-					}
-				case isDegraded:
-					degraded.Add(1)
-				default:
-					answered.Add(1)
-				}
+		untilStopped(stop, &wg, func() bool {
+			r, err := check(id)
+			if err != nil || r.status != 200 {
+				t.Errorf("%s: %v %v", id, r, err)
+				return false
 			}
-		}()
+			isDegraded := strings.Contains(string(r.body), `"degraded"`)
+			switch {
+			case i < len(hung):
+				if isDegraded {
+					hungDegraded.Add(1)
+				}
+			case isDegraded:
+				degraded.Add(1)
+			default:
+				answered.Add(1)
+			}
+			return true
+		})
 	}
 	// Bounded waits: the hung master's callers must take the failure mode,
 	// at once once the node's breaker opened (each waiting out the Redis
