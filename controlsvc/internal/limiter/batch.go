@@ -69,10 +69,12 @@ type batcher struct {
 	wg     sync.WaitGroup
 }
 
-// queue is one node's calls and, on a cluster, the node's own breaker: a
-// pipeline it left unanswered (a timeout, a dead connection: no reply at
-// all, not an error reply) stops its calls for nodeCooldown, answered at
-// once with ErrNodeDown, then one pipeline probes. Waiting out the Redis
+// queue is one node's calls and, on a cluster, the node's own breaker:
+// nodeDownAfter pipelines in a row it left unanswered (a timeout, a dead
+// connection: no reply at all, not an error reply; one alone may be a
+// stall, a fork or a slow script, that the next pipeline outlives) stop
+// its calls for nodeCooldown, answered at once with ErrNodeDown, then one
+// call probes. Waiting out the Redis
 // timeout on every call of a hung node, its callers took up to 3.2 s a
 // check (the client redialling and handshaking with a node that accepts
 // and never answers). The service's breaker does not count a node's
@@ -87,9 +89,12 @@ type queue struct {
 // answering.
 var ErrNodeDown = errors.New("redis cluster node not answering")
 
-// nodeCooldown is how long a cluster node that left a pipeline unanswered
-// is not asked.
-const nodeCooldown = time.Second
+// nodeDownAfter unanswered pipelines in a row stop a cluster node's calls
+// for nodeCooldown.
+const (
+	nodeDownAfter = 2
+	nodeCooldown  = time.Second
+)
 
 // NodeLocal says err is about one cluster node (a slot moving, a node not
 // answering): a breaker in front of all of Redis must not count it.
@@ -126,7 +131,7 @@ func (b *batcher) queueFor(node string) chan *call {
 	}
 	q := &queue{ch: make(chan *call, 4*maxBatch), name: node}
 	if node != "" {
-		q.down = breaker.New(1, int64(nodeCooldown))
+		q.down = breaker.New(nodeDownAfter, int64(nodeCooldown))
 	}
 	b.queues[node] = q
 	b.wg.Add(1)
