@@ -36,6 +36,28 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// A probe whose call said nothing of the dependency (Retry) lets the next
+// call probe at once; a closed breaker is left alone.
+func TestRetryProbesAgain(t *testing.T) {
+	b := New(1, int64(time.Second))
+	t0 := int64(1000 * time.Second)
+	b.Retry(t0)
+	if !b.Allow(t0) || !b.Record(false, t0) {
+		t.Fatal("Retry on a closed breaker changed it")
+	}
+	probe := t0 + int64(1100*time.Millisecond)
+	if !b.Allow(probe) {
+		t.Fatal("no probe after the cooldown")
+	}
+	b.Retry(probe)
+	if !b.Allow(probe + 1) {
+		t.Fatal("after a probe that found nothing, the next call may not probe")
+	}
+	if b.Allow(probe + 2) {
+		t.Fatal("two probes at once")
+	}
+}
+
 // A cooldown too long to add to the time it starts still holds the breaker
 // open: its end saturates instead of wrapping into the past.
 func TestCooldownSaturates(t *testing.T) {

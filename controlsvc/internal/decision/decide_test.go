@@ -342,6 +342,30 @@ func TestFailureModes(t *testing.T) {
 			t.Fatal("breaker closed after 10 failing checks")
 		}
 	})
+	t.Run("a probe that meets one node's trouble lets the next call probe", func(t *testing.T) {
+		// A cluster failover: every node answered CLUSTERDOWN, the breaker
+		// opened; once the cluster is back the probe lands on a node that
+		// is not answering, and says nothing of the others: the next
+		// check asks Redis (attack 49: every caller degraded for a
+		// cooldown more).
+		f := newFixture(t, model, nil)
+		clock := time.Unix(1_800_000_000, 0)
+		f.svc.now = func() time.Time { return clock }
+		f.counters.fail = errRedisDown
+		for range 3 {
+			f.check(t, req)
+		}
+		if !f.svc.BreakerOpen() {
+			t.Fatal("breaker closed after failing checks")
+		}
+		clock = clock.Add(2 * time.Hour) // past the cooldown
+		f.counters.fail = fmt.Errorf("%w: 127.0.0.1:7001", limiter.ErrNodeDown)
+		f.check(t, req)
+		f.counters.fail = nil
+		if r, _ := f.check(t, req); r.Degraded || f.svc.BreakerOpen() {
+			t.Fatalf("the check after a node-local probe: degraded %v, breaker open %v", r.Degraded, f.svc.BreakerOpen())
+		}
+	})
 	t.Run("a script's own error is no outage", func(t *testing.T) {
 		f := newFixture(t, model, nil)
 		f.counters.fail = fmt.Errorf("%w: damaged state", limiter.ErrScript)
