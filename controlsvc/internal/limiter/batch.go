@@ -69,12 +69,14 @@ type batcher struct {
 	wg     sync.WaitGroup
 }
 
-// queue is one node's calls and, on a cluster, the node's own breaker:
-// nodeDownAfter pipelines in a row it left unanswered (a timeout, a dead
-// connection: no reply at all, not an error reply; one alone may be a
-// stall, a fork or a slow script, that the next pipeline outlives) stop
-// its calls for nodeCooldown, answered at once with ErrNodeDown, then one
-// call probes. Waiting out the Redis
+// queue is one node's calls and, on a cluster, the node's own breaker: a
+// pipeline it left unanswered (a timeout, a dead connection: no reply at
+// all, not an error reply) stops its calls for nodeCooldown, answered at
+// once with ErrNodeDown, then one call probes. One, not two in a row: the
+// second pipeline to a frozen node waited out the client's redial, and
+// the node's callers were held up to 2.1 s before the failure mode
+// (attack 50 A2); a stall longer than the Redis timeout costs the node's
+// callers a second of the failure mode instead. Waiting out the Redis
 // timeout on every call of a hung node, its callers took up to 3.2 s a
 // check (the client redialling and handshaking with a node that accepts
 // and never answers). The service's breaker does not count a node's
@@ -92,7 +94,7 @@ var ErrNodeDown = errors.New("redis cluster node not answering")
 // nodeDownAfter unanswered pipelines in a row stop a cluster node's calls
 // for nodeCooldown.
 const (
-	nodeDownAfter = 2
+	nodeDownAfter = 1
 	nodeCooldown  = time.Second
 )
 
@@ -225,10 +227,19 @@ func (b *batcher) flusher(q *queue) {
 			continue
 		}
 		if probe {
-			// One call probes; the others need not wait for it (a hung
-			// node's probe waits out the client's redial: 1.9 s).
+			// One call probes, off the flusher: the node's other calls are
+			// refused at once meanwhile (the breaker holds them until the
+			// probe is recorded), not queued behind it (a frozen node's
+			// probe waits out the Redis timeout or the client's redial:
+			// 220 ms to 1.9 s; attack 50 A1).
 			q.refuse(batch[1:])
-			batch = batch[:1]
+			one := []*call{batch[0]}
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				q.down.Record(b.send(one, q), time.Now().UnixNano())
+			}()
+			continue
 		}
 		q.down.Record(b.send(batch, q), time.Now().UnixNano())
 	}
