@@ -44,16 +44,24 @@ func New(threshold int, cooldown int64) *Breaker {
 // over, the first caller gets through as the probe and the window is pushed
 // out again, so only one probe runs at a time.
 func (b *Breaker) Allow(now int64) bool {
+	ok, _ := b.Admit(now)
+	return ok
+}
+
+// Admit is Allow that also says whether the call let through is the probe
+// of an open breaker, in one step (asked apart, a probe recorded in
+// between made a healthy node's batch a probe, its other calls refused).
+func (b *Breaker) Admit(now int64) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failures < b.threshold {
-		return true
+		return true, false
 	}
 	if now < b.openUntil {
-		return false
+		return false, false
 	}
 	b.openUntil = b.until(now)
-	return true
+	return true, true
 }
 
 // Record notes a call's outcome; it returns true when the state changed

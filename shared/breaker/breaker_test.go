@@ -46,7 +46,7 @@ func TestRetryProbesAgain(t *testing.T) {
 		t.Fatal("Retry on a closed breaker changed it")
 	}
 	probe := t0 + int64(1100*time.Millisecond)
-	if !b.Allow(probe) {
+	if ok, isProbe := b.Admit(probe); !ok || !isProbe {
 		t.Fatal("no probe after the cooldown")
 	}
 	b.Retry(probe)

@@ -221,8 +221,8 @@ func (b *batcher) flusher(q *queue) {
 			b.send(batch, nil)
 			continue
 		}
-		probe := q.down.Open()
-		if !q.down.Allow(time.Now().UnixNano()) {
+		ok, probe := q.down.Admit(time.Now().UnixNano())
+		if !ok {
 			q.refuse(batch)
 			continue
 		}
