@@ -741,28 +741,13 @@ func (s *Service) guarded(ctx context.Context, op string, call func() error) err
 		return ErrBreakerOpen
 	}
 	err := call()
-	// A caller that went away says nothing about Redis; nor does a request
-	// the limiter refused.
-	if err != nil && (ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript)) {
+	if err != nil && limiter.SaysNothing(ctx, err) {
 		return err
 	}
 	if err != nil && s.summary != nil {
 		s.summary.RedisError(s.now())
 	}
-	// What is about one cluster node (limiter.NodeLocal: a slot still
-	// moving when its retries ran out, a node not answering, which the
-	// limiter's own breaker for that node stops) says nothing of the
-	// others: open, this breaker would send every caller to the failure
-	// mode with that node's (a 0.9 s move answered 679 of 2,654 other
-	// callers' checks degraded: attack 47 A1; a hung master, every caller:
-	// attack 48).
-	if limiter.NodeLocal(err) {
-		// Nor does it close the breaker if this call was its probe: the
-		// next call probes (attack 49: a probe on a frozen master's
-		// queue held every caller degraded 1.2 s after the cluster was
-		// back).
-		s.breaker.Retry(s.now().UnixNano())
-	} else if s.breaker.Record(err == nil, s.now().UnixNano()) {
+	if limiter.Tell(s.breaker, err, s.now().UnixNano()) {
 		if err != nil {
 			s.log.Error("redis failing; circuit breaker open, answering by the failure mode", "mode", s.live.Load().FailureMode, "err", err)
 		} else {

@@ -102,6 +102,29 @@ const (
 // answering): a breaker in front of all of Redis must not count it.
 func NodeLocal(err error) bool { return SlotMoving(err) || errors.Is(err, ErrNodeDown) }
 
+// SaysNothing says a call's outcome is no finding about Redis at all: the
+// caller went away, or the limiter refused the request, or a script failed
+// on its own data.
+func SaysNothing(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, ErrBadRequest) || errors.Is(err, ErrScript)
+}
+
+// Tell records on b, a breaker in front of all of Redis, what a call's
+// outcome (not SaysNothing) says of Redis, and reports whether b opened or
+// closed. One cluster node's trouble (NodeLocal) says nothing of the
+// others: counted, a 0.9 s slot move answered 679 of 2,654 other callers'
+// checks degraded (attack 47 A1), and a hung master every caller's
+// (attack 48); nor does it close b when the call was b's probe, and the
+// next call probes at once (attack 49: a probe on a frozen master's queue
+// held every caller degraded 1.2 s after the cluster was back).
+func Tell(b *breaker.Breaker, err error, now int64) (changed bool) {
+	if NodeLocal(err) {
+		b.Retry(now)
+		return false
+	}
+	return b.Record(err == nil, now)
+}
+
 func newBatcher(rdb Client) *batcher {
 	b := &batcher{rdb: rdb, queues: map[string]*queue{}, stop: make(chan struct{})}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {

@@ -513,12 +513,8 @@ func (s *Service) count(ctx context.Context, domain string, entries [][]Entry, h
 				o.reset = int64(math.Ceil(r.ResetAfter.Seconds()))
 			}
 		}
-		switch {
-		case ctx.Err() != nil || errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript):
-		case limiter.NodeLocal(err):
-			s.breaker.Retry(s.d.Now().UnixNano()) // as decision's guarded: one node says nothing of the others
-		default:
-			s.breaker.Record(err == nil, s.d.Now().UnixNano())
+		if !limiter.SaysNothing(ctx, err) {
+			limiter.Tell(s.breaker, err, s.d.Now().UnixNano())
 		}
 		if err != nil {
 			fail(p.i, err)
