@@ -186,6 +186,9 @@ func (b *bench) loadLabelled(ctx context.Context, round int, noFilter bool) (out
 	if !noFilter {
 		// Every request the lease cache did not answer called the service.
 		h := g.Host()
+		if err := decided(h.Counter, b.requests); err != nil {
+			return loadResult{}, 0, err
+		}
 		allowed, hits, denied := h.Counter("tollgate_allowed_total"), h.Counter("tollgate_lease_hits_total"), h.Counter("tollgate_denied_total")
 		if allowed > 0 {
 			callsPerK = float64(allowed+denied-hits) * 1000 / float64(allowed)
@@ -196,6 +199,20 @@ func (b *bench) loadLabelled(ctx context.Context, round int, noFilter bool) (out
 		}
 	}
 	return loadResult{perSec: res.PerSec, cpu: cpu / time.Duration(b.requests)}, callsPerK, nil
+}
+
+// decided refuses a load whose requests the control service did not
+// decide: answered by the failure mode (a wrong -decision-token, a service
+// down), the filter's figure would time its degraded path, and the calls
+// per 1,000 read 1,000, with nothing on the screen to say so.
+func decided(counter func(name string) int64, requests int64) error {
+	degraded, failed := counter("tollgate_degraded_total"), counter("tollgate_callout_failures_total")
+	if degraded == 0 && failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("the control service did not decide %d of %d requests (the filter answered them by its failure mode; "+
+		"%d callouts failed): is it running at -control, and is -decision-token (TOLLGATE_DECISION_TOKEN) its token?",
+		degraded, requests, failed)
 }
 
 func serve(h http.Handler) (*url.URL, func(), error) {
