@@ -164,6 +164,16 @@ func (b *batcher) queueFor(node string) chan *call {
 	return q.ch
 }
 
+// retire drops q from the map of queues: the next call for its node
+// starts a new one.
+func (b *batcher) retire(q *queue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.queues[q.name] == q {
+		delete(b.queues, q.name)
+	}
+}
+
 // refuse answers calls of a node that is not answering.
 func (q *queue) refuse(calls []*call) {
 	for _, c := range calls {
@@ -218,15 +228,45 @@ func (c *call) wait(ctx context.Context) (any, error) {
 	}
 }
 
+// A cluster node's queue that has had no call for nodeIdle is retired:
+// nodes come and go by address (a replaced pod, a failover to a new
+// host), and each queue kept a flusher, its channel and its breaker for
+// the life of the process. A caller may have taken a queue's channel just
+// before it was dropped from the map, so its flusher serves what still
+// comes for nodeLinger before it returns (the call goes to its key's node
+// whichever queue carries it: the cluster client routes each command).
+var (
+	nodeIdle   = 10 * time.Minute
+	nodeLinger = time.Minute
+)
+
 func (b *batcher) flusher(q *queue) {
 	defer b.wg.Done()
 	batch := make([]*call, 0, maxBatch)
+	var idle <-chan time.Time // nil for a single Redis: never retired
+	var idleTimer *time.Timer
+	if q.name != "" {
+		idleTimer = time.NewTimer(nodeIdle)
+		defer idleTimer.Stop()
+		idle = idleTimer.C
+	}
+	var retired <-chan time.Time
 	for {
 		select {
 		case <-b.stop:
 			return
+		case <-retired:
+			return
+		case <-idle:
+			idle = nil
+			b.retire(q)
+			retired = time.After(nodeLinger)
+			continue
 		case c := <-q.ch:
 			batch = append(batch[:0], c)
+		}
+		if idle != nil {
+			idleTimer.Reset(nodeIdle)
 		}
 		if len(q.ch) == 0 {
 			runtime.Gosched() // see the comment at the top
