@@ -300,7 +300,8 @@ func invalid(format string, args ...any) error {
 }
 
 // FoldScript drops from a normalised path every segment naming a PHP
-// script ("index.php", any case) that more path follows: behind nginx and
+// script ("index.php", any case, and the other extensions scriptName
+// knows) that more path follows: behind nginx and
 // php-fpm, Apache or PHP's own server, "/index.php/api/login" runs the
 // front controller with the path info "/api/login", which Symfony and
 // Laravel route as "/api/login" (an outsider's login brute force went 7.7
@@ -352,20 +353,37 @@ func ScriptPath(p string) string {
 }
 
 // hasScriptSegment reports whether a segment that more path follows names
-// a PHP script: ".php/", any case, after a byte that is no slash.
+// a PHP script (scriptName).
 func hasScriptSegment(p string) bool {
-	for i := 1; i+5 <= len(p); i++ {
-		if p[i] == '.' && p[i+4] == '/' && p[i-1] != '/' && strings.EqualFold(p[i+1:i+4], "php") {
+	for i := 2; i < len(p); i++ {
+		if p[i] == '/' && p[i-1] != '/' && scriptName(p[strings.LastIndexByte(p[:i], '/')+1:i]) {
 			return true
 		}
 	}
 	return false
 }
 
-// scriptName reports whether a segment names a PHP script: ".php" after
-// at least one byte, in any case.
+// scriptName reports whether a segment names a PHP script: a name of at
+// least one byte with an extension PHP servers run as scripts, in any
+// case: ".php"; ".phtml" and ".phar", which Debian's Apache hands to PHP
+// (its php.conf matches ".+\.ph(ar|p|tml)$"); ".php3" to ".php8", which
+// php-fpm's security.limit_extensions lists as examples and sites still
+// map. A rule on "/login.phtml" counts "/login.phtml/x" as it counts
+// "/login.php/x".
 func scriptName(seg string) bool {
-	return len(seg) > 4 && strings.EqualFold(seg[len(seg)-4:], ".php")
+	dot := strings.LastIndexByte(seg, '.')
+	if dot < 1 {
+		return false
+	}
+	switch ext := seg[dot+1:]; len(ext) {
+	case 3:
+		return strings.EqualFold(ext, "php")
+	case 4:
+		return strings.EqualFold(ext[:3], "php") && ext[3] >= '3' && ext[3] <= '8' || strings.EqualFold(ext, "phar")
+	case 5:
+		return strings.EqualFold(ext, "phtml")
+	}
+	return false
 }
 
 // HasDotSegment reports whether the path part of rawPath (before '?')

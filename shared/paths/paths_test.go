@@ -276,6 +276,15 @@ func TestFoldScript(t *testing.T) {
 		"/":                            "/",
 		"/php/x":                       "/php/x",
 		"/a.phpx/b":                    "/a.phpx/b",
+		"/index.phtml/api/login":       "/api/login",
+		"/index.PHAR/api":              "/api",
+		"/index.php5/api":              "/api",
+		"/index.php8/api":              "/api",
+		"/index.php9/api":              "/index.php9/api",
+		"/index.php2/api":              "/index.php2/api",
+		"/a.phtm/b":                    "/a.phtm/b",
+		"/a.pharx/b":                   "/a.pharx/b",
+		"/.phtml/b":                    "/.phtml/b",
 	} {
 		if got := FoldScript(in); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
@@ -325,6 +334,10 @@ func TestScriptPath(t *testing.T) {
 		"/login.php":            "",
 		"/api/.php/x":           "",
 		"/a.phpx/b":             "",
+		"/login.phtml/x":        "/login.phtml",
+		"/login.Php7/x/y":       "/login.Php7",
+		"/app.phar/run":         "/app.phar",
+		"/login.phtml":          "",
 		"/api/v1/items":         "",
 		"/":                     "",
 	} {
