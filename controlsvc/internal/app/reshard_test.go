@@ -361,3 +361,96 @@ func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
 		t.Errorf("%d checks of callers on healthy masters answered degraded while one master hung", n)
 	}
 }
+
+// One master answering with an error of its own (a full shard's OOM,
+// NOREPLICAS with a replica gone) puts its own callers in the failure mode
+// and nobody else: counted by the service-wide breaker, five such replies
+// in a row sent every caller of every master to the failure mode for as
+// long as the fault lasted (attack 52 F1). The other masters' callers ask
+// at a steady pace, so that a consecutive-failures breaker sees the
+// failing master's streak (a busy healthy caller's successes between its
+// failures would keep it closed whatever it counts).
+func TestClusterOneMastersErrorsHoldOnlyItsCallers(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, "", nil)
+	failing := callersOn(t, nodes[0], 8)
+	healthy := append(callersOn(t, nodes[1], 2), callersOn(t, nodes[2], 2)...)
+	check := func(id string) (*response, error) {
+		return s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/h", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+	}
+	for _, tc := range []struct {
+		name         string
+		fault, clear [][]string
+	}{
+		{"OOM", [][]string{{"CONFIG", "SET", "maxmemory-policy", "noeviction"}, {"CONFIG", "SET", "maxmemory", "1"}}, [][]string{{"CONFIG", "SET", "maxmemory", "0"}}},
+		{"NOREPLICAS", [][]string{{"CONFIG", "SET", "min-replicas-to-write", "2"}}, [][]string{{"CONFIG", "SET", "min-replicas-to-write", "0"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, id := range append(failing, healthy...) {
+				if r, err := check(id); err != nil || r.status != 200 || strings.Contains(string(r.body), `"degraded"`) {
+					t.Fatalf("%s before: %v %v", id, r, err)
+				}
+			}
+			redis := func(cmds [][]string) {
+				for _, c := range cmds {
+					if _, err := redistest.Do(nodes[0].Addr, c...); err != nil {
+						t.Fatalf("%v: %v", c, err)
+					}
+				}
+			}
+			redis(tc.fault)
+			defer redis(tc.clear)
+			var answered, degraded, failingDegraded atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, id := range failing {
+				untilStopped(stop, &wg, func() bool {
+					r, err := check(id)
+					if err != nil || r.status != 200 {
+						t.Errorf("%s: %v %v", id, r, err)
+						return false
+					}
+					if strings.Contains(string(r.body), `"degraded"`) {
+						failingDegraded.Add(1)
+					}
+					return true
+				})
+			}
+			for _, id := range healthy {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				untilStopped(stop, &wg, func() bool {
+					select {
+					case <-tick.C:
+					case <-stop:
+						return false
+					}
+					r, err := check(id)
+					if err != nil || r.status != 200 {
+						t.Errorf("%s: %v %v", id, r, err)
+						return false
+					}
+					if strings.Contains(string(r.body), `"degraded"`) {
+						degraded.Add(1)
+					} else {
+						answered.Add(1)
+					}
+					return true
+				})
+			}
+			for deadline := time.Now().Add(20 * time.Second); failingDegraded.Load() < 300 || answered.Load()+degraded.Load() < 100; {
+				if time.Now().After(deadline) {
+					t.Errorf("after 20 s: %d checks of the failing master's callers degraded, %d of the others' answered", failingDegraded.Load(), answered.Load()+degraded.Load())
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			t.Logf("%s on one master: %d of its callers' checks degraded; the others' %d answered, %d degraded", tc.name, failingDegraded.Load(), answered.Load(), degraded.Load())
+			if n := degraded.Load(); n > 0 {
+				t.Errorf("%d checks of callers on healthy masters answered degraded while one master answered %s", n, tc.name)
+			}
+		})
+	}
+}

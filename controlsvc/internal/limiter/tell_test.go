@@ -24,6 +24,7 @@ func TestTellSkipsOneNodesTrouble(t *testing.T) {
 	}{
 		{"Redis not answering", down, true},
 		{"one node not answering", nodeDown, false},
+		{"one node answering OOM", fmt.Errorf("%w (127.0.0.1:7002): OOM command not allowed when used memory > 'maxmemory'", ErrNodeFailing), false},
 		{"a slot moving", tryAgain, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
