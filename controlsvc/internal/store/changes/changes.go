@@ -19,14 +19,13 @@ import (
 )
 
 // Announce tells every replica that the shared state changed to version v.
-// Overrides announce through it too.
-func Announce(ctx context.Context, rdb redis.UniversalClient, v int64) error {
-	if err := rdb.Publish(ctx, keys.AdminChanges, strconv.FormatInt(v, 10)).Err(); err != nil {
-		// The version was bumped: replicas still see the change at their
-		// next version check.
-		return fmt.Errorf("announce change: %w", err)
-	}
-	return nil
+// Overrides announce through it too. It is best effort: the version was
+// bumped with the change, and every replica compares it on a timer, so a
+// lost announcement delays the change elsewhere by at most that period.
+// Reported as a failure, it answered 503 to a change that was stored, and
+// a client that retried created it twice (attack 53).
+func Announce(ctx context.Context, rdb redis.UniversalClient, v int64) {
+	_ = rdb.Publish(ctx, keys.AdminChanges, strconv.FormatInt(v, 10)).Err()
 }
 
 // Bump counts a change made elsewhere (an override) and announces it.
@@ -35,7 +34,8 @@ func Bump(ctx context.Context, rdb redis.UniversalClient) error {
 	if err != nil {
 		return fmt.Errorf("count change: %w", err)
 	}
-	return Announce(ctx, rdb, v)
+	Announce(ctx, rdb, v)
+	return nil
 }
 
 // Watcher follows the announcements of changes.

@@ -243,7 +243,8 @@ func (s redisState) change(ctx context.Context, version int64, e edit) (bool, er
 	case err != nil:
 		return false, fmt.Errorf("store change: %w", err)
 	}
-	return del == nil || del.Val() > 0, changes.Announce(ctx, s.rdb, next.Val())
+	changes.Announce(ctx, s.rdb, next.Val())
+	return del == nil || del.Val() > 0, nil
 }
 
 // memoryState is one process's rules and tiers; a change applies at once.
