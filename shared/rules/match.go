@@ -120,7 +120,8 @@ func (s *Set) Rules() []Rule {
 
 // Match appends to dst the winning rule of every scope that applies to req:
 // one rule per scope at most, the highest priority, ties to the more specific
-// path. A request is denied if any returned rule denies it.
+// path; and a runtime rule's scope has a winner among the runtime rules
+// besides. A request is denied if any returned rule denies it.
 func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 	if s == nil {
 		return dst
@@ -130,23 +131,30 @@ func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 	// scope lifted the limit it was meant to test: an outsider found a
 	// more specific log_only rule take a 5-a-minute login rule to the
 	// tier's 20). Each scope has one winner among the rules that act, and
-	// its first matching log_only rule besides.
-	var last, lastTrial Scope
+	// its first matching log_only rule besides. And the config file's
+	// rules are the operator's own, which the admin API cannot change: a
+	// runtime rule counts beside the file's winner of its scope, never
+	// instead of it (a runtime rule of higher priority, or a more specific
+	// path, or the same rule with a lower id, took an address's 3 logins a
+	// minute to a million: attack 53).
+	var last, lastRuntime, lastTrial Scope
 	for i := range s.rules {
 		r := &s.rules[i]
-		trial := r.Action == ActionLogOnly
-		if trial && r.Scope == lastTrial || !trial && r.Scope == last {
+		won := &last
+		switch {
+		case r.Action == ActionLogOnly:
+			won = &lastTrial
+		case r.Runtime:
+			won = &lastRuntime
+		}
+		if r.Scope == *won {
 			continue // this scope already has its winner
 		}
 		if !scopeApplies(r.Scope, req) || !r.matches(req) {
 			continue
 		}
 		dst = append(dst, r)
-		if trial {
-			lastTrial = r.Scope
-		} else {
-			last = r.Scope
-		}
+		*won = r.Scope
 	}
 	return dst
 }

@@ -159,6 +159,11 @@ type Rule struct {
 	// Response is the rule's own answer to what it refuses (nil: the
 	// standard 429 with the RATE_LIMIT_EXCEEDED envelope).
 	Response *Response `json:"response,omitempty" toml:"response"`
+	// Runtime marks a rule made through the admin API rather than the
+	// config file; it is never stored, the service sets it as it lays
+	// the runtime rules over the file's. A scope has a winner of each
+	// kind (Set.Match).
+	Runtime bool `json:"-" toml:"-"`
 }
 
 // IsEnabled reports whether the rule takes part in matching.

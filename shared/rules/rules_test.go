@@ -175,6 +175,46 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// A runtime rule (the admin API's) counts beside the config file's winner
+// of its scope, never instead of it: the file's limits are the operator's
+// own, which the API may not change (attack 53: a runtime rule identical
+// to a file's login limit but for its limit, or of a higher priority, or
+// on a more specific path, took an address's 3 logins a minute to a
+// million). Among themselves runtime rules have one winner per scope.
+func TestMatchRuntimeRulesCountBesideTheFiles(t *testing.T) {
+	set, err := NewSet("v1", []Rule{
+		{ID: "login", Path: "/login", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 3, WindowSeconds: 60, Priority: 100},
+		{ID: "cap", Path: "/reports/**", Scope: ScopeGlobal, Algorithm: FixedWindow, Limit: 5, WindowSeconds: 60},
+		{ID: "1", Path: "/login", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 1_000_000, WindowSeconds: 60, Priority: 100, Runtime: true},
+		{ID: "2", Path: "/**", Scope: ScopeGlobal, Algorithm: FixedWindow, Limit: 1_000_000, WindowSeconds: 60, Priority: 1, Runtime: true},
+		{ID: "3", Path: "/reports/x", Scope: ScopeGlobal, Algorithm: FixedWindow, Limit: 1_000_000, WindowSeconds: 60, Priority: 9, Runtime: true},
+		{ID: "4", Path: "/api/**", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 10, WindowSeconds: 60, Runtime: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{"the same rule with a lower id", Request{Path: "/login", IdentityKind: "ip"}, "2,1,login"},
+		{"a higher priority on a more specific path", Request{Path: "/reports/x", IdentityKind: "ip"}, "3,cap"},
+		{"a file rule of the scope, runtime ones their own winner", Request{Path: "/reports/y", IdentityKind: "ip"}, "2,cap"},
+		{"no file rule in the scope", Request{Path: "/api/v1", IdentityKind: "ip"}, "2,4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ids []string
+			for _, r := range set.Match(nil, tc.req) {
+				ids = append(ids, r.ID)
+			}
+			if got := strings.Join(ids, ","); got != tc.want {
+				t.Fatalf("Match = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
 func ExampleSet_Match() {
 	set, _ := NewSet("v1", []Rule{
 		{ID: "search", Path: "/api/search", Scope: ScopeUser, Algorithm: SlidingWindow, Limit: 10, WindowSeconds: 60, Priority: 10},

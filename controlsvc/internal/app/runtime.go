@@ -25,10 +25,12 @@ func compose(file *config.Config, snap ruleset.Snapshot) (*policy.Spec, []policy
 	tiers := make([]policy.Tier, len(snap.Tiers))
 	for i := range snap.Tiers {
 		tiers[i] = snap.Tiers[i].Tier
+		tiers[i].Runtime = true
 	}
 	rs := make([]rules.Rule, len(snap.Rules))
 	for i := range snap.Rules {
 		rs[i] = snap.Rules[i].Rule
+		rs[i].Runtime = true
 	}
 	return policy.Compose(&file.Spec, tiers, rs)
 }

@@ -528,3 +528,56 @@ func TestRuntimeTierRequiresAKey(t *testing.T) {
 		t.Fatalf("a keyless caller of the tier: %d %s", r.status, r.body)
 	}
 }
+
+// A runtime rule never lifts a limit of the config file: it counts beside
+// the file's rule of its scope, and replaces no file tier's limit (attack
+// 53: a runtime rule like the file's login limit, of a million, took an
+// address's 3 logins a minute away, and a runtime global rule a cap of 5
+// on a backend). A runtime tier's limit a runtime rule still replaces.
+func TestRuntimeRulesNeverLiftTheFiles(t *testing.T) {
+	windowtest.RoomInMinute(t)
+	s := startService(t, `[[tiers]]
+name = "free"
+limit = 4
+window_seconds = 60
+[[rules]]
+id = "login"
+path = "/login"
+methods = ["POST"]
+scope = "ip"
+algorithm = "fixed_window"
+limit = 3
+window_seconds = 60
+priority = 100
+`, nil)
+	for _, body := range []map[string]any{
+		{"endpoint_pattern": "/login", "methods": []string{"POST"}, "scope": "ip", "algorithm": "fixed_window", "limit": 1_000_000, "window_seconds": 60, "priority": 100},
+		{"endpoint_pattern": "/items", "scope": "identity", "algorithm": "fixed_window", "limit": 1_000_000, "window_seconds": 60, "priority": 100},
+	} {
+		if r := s.admin("POST", "/admin/v1/rate-limit-rules", body); r.status != 201 {
+			t.Fatalf("create rule: %d %s", r.status, r.body)
+		}
+	}
+	awaitVersion(t, s)
+	admitted := func(body map[string]any) (n int) {
+		for range 10 {
+			if m := s.check(body).json(t); m["allowed"] == true {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admitted(map[string]any{"user_id": "ip:192.0.2.7", "endpoint": "/login", "method": "POST", "tier": "free"}); n != 3 {
+		t.Errorf("logins from one address: %d admitted of 10, want the file's 3", n)
+	}
+	if n := admitted(map[string]any{"user_id": "ip:192.0.2.8", "endpoint": "/items", "tier": "free"}); n != 4 {
+		t.Errorf("a file tier's caller under a runtime identity rule: %d admitted of 10, want the tier's 4", n)
+	}
+	if r := s.admin("PUT", "/admin/v1/tiers/7", map[string]any{"name": "gold", "limit": 4, "window_seconds": 60}); r.status != 200 && r.status != 201 {
+		t.Fatalf("put tier: %d %s", r.status, r.body)
+	}
+	awaitVersion(t, s)
+	if n := admitted(map[string]any{"user_id": "ip:192.0.2.9", "endpoint": "/items", "tier": "gold"}); n != 10 {
+		t.Errorf("a runtime tier's caller under a runtime identity rule of a million: %d admitted of 10", n)
+	}
+}

@@ -70,8 +70,9 @@ func Compile(spec *Spec, version string) (*Policy, error) {
 // one decides per request, and, for a per-endpoint tier, its total: the
 // bound per caller across all paths, counted beside whichever decides.
 type tierRules struct {
-	set   *rules.Set
-	total *rules.Rule
+	set     *rules.Set
+	total   *rules.Rule
+	runtime bool
 }
 
 func compileTier(t *Tier, defaultAlgo rules.Algorithm, version string) (tierRules, error) {
@@ -95,7 +96,7 @@ func compileTier(t *Tier, defaultAlgo rules.Algorithm, version string) (tierRule
 	if err != nil {
 		return tierRules{}, err
 	}
-	tr := tierRules{set: set}
+	tr := tierRules{set: set, runtime: t.Runtime}
 	if total := t.Total(); total > 0 {
 		// The total's bucket is the total itself: a tier's burst must not
 		// lift it (a burst of 1,000 made a total of 100 admit 1,000).
@@ -221,9 +222,10 @@ func (p *Policy) Exempt(id identity.ID, name string) bool {
 }
 
 // Match appends to dst the rules that apply to req: the configured rules'
-// winners, one per scope, and the caller's tier. The tier always applies
-// unless a rejecting rule of its own scope (identity) matched: such a rule
-// replaces the tier's limit for that request, explicitly. Rules of other
+// winners, one per scope (and a runtime rule's beside the file's), and the
+// caller's tier. The tier always applies unless a rejecting rule of its
+// own scope (identity) matched: such a rule replaces the tier's limit for
+// that request, explicitly (a runtime rule a runtime tier's only). Rules of other
 // scopes (a per-address login limit, a per-user ceiling) count beside the
 // tier and never lift it, and a log-only rule replaces nothing. The tier's
 // total, for a per-endpoint tier, always counts, even where a rule
@@ -239,13 +241,16 @@ func (p *Policy) Exempt(id identity.ID, name string) bool {
 func (p *Policy) Match(dst []*rules.Rule, req rules.Request) []*rules.Rule {
 	n := len(dst)
 	dst = p.rules.Match(dst, req)
+	t := p.tiers[req.Tier]
 	replaced := false
 	for _, r := range dst[n:] {
-		if r.Scope == rules.ScopeIdentity && r.Action != rules.ActionLogOnly {
+		// A runtime rule replaces no tier of the config file: the file's
+		// limits are the operator's own, which the admin API cannot lift
+		// (a runtime rule beside it counts beside it).
+		if r.Scope == rules.ScopeIdentity && r.Action != rules.ActionLogOnly && (!r.Runtime || t.runtime) {
 			replaced = true
 		}
 	}
-	t := p.tiers[req.Tier]
 	if t.total != nil {
 		dst = append(dst, t.total)
 	}

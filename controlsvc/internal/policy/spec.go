@@ -87,6 +87,10 @@ type Tier struct {
 	// RequireAPIKey refuses callers of this tier without an API key (401
 	// MISSING_API_KEY).
 	RequireAPIKey bool `json:"require_api_key,omitempty" toml:"require_api_key"`
+	// Runtime marks a tier made through the admin API (never stored: set
+	// as the runtime tiers are laid over the file's). Only a rule of its
+	// own kind replaces its limit (Policy.Match).
+	Runtime bool `json:"-" toml:"-"`
 }
 
 // Bounds on what a model holds (the file's and the runtime's together):
