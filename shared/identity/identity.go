@@ -110,7 +110,7 @@ func validateID(id string) error {
 }
 
 // Printable reports whether s is valid UTF-8 without control characters or
-// invisible format characters (bidirectional controls, zero-width ones):
+// characters drawn as nothing (invisible):
 // text that can go into a header, a log line or a JSON answer as it is.
 func Printable(s string) bool {
 	_, bad := firstControl(s)
@@ -126,18 +126,28 @@ func firstControl(s string) (rune, bool) {
 	return 0, false
 }
 
-// invisible reports the format characters that change how text around them
-// is shown without showing themselves: bidirectional embeddings, overrides,
-// isolates and marks, zero-width spaces and joiners, the word joiner and
-// the byte-order mark. In an identity, a tier description or a name they
-// let one string pass for another in a listing or the audit trail
-// ("user:admin‮..." shown reversed), so they are refused like control
-// characters.
+// invisible reports the characters that are drawn as nothing, or change
+// how text around them is drawn without showing themselves: Unicode's
+// Default_Ignorable_Code_Point (bidirectional embeddings, overrides,
+// isolates and marks, zero-width spaces and joiners, the word joiner, the
+// byte-order mark, variation selectors, tag characters, the combining
+// grapheme joiner, the Hangul fillers), and the line and paragraph
+// separators. In an identity, a tier description or a name they let one
+// string pass for another in a listing or the audit trail
+// ("user:admin\u202e..." shown reversed; five users all drawn "alice" in
+// the console's key list with a variation selector, a tag character, the
+// grapheme joiner or a Hangul filler after the name: attack 53), so they
+// are refused like control characters.
 func invisible(r rune) bool {
 	switch {
-	case r == 0x061c, r == 0x180e, r == 0xfeff, r == 0x00ad:
+	case r < 0x00ad:
+		return false
+	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x115f, r == 0x1160, r == 0x17b4, r == 0x17b5,
+		r == 0x3164, r == 0xfeff, r == 0xffa0:
 		return true
-	case 0x200b <= r && r <= 0x200f, 0x202a <= r && r <= 0x202e, 0x2060 <= r && r <= 0x2064, 0x2066 <= r && r <= 0x2069:
+	case 0x180b <= r && r <= 0x180f, 0x200b <= r && r <= 0x200f, 0x2028 <= r && r <= 0x202e,
+		0x2060 <= r && r <= 0x206f, 0xfe00 <= r && r <= 0xfe0f, 0xfff0 <= r && r <= 0xfff8,
+		0x1bca0 <= r && r <= 0x1bca3, 0x1d173 <= r && r <= 0x1d17a, 0xe0000 <= r && r <= 0xe0fff:
 		return true
 	}
 	return false
