@@ -208,6 +208,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#caller-form button[type=submit]")), chromedp.WaitVisible(chromedp.CSS("#reset")),
 		chromedp.WaitVisible(chromedp.Search(`//td[text()="tier_free"]`)))
 	sh.take(ctx, "callers")
+	// A caller named ".." or an endpoint climbing out ("/../../api-keys")
+	// stays in the status route: encodeURIComponent leaves dot segments as
+	// they are, and the browser resolved them into another admin route
+	// (attack 53). The URLs the page asks for are recorded as it builds them.
+	eval(`window.__asked = []; { const f = window.fetch; window.fetch = (u, o) => { window.__asked.push(String(u)); return f(u, o); }; } ""`)
+	run("callers climbing out", chromedp.SetValue(chromedp.CSS(`#caller-form [data-field="user_id"]`), ".."),
+		chromedp.SetValue(chromedp.CSS(`#caller-form [data-field="endpoint"]`), "/../../api-keys"),
+		chromedp.Click(chromedp.CSS("#caller-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.Search(`//form[@id="caller-form"]//p[@role="alert"][string-length(normalize-space()) > 0]`)))
+	if asked := eval(`window.__asked.join(" ")`); !strings.Contains(asked, "/admin/v1/status/%2E%2E/%2E%2E/%2E%2E/api-keys") || strings.Contains(asked, "/..") {
+		t.Fatalf("the console asked for %s", asked)
+	}
 
 	// A rule edited, another created and deleted.
 	run("edit rule", chromedp.Navigate(s.base+"/console/#rules"), chromedp.WaitVisible(chromedp.Search(`//button[text()="Edit"]`)),

@@ -238,7 +238,7 @@ async function rules(page) {
     ev.preventDefault();
     const v = values(form);
     try {
-      if (editing) await api('PUT', '/admin/v1/rate-limit-rules/' + encodeURIComponent(editing), v);
+      if (editing) await api('PUT', '/admin/v1/rate-limit-rules/' + seg(editing), v);
       else await api('POST', '/admin/v1/rate-limit-rules', v);
       show();
     } catch (e) { showErrors(form, e); }
@@ -257,7 +257,7 @@ async function rules(page) {
         } }, 'Edit'),
         el('button', { type: 'button', class: 'danger', onclick: async () => {
           if (!confirm('Delete rule ' + r.rule_id + '?')) return;
-          try { await api('DELETE', '/admin/v1/rate-limit-rules/' + encodeURIComponent(r.rule_id)); show(); } catch (e) { alert(e.message); }
+          try { await api('DELETE', '/admin/v1/rate-limit-rules/' + seg(r.rule_id)); show(); } catch (e) { alert(e.message); }
         } }, 'Delete')),
   ]);
   const tierForm = el('form', { class: 'grid', id: 'tier-form' },
@@ -273,7 +273,7 @@ async function rules(page) {
     const v = values(tierForm);
     const id = v.tier_id;
     delete v.tier_id;
-    try { await api('PUT', '/admin/v1/tiers/' + encodeURIComponent(id), v); show(); } catch (e) { showErrors(tierForm, e); }
+    try { await api('PUT', '/admin/v1/tiers/' + seg(id), v); show(); } catch (e) { showErrors(tierForm, e); }
   });
   page.append(
     el('section', {}, el('h2', {}, 'Rules'), form,
@@ -323,11 +323,11 @@ async function keys(page) {
         el('button', { type: 'button', class: 'plain', onclick: () => showUsage(k.key_id) }, 'Usage'),
         k.status === 'active' ? el('button', { type: 'button', class: 'danger', 'data-revoke': k.key_id, onclick: async () => {
           if (!confirm('Revoke key ' + k.key_id + '? Every replica refuses it at once.')) return;
-          try { await api('POST', '/admin/v1/api-keys/' + encodeURIComponent(k.key_id) + '/revoke'); await list(); } catch (e) { alert(e.message); }
+          try { await api('POST', '/admin/v1/api-keys/' + seg(k.key_id) + '/revoke'); await list(); } catch (e) { alert(e.message); }
         } }, 'Revoke') : null)])));
   }
   async function showUsage(keyID) {
-    const u = await api('GET', '/admin/v1/usage/' + encodeURIComponent(keyID) + '?window=current');
+    const u = await api('GET', '/admin/v1/usage/' + seg(keyID) + '?window=current');
     usage.replaceChildren(el('h3', {}, 'Usage of ' + keyID), usageChart(u));
   }
   page.append(el('section', {}, el('h2', {}, 'Create an API key'), form, created),
@@ -348,6 +348,16 @@ function usageChart(u) {
     el('p', {}, 'This window: ' + fmt(used) + ' of ' + fmt(limit) + ' (' + fmt(cur.remaining ?? 0) + ' left). Last 24 hours: ' + fmt(day.total_requests || 0) + ' requests, ' + fmt(day.violations || 0) + ' refused.'));
 }
 
+// seg is one path segment of an admin URL: encodeURIComponent leaves "."
+// and ".." as they are, and the browser would then resolve them, so that a
+// caller named ".." or an endpoint "/../../api-keys" asked another admin
+// route (attack 53). Escaped, the service reads them as typed (and refuses
+// a dot segment in an endpoint).
+function seg(s) {
+  const e = encodeURIComponent(s);
+  return e === '.' || e === '..' ? e.replace(/\./g, '%2E') : e;
+}
+
 // --- callers
 
 async function callers(page) {
@@ -361,8 +371,8 @@ async function callers(page) {
     const v = values(form);
     const endpoint = v.endpoint.startsWith('/') ? v.endpoint : '/' + v.endpoint;
     const [st, u, ov] = await Promise.all([
-      api('GET', '/admin/v1/status/' + encodeURIComponent(v.user_id) + endpoint.split('/').map(encodeURIComponent).join('/')),
-      api('GET', '/admin/v1/usage/' + encodeURIComponent(v.user_id) + '?window=current').catch(() => null),
+      api('GET', '/admin/v1/status/' + seg(v.user_id) + endpoint.split('/').map(seg).join('/')),
+      api('GET', '/admin/v1/usage/' + seg(v.user_id) + '?window=current').catch(() => null),
       api('GET', '/admin/v1/overrides'),
     ]);
     const mine = (ov.overrides || []).filter(o => o.identity === st.identity);
