@@ -114,13 +114,21 @@ func TestHandBackLeavesTheProbe(t *testing.T) {
 // Another caller's leases do not push a caller's out before they end: at
 // 1,024 remembered a VM, an outsider's 3,200 requests did, and the caller
 // it pushed out (asking many paths a few times each) was refused for the
-// rest of the minute, its leftovers never handed back.
+// rest of the minute, its leftovers never handed back. The victim asks 16
+// paths before the flood: a lease whose two slots the flood's buckets both
+// take is lost there (the slots come from a key random to each process, so
+// which of a run's 3,016 buckets meet is chance: 13 of 480 victims' leases
+// in 30 runs, and a test of one victim failed about one run in twenty), but the flood pushes out no
+// lease by its number.
 func TestKeptLeasesOutlastAFlood(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
 	vm := e.vms[0]
-	e.start(req{path: "/api/v1/victim", source: "198.51.100.50:1"})
-	e.answer(0, "200", decision(true, 50, 10, 0))
+	const victims = 16
+	for i := range victims {
+		e.start(req{path: "/api/v1/victim/" + strconv.Itoa(i), source: "198.51.100.50:1"})
+		e.answer(0, "200", decision(true, 50, 10, 0))
+	}
 	for i := range 3000 {
 		e.start(req{path: "/api/v1/flood/" + strconv.Itoa(i), source: "198.51.100.51:1"})
 		e.answer(0, "200", decision(true, 50, 10, 0))
@@ -143,9 +151,16 @@ func TestKeptLeasesOutlastAFlood(t *testing.T) {
 		}
 		e.clock.Advance(200 * time.Millisecond)
 	}
-	// Every lease its slot still held goes back (a few of 3,001 buckets
-	// share both ways of a slot with others and lose theirs there).
-	if !handedBack["/api/v1/victim"] || len(handedBack) < 2900 {
-		t.Fatalf("%d leases handed back, the victim's among them: %v", len(handedBack), handedBack["/api/v1/victim"])
+	back := 0
+	for i := range victims {
+		if handedBack["/api/v1/victim/"+strconv.Itoa(i)] {
+			back++
+		}
+	}
+	t.Logf("%d of the victim's %d leases handed back", back, victims)
+	// Pushed out by number, none would come back; lost to slots, about
+	// one in thirty (seven of sixteen lost: less than one run in a million).
+	if back < 10 || len(handedBack) < 2900 {
+		t.Fatalf("%d leases handed back, %d of the victim's %d among them", len(handedBack), back, victims)
 	}
 }
