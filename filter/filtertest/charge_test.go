@@ -131,6 +131,11 @@ func TestChargeFromTheResponse(t *testing.T) {
 		{"a header with JSON in it", "response_header:x-usage-total-tokens", wasmhost.Headers{{"x-usage-total-tokens", `{"a":1}`}}, nil, 0, wire.UnreportedInvalid, true},
 		{"an error without usage", body, wasmhost.Headers{{":status", "503"}, {"content-type", "application/json"}}, []string{`{"error":{"message":"overloaded"}}`}, 0, wire.UnreportedError, false},
 		{"an error that is not json", body, wasmhost.Headers{{":status", "400"}, {"content-type", "text/plain"}}, []string{`bad request`}, 0, wire.UnreportedError, false},
+		// A proxy's timeout, while the model may still run and bill
+		// (Envoy's route timeout answers 504 through the filter): the
+		// rule's cost, as a cut stream (attack 54 F4: charged 1).
+		{"a gateway timeout", body, wasmhost.Headers{{":status", "504"}, {"content-type", "text/plain"}}, []string{`upstream request timeout`}, 0, wire.UnreportedMalformed, false},
+		{"a request timeout", body, wasmhost.Headers{{":status", "408"}, {"content-type", "application/json"}}, []string{`{"error":"timeout"}`}, 0, wire.UnreportedMissing, false},
 		{"an error with usage", body, wasmhost.Headers{{":status", "400"}, {"content-type", "application/json"}}, []string{`{"usage":{"total_tokens":9}}`}, 9, "", false},
 		{"a stream", body, wasmhost.Headers{{"content-type", "text/event-stream; charset=utf-8"}},
 			sse(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[],"usage":{"total_tokens":21}}`, `[DONE]`), 21, "", false},

@@ -78,22 +78,22 @@ func TestTokenBudget(t *testing.T) {
 			if r := s.check(check); r.status != 429 {
 				t.Fatalf("admitted in debt: %d %s", r.status, r.body)
 			}
-			// The debt stops at minus the capacity: of 4999 more, 399 go on
-			// (the balance was -601).
-			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5000}))
-			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 399 || num(t, res, "clamped") != 4600 {
+			// The debt stops at minus a hundred capacities: of 199,999
+			// more, 99,399 go on (the balance was -601).
+			ch = s.do("POST", "/v1/rate-limit/charge", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 200_000}))
+			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != 99_399 || num(t, res, "clamped") != 100_600 {
 				t.Fatalf("at the floor: %s", ch.body)
 			}
 			// Another caller's budget is whole.
 			if r := s.check(map[string]any{"user_id": "bob", "endpoint": "/v1/chat/completions"}); r.status != 200 {
 				t.Fatalf("bob: %d %s", r.status, r.body)
 			}
-			// Usage counts the tokens: 1 + 399, 1 + 299, 1, 1 + 899, 399 more.
+			// Usage counts the tokens: 1 + 399, 1 + 299, 1, 1 + 899, 99,399 more.
 			if err := s.app.FlushUsage(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			u := s.admin("GET", "/admin/v1/usage/alice", nil)
-			if !strings.Contains(string(u.body), `"total_requests":2000`) {
+			if !strings.Contains(string(u.body), `"total_requests":101000`) {
 				t.Fatalf("usage: %s", u.body)
 			}
 		})

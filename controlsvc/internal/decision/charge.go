@@ -76,9 +76,9 @@ var unreportedReasons = []string{wire.UnreportedMissing, wire.UnreportedInvalid,
 // admission (cost_from response_*): the reported cost less the 1 the check
 // spent, or the rule's unreported cost when the response reported none.
 // It never refuses (the request was served); a charge may take a counter
-// below zero, to minus its capacity at most, and the caller is refused
+// below zero, to minus a hundred capacities at most, and the caller is refused
 // until it refills. Only the decision credential's holder may charge: a
-// charge spends up to a whole capacity of a caller it names.
+// charge spends up to a hundred capacities of a caller it names.
 func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Trust) (wire.ChargeResponse, error) {
 	if trust != Trusted {
 		return wire.ChargeResponse{}, apierr.ForbiddenBecause("charges", "charging a response's cost needs the decision API's service credential")

@@ -4,12 +4,13 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/shared/rules"
 )
 
 // A charge is a cost known after the response: spent whatever is left,
-// taking the balance below zero, never below minus the capacity; the
+// taking the balance below zero, never below minus max_debt capacities; the
 // caller is refused until the counter refills. Concurrent charges add up
 // exactly. Every algorithm that takes charges, with windows long enough
 // that nothing refills meanwhile.
@@ -61,13 +62,59 @@ func TestCharge(t *testing.T) {
 			if res, err := l.Do(ctx, r); err != nil || res.Allowed || res.RetryAfter <= 0 {
 				t.Fatalf("admission in debt: %+v %v, want refused with a wait", res, err)
 			}
-			// The debt stops at minus the capacity: 501 more fit, not 600.
-			c.Cost = 600
-			if res, err := l.Do(ctx, c); err != nil || res.Charged != 499 {
-				t.Fatalf("charge at the floor: %+v %v, want 499 of 600 spent (balance -1000)", res, err)
+			// The debt goes on to minus a hundred capacities, not one: a
+			// completion fifty times the budget is charged whole (stopped
+			// at minus one, a client asking for one such a window got
+			// fifty budgets: attack 54 F2). At -501: 99,499 more fit.
+			c.Cost = 100_000
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != 99_499 {
+				t.Fatalf("charge at the floor: %+v %v, want 99,499 of 100,000 spent (balance -100,000)", res, err)
 			}
 			if res, err := l.Do(ctx, c); err != nil || res.Charged != 0 {
 				t.Fatalf("charge past the floor: %+v %v, want nothing spent", res, err)
+			}
+		})
+	}
+}
+
+// A charge's debt is paid as the counter refills, a window's limit a
+// window, for every algorithm: a fixed window forgot it when it rolled (one
+// large completion a window, each charged the budget once: attack 54 F2).
+// The refusal names when the debt is paid, and a request then is admitted;
+// half-way there it is refused. Windows of a second, the waits real.
+func TestChargeDebtIsPaidWindowByWindow(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			r := req(a, "debt-"+string(a), 10, 1)
+			if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+				t.Fatalf("admission: %+v %v", res, err)
+			}
+			c := r
+			c.Charge, c.Cost = true, 39 // 40 spent: three limits past the window's
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != 39 {
+				t.Fatalf("charge: %+v %v", res, err)
+			}
+			res, err := l.Do(ctx, r)
+			if err != nil || res.Allowed {
+				t.Fatalf("in debt: %+v %v, want refused", res, err)
+			}
+			// Three windows' debt and this window's limit: between three
+			// and four seconds from now (the window's own rest, for the
+			// window algorithms).
+			if res.RetryAfter < 2*time.Second || res.RetryAfter > 4500*time.Millisecond {
+				t.Fatalf("in debt of three windows: retry after %v", res.RetryAfter)
+			}
+			wait := res.RetryAfter
+			time.Sleep(wait / 2)
+			if res, err := l.Do(ctx, r); err != nil || res.Allowed {
+				t.Fatalf("half-way through the debt (%v of %v): %+v %v, want refused", wait/2, wait, res, err)
+			}
+			time.Sleep(wait - wait/2)
+			if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+				t.Fatalf("when the refusal said (%v): %+v %v, want admitted", wait, res, err)
 			}
 		})
 	}

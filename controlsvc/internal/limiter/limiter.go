@@ -136,7 +136,7 @@ type Result struct {
 	// than the counter still had leased.
 	Credited int64
 	// Charged is what a Charge spent: its cost, less what would have taken
-	// the balance below minus the capacity.
+	// the balance below minus a hundred capacities (prelude.lua's max_debt).
 	Charged int64
 	// WindowStart and WindowEnd bound the counter's stretch for a lease
 	// granted now, in Unix microseconds on the Redis server's clock (0 for

@@ -130,15 +130,23 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		start = time.UnixMilli(r.Origin) // a calendar period's start
 	}
 	if !c.stamp.Equal(start) {
-		c.prev = 0
-		if c.stamp.Equal(start.Add(-window)) {
-			c.prev = float64(limit) - c.tokens
+		// What the last window spent, a charge's debt past its limit
+		// carried as the scripts carry it: each window since paid a limit.
+		spent, g := 0.0, 0.0
+		if !c.stamp.IsZero() && start.After(c.stamp) {
+			spent, g = float64(limit)-c.tokens, float64(start.Sub(c.stamp)/window)
 		}
-		c.tokens, c.stamp = float64(limit), start
+		c.prev = 0
+		if g > 0 {
+			c.prev = min(float64(limit), max(0, spent-float64(limit)*(g-1)))
+		}
+		c.tokens, c.stamp = float64(limit)-max(0, spent-float64(limit)*g), start
 	}
 	elapsed := now.Sub(start)
 	reset := window - elapsed
-	c.wholeAt = start.Add(2 * window) // the next window still weighs this one
+	// The next window still weighs this one; a debt keeps it a window more
+	// for each limit of it.
+	c.wholeAt = start.Add(2*window + window*time.Duration(max(0, math.Ceil(-c.tokens/float64(limit)))))
 	// The sliding estimate: what the previous window spent, weighted by how
 	// much of it the sliding window still overlaps, plus this window's.
 	fading := 0.0
@@ -166,10 +174,14 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
 }
 
+// maxDebt is how many capacities a charge may take a counter below zero,
+// as the limiter's scripts (prelude.lua's max_debt).
+const maxDebt = 100
+
 // charged is what a charge of cost spends from a balance of left: all of
-// it, down to a balance of -capacity at most (as the limiter's scripts).
+// it, down to a balance of -maxDebt capacities at most.
 func charged(cost, left float64, capacity int64) float64 {
-	return max(0, min(cost, math.Floor(left+float64(capacity))))
+	return max(0, min(cost, math.Floor(left+maxDebt*float64(capacity))))
 }
 
 // Count adds hits to key's fixed-window counter (aligned to the Unix epoch)

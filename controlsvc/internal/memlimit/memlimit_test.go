@@ -183,8 +183,8 @@ func TestLongKeys(t *testing.T) {
 	}
 }
 
-// A charge spends whatever is left, into debt down to minus the capacity,
-// as the limiter's scripts do; the caller is refused until it refills.
+// A charge spends whatever is left, into debt down to minus a hundred
+// capacities, as the limiter's scripts do; the caller is refused until it refills.
 func TestCharge(t *testing.T) {
 	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
 		t.Run(string(alg), func(t *testing.T) {
@@ -202,9 +202,42 @@ func TestCharge(t *testing.T) {
 			if res := l.Do(r); res.Allowed {
 				t.Fatalf("admitted in debt: %+v", res)
 			}
-			// The balance is -51: 49 more reach the floor of -100.
-			if res := l.Do(ch); res.Charged != 49 {
-				t.Fatalf("charge at the floor: %+v, want 49 spent", res)
+			// The balance is -51: 9,949 more reach the floor of a hundred
+			// capacities, -10,000.
+			ch.Cost = 20_000
+			if res := l.Do(ch); res.Charged != 9_949 {
+				t.Fatalf("charge at the floor: %+v, want 9,949 spent", res)
+			}
+		})
+	}
+}
+
+// A charge's debt is paid a window's limit a window, the windows' counters
+// carrying it as the scripts do (a window that forgot it at its end gave a
+// caller one large completion a window: attack 54 F2).
+func TestChargeDebtCarries(t *testing.T) {
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		t.Run(string(alg), func(t *testing.T) {
+			c := &clock{t: time.Unix(1_800_000_000, 0)}
+			l := New(1, c.now)
+			r := req(alg, 100, 0, "a")
+			if res := l.Do(r); !res.Allowed {
+				t.Fatalf("admission: %+v", res)
+			}
+			ch := r
+			ch.Charge, ch.Cost = true, 399 // 400 spent: three windows past this one's limit
+			if res := l.Do(ch); res.Charged != 399 {
+				t.Fatalf("charge: %+v", res)
+			}
+			for w := 1; w <= 2; w++ {
+				c.t = c.t.Add(time.Minute)
+				if res := l.Do(r); res.Allowed {
+					t.Fatalf("%d windows on, with a debt of three: admitted %+v", w, res)
+				}
+			}
+			c.t = c.t.Add(2*time.Minute + time.Second)
+			if res := l.Do(r); !res.Allowed {
+				t.Fatalf("four windows on, the debt paid: %+v", res)
 			}
 		})
 	}

@@ -51,8 +51,9 @@ type charging struct {
 	json   []bool // items[i] reads the body
 	mode   int
 	events *usage.Events
-	// failed: the upstream answered an error (status 400 or more); if it
-	// reports no usage, the request costs its admission only.
+	// failed: the upstream answered an error (status 400 or more but a
+	// timeout's, failedStatus); if it reports no usage, the request costs
+	// its admission only.
 	failed bool
 	sent   bool // the charge went (or could not)
 	// held: the response waits for the charge's answer.
@@ -101,7 +102,7 @@ func (h *httpContext) chargeOnHeaders(endOfStream bool) types.Action {
 	_ = headermap.Walk(hs, func(k, v string) bool {
 		switch {
 		case k == ":status":
-			ch.failed = len(v) == 3 && v >= "400"
+			ch.failed = failedStatus(v)
 		case wire.EqualFoldASCII(k, "content-type"):
 			contentType = v
 		case wire.EqualFoldASCII(k, "content-encoding"):
@@ -157,6 +158,17 @@ func (h *httpContext) reported(i int, u wire.Usage) {
 	}
 	n := u.N
 	h.charge.items[i].Cost = &n
+}
+
+// failedStatus says an answer's status is an error that ran no model: 400
+// or more, but for 408 and 504, timeouts, which a proxy answers while the
+// model may still run and bill (Envoy's route timeout, 15 s by default,
+// answers 504 through this filter to a client that asked for a long
+// completion; an inner LLM gateway answers 408 or 504): those report
+// nothing and cost the rule's cost, as a cut stream does (charged 1, an
+// outsider's 50 such answers were billed 205,000 tokens: attack 54 F4).
+func failedStatus(v string) bool {
+	return len(v) == 3 && v >= "400" && v != "408" && v != "504"
 }
 
 func (h *httpContext) unreported(i int, why string) {

@@ -10,8 +10,12 @@ local function decide()
   if origin > 0 then idx = 0 end
   local w, c, lg = load('<ddd', 'w', 'c', 'lg')
   c, lg = c or 0, lg or 0
-  if w == nil or idx > w then
+  if w == nil then
     c, lg = 0, 0
+  elseif idx > w then
+    -- A charge's debt (a count past the limit) is carried: each window
+    -- that passed paid a limit of it.
+    c, lg = math.max(0, c - limit * (idx - w)), 0
   elseif idx < w then
     idx = w -- the clock moved back: stay in the stored window, never reopen an old one
   end
@@ -24,11 +28,16 @@ local function decide()
     c, lg = c - r, lg - r
   end
   local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
+  -- The count lives through this window and the next, and while a debt
+  -- is paid one window a limit.
+  local function ttl(c)
+    return math.ceil(reset + window * (1 + math.max(0, math.ceil(c / limit) - 1)))
+  end
   if charge then
-    local n = math.max(0, math.min(cost, limit + capacity - c))
+    local n = math.max(0, math.min(cost, limit + max_debt * capacity - c))
     credited = n
     c = c + n
-    save('<ddd', math.ceil(reset + window), idx, c, lg)
+    save('<ddd', ttl(c), idx, c, lg)
     return 1, limit - c, reset, 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
@@ -38,10 +47,12 @@ local function decide()
     granted = grant(limit - c)
     c, lg = c + granted, lg + granted
   else
-    retry = reset
+    -- In debt, the windows that pay it first (c carried, a limit less
+    -- each).
+    retry = reset + window * math.max(0, math.ceil((c + admit - limit) / limit) - 1)
   end
   if changed(allowed) then
-    save('<ddd', math.ceil(reset + window), idx, c, lg)
+    save('<ddd', ttl(c), idx, c, lg)
   end
   return allowed, limit - c, reset, retry, granted
 end

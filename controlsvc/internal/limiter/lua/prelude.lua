@@ -6,7 +6,7 @@
 -- ARGV: 1 limit, 2 window_ms, 3 capacity, 4 cost, 5 lease wanted, 6 lease
 -- returned, 7 lease fraction, 8 mode (1 = peek: read only; 2 = lease only
 -- from a counter already in use; 3 = charge: spend the cost whatever is
--- left, down to a balance of -capacity at most, and return in the last
+-- left, down to a balance of -max_debt capacities at most, and return in the last
 -- slot what was spent; 0 = none of these), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
 -- penalties only KEYS[1] and ARGV 1..8 are sent. ARGV[13] is a calendar
@@ -55,11 +55,20 @@ local warm_only = ARGV[8] == '2'
 -- A charge is a cost known after the response (LLM tokens): the request was
 -- admitted already, so it is spent whatever is left, taking the balance
 -- below zero (the caller is refused until it refills), but never below
--- -capacity: one response can cost its caller at most one extra refill.
+-- -max_debt capacities (below).
 local charge = ARGV[8] == '3'
 -- credited is what a refund really gave back: at most what is still
 -- leased, whatever the caller claimed (usage subtracts this, not the claim).
 local credited = 0
+-- A charge takes a counter down to minus max_debt capacities at most, and
+-- the debt is paid as the counter refills, a window's limit a window: a
+-- token budget's caller who asks for a completion fifty times its budget
+-- owes fifty windows. Stopped at minus one capacity, and a fixed window
+-- forgetting its debt when it rolled, one large completion a window was
+-- charged the budget once (an outsider's 400,400 tokens in 131 s against
+-- 2,000 a minute). The bound keeps an upstream that reports an absurd
+-- usage from locking its caller out for good.
+local max_debt = 100
 
 -- All time comes from the Redis server, in milliseconds with microsecond
 -- fractions: never a client's or a replica's clock.

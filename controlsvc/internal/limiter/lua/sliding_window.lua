@@ -7,10 +7,15 @@ local function decide()
   local idx = math.floor(now / window)
   local w, c, p, lg, lgp = load('<ddddd', 'w', 'c', 'p', 'lg', 'lgp')
   c, p, lg, lgp = c or 0, p or 0, lg or 0, lgp or 0
-  if w == nil or idx > w + 1 then
+  if w == nil then
     c, p, lg, lgp = 0, 0, 0, 0
-  elseif idx == w + 1 then
-    c, p, lg, lgp = 0, c, 0, lg
+  elseif idx > w then
+    -- A charge's debt (a count past the limit) is carried: each window
+    -- that passed paid a limit of it, and the window before this one
+    -- weighs at most a limit.
+    local g = idx - w
+    if g == 1 then lgp = lg else lgp = 0 end
+    c, p, lg = math.max(0, c - limit * g), math.min(limit, math.max(0, c - limit * (g - 1))), 0
   elseif idx < w then
     idx = w
   end
@@ -31,14 +36,19 @@ local function decide()
   else
     returned = 0
   end
+  -- The counts live two windows, and while a debt is paid one window a
+  -- limit.
+  local function ttl(c)
+    return math.ceil(window * (2 + math.max(0, math.ceil(c / limit) - 1)))
+  end
   local elapsed = math.max(0, now - idx * window)
   local weight = math.max(0, 1 - elapsed / window)
   local est = p * weight + c
   if charge then
-    local n = math.max(0, math.min(cost, math.floor(limit + capacity - est)))
+    local n = math.max(0, math.min(cost, math.floor(limit + max_debt * capacity - est)))
     credited = n
     c = c + n
-    save('<ddddd', math.ceil(2 * window), idx, c, p, lg, lgp)
+    save('<ddddd', ttl(c), idx, c, p, lg, lgp)
     return 1, math.floor(limit - (est + n)), math.max(1, math.ceil(window - elapsed)), 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
@@ -53,15 +63,19 @@ local function decide()
       -- The previous window's weight fades at p/window per millisecond.
       retry = math.ceil(need * window / p)
     else
-      -- Not before the next window, where c becomes the fading part.
-      retry = math.ceil(window - elapsed)
-      if c > 0 and c > limit - admit then
-        retry = retry + math.ceil(window * (1 - (limit - admit) / c))
+      -- Not before the next window, where c becomes the fading part
+      -- (and what it holds past a limit, a debt, the next window's
+      -- count: a window more for each limit of it).
+      local debt = math.max(0, math.ceil(c / limit) - 1)
+      local carried = c - limit * debt
+      retry = math.ceil(window - elapsed) + window * debt
+      if carried > 0 and carried > limit - admit then
+        retry = retry + math.ceil(window * (1 - (limit - admit) / carried))
       end
     end
   end
   if changed(allowed) then
-    save('<ddddd', math.ceil(2 * window), idx, c, p, lg, lgp)
+    save('<ddddd', ttl(c), idx, c, p, lg, lgp)
   end
   local remaining = math.max(0, math.floor(limit - (p * weight + c)))
   return allowed, remaining, math.max(1, math.ceil(window - elapsed)), math.max(retry, allowed == 1 and 0 or 1), granted

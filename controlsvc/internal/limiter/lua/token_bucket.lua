@@ -7,6 +7,11 @@
 -- credited, 201 admitted in a burst of 100).
 local function decide()
   local rate = limit / window -- tokens per millisecond
+  -- The state lives until the bucket is full again: twice the capacity's
+  -- refill, longer while a charge's debt is paid.
+  local function ttl(tokens)
+    return math.max(1000, math.ceil(2 * capacity / rate), math.ceil((capacity - tokens) / rate))
+  end
   local tokens, ts, lg, full = load('<dddd', 't', 'ts', 'lg', 'full')
   lg, full = lg or 0, full or 0
   if tokens == nil or ts == nil then
@@ -41,10 +46,10 @@ local function decide()
   end
   window_start = full
   if charge then
-    local n = math.max(0, math.min(cost, math.floor(tokens + capacity)))
+    local n = math.max(0, math.min(cost, math.floor(tokens + max_debt * capacity)))
     credited = n
     tokens = tokens - n
-    save('<dddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg, full)
+    save('<dddd', ttl(tokens), tokens, ts, lg, full)
     return 1, math.floor(tokens), math.ceil((capacity - tokens) / rate), 0, 0
   end
   local allowed, granted, retry = 0, 0, 0
@@ -57,7 +62,7 @@ local function decide()
     retry = math.ceil((admit - tokens) / rate)
   end
   if changed(allowed) then
-    save('<dddd', math.max(1000, math.ceil(2 * capacity / rate)), tokens, ts, lg, full)
+    save('<dddd', ttl(tokens), tokens, ts, lg, full)
   end
   -- The stretch ends when the bucket could first be full again: a stamp
   -- after that might come after it was.
