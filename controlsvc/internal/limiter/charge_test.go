@@ -120,6 +120,30 @@ func TestChargeDebtIsPaidWindowByWindow(t *testing.T) {
 	}
 }
 
+// A counter every caller shares (a global, endpoint or tenant budget) goes
+// to minus one capacity only: at a hundred, one caller's answer of a
+// million tokens refused every other caller for a hundred windows (attack
+// 55 F1).
+func TestChargeOfASharedCounterStopsAtOneCapacity(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	for _, a := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		for _, scope := range []rules.Scope{rules.ScopeGlobal, rules.ScopeEndpoint, rules.ScopeTenant, rules.ScopeUser} {
+			r := req(a, "shared-"+string(a)+string(scope), 1000, 3600)
+			r.Rule.Scope = scope
+			c := r
+			c.Charge, c.Cost = true, 1_000_000
+			want := int64(2000) // to minus one capacity
+			if !scope.Shared() {
+				want = 101_000 // to minus a hundred
+			}
+			if res, err := l.Do(ctx, c); err != nil || res.Charged != want {
+				t.Errorf("%s, %s: %+v %v, want %d charged", a, scope, res, err, want)
+			}
+		}
+	}
+}
+
 func TestChargeRefusesWhatItCannotTake(t *testing.T) {
 	l, _ := newLimiter(t)
 	for name, mod := range map[string]func(*Request){

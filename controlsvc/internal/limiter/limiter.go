@@ -79,8 +79,9 @@ type Request struct {
 	// what it spends.
 	Admit int64
 	// Charge spends Cost whatever is left (a cost known after the response
-	// of a request already admitted), down to a balance of minus the rule's
-	// capacity at most; Result.Charged says what was spent. No lease, no
+	// of a request already admitted), down to a balance of minus a hundred
+	// capacities at most, or minus one on a counter every caller shares
+	// (prelude.lua's max_debt); Result.Charged says what was spent. No lease, no
 	// refund, no penalty goes with it.
 	Charge bool
 	// Origin is the start of a calendar period (Unix ms; 0: none): the
@@ -136,7 +137,7 @@ type Result struct {
 	// than the counter still had leased.
 	Credited int64
 	// Charged is what a Charge spent: its cost, less what would have taken
-	// the balance below minus a hundred capacities (prelude.lua's max_debt).
+	// the balance below its floor (Charge).
 	Charged int64
 	// WindowStart and WindowEnd bound the counter's stretch for a lease
 	// granted now, in Unix microseconds on the Redis server's clock (0 for
@@ -384,6 +385,8 @@ func mode(r *Request) any {
 	switch {
 	case r.Peek:
 		return "1"
+	case r.Charge && r.Rule.Scope.Shared():
+		return "4"
 	case r.Charge:
 		return "3"
 	case r.WarmLeaseOnly && r.Lease > 0:

@@ -106,7 +106,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		c.tokens = math.Min(float64(capacity), c.tokens+now.Sub(c.stamp).Seconds()*rate)
 		c.stamp = now
 		if r.Charge {
-			n := charged(cost, c.tokens, capacity)
+			n := charged(cost, c.tokens, capacity, maxDebt(q.Scope))
 			c.tokens -= n
 			full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 			c.wholeAt = now.Add(full)
@@ -155,7 +155,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	}
 	left := c.tokens - fading
 	if r.Charge {
-		n := charged(cost, left, limit)
+		n := charged(cost, left, limit, maxDebt(q.Scope))
 		c.tokens -= n
 		return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(left-n), 0), ResetAfter: reset}
 	}
@@ -175,13 +175,19 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 }
 
 // maxDebt is how many capacities a charge may take a counter below zero,
-// as the limiter's scripts (prelude.lua's max_debt).
-const maxDebt = 100
+// as the limiter's scripts (prelude.lua's max_debt): one on a counter
+// every caller shares.
+func maxDebt(s rules.Scope) float64 {
+	if s.Shared() {
+		return 1
+	}
+	return 100
+}
 
 // charged is what a charge of cost spends from a balance of left: all of
-// it, down to a balance of -maxDebt capacities at most.
-func charged(cost, left float64, capacity int64) float64 {
-	return max(0, min(cost, math.Floor(left+maxDebt*float64(capacity))))
+// it, down to a balance of -debt capacities at most.
+func charged(cost, left float64, capacity int64, debt float64) float64 {
+	return max(0, min(cost, math.Floor(left+debt*float64(capacity))))
 }
 
 // Count adds hits to key's fixed-window counter (aligned to the Unix epoch)

@@ -212,6 +212,21 @@ func TestCharge(t *testing.T) {
 	}
 }
 
+// A counter every caller shares goes to minus one capacity only, as the
+// limiter's scripts (attack 55 F1).
+func TestChargeOfASharedCounter(t *testing.T) {
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		c := &clock{t: time.Unix(1_800_000_000, 0)}
+		l := New(1, c.now)
+		r := req(alg, 100, 0, "a")
+		r.Rule.Scope = rules.ScopeGlobal
+		r.Charge, r.Cost = true, 1_000_000
+		if res := l.Do(r); res.Charged != 200 {
+			t.Errorf("%s: %+v, want 200 charged (to minus one capacity)", alg, res)
+		}
+	}
+}
+
 // A charge's debt is paid a window's limit a window, the windows' counters
 // carrying it as the scripts do (a window that forgot it at its end gave a
 // caller one large completion a window: attack 54 F2).
