@@ -127,27 +127,30 @@ func firstControl(s string) (rune, bool) {
 }
 
 // invisible reports the characters that are drawn as nothing, or change
-// how text around them is drawn without showing themselves: Unicode's
-// Default_Ignorable_Code_Point (bidirectional embeddings, overrides,
-// isolates and marks, zero-width spaces and joiners, the word joiner, the
-// byte-order mark, variation selectors, tag characters, the combining
-// grapheme joiner, the Hangul fillers), and the line and paragraph
-// separators. In an identity, a tier description or a name they let one
-// string pass for another in a listing or the audit trail
-// ("user:admin\u202e..." shown reversed; five users all drawn "alice" in
-// the console's key list with a variation selector, a tag character, the
-// grapheme joiner or a Hangul filler after the name: attack 53), so they
-// are refused like control characters.
+// how text around them is drawn without showing themselves, and have no
+// place in a name: bidirectional embeddings, overrides, isolates and
+// marks, zero-width spaces and joiners, the word joiner and the other
+// invisible operators, the byte-order mark, the soft hyphen, the combining
+// grapheme joiner, the Hangul fillers, the line and paragraph separators,
+// and the default ignorable code points no script uses (unassigned, or
+// formatting for shorthand and music). In an identity, a tier description
+// or a name they let one string pass for another in a listing or the
+// audit trail ("user:admin\u202e..." shown reversed; users drawn as one
+// "alice" with a filler or the grapheme joiner after the name: attack
+// 53), so they are refused like control characters. Variation selectors
+// and tag characters are not: emoji are spelled with them ("\u2764\ufe0f",
+// a flag's tags), and a verified token whose subject held one lost its
+// subject, tier and tenant (attack 55); the console spells them out.
 func invisible(r rune) bool {
 	switch {
 	case r < 0x00ad:
 		return false
 	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x115f, r == 0x1160, r == 0x17b4, r == 0x17b5,
-		r == 0x3164, r == 0xfeff, r == 0xffa0:
+		r == 0x180e, r == 0x3164, r == 0xfeff, r == 0xffa0, r == 0xe0001:
 		return true
-	case 0x180b <= r && r <= 0x180f, 0x200b <= r && r <= 0x200f, 0x2028 <= r && r <= 0x202e,
-		0x2060 <= r && r <= 0x206f, 0xfe00 <= r && r <= 0xfe0f, 0xfff0 <= r && r <= 0xfff8,
-		0x1bca0 <= r && r <= 0x1bca3, 0x1d173 <= r && r <= 0x1d17a, 0xe0000 <= r && r <= 0xe0fff:
+	case 0x200b <= r && r <= 0x200f, 0x2028 <= r && r <= 0x202e, 0x2060 <= r && r <= 0x206f,
+		0xfff0 <= r && r <= 0xfff8, 0x1bca0 <= r && r <= 0x1bca3, 0x1d173 <= r && r <= 0x1d17a,
+		0xe0000 <= r && r <= 0xe0fff && !(0xe0020 <= r && r <= 0xe007f) && !(0xe0100 <= r && r <= 0xe01ef):
 		return true
 	}
 	return false

@@ -36,24 +36,27 @@ func TestParse(t *testing.T) {
 		{"user:ad\u200bmin", "", true},        // zero-width space: "admin" to the eye
 		{"user:a\u2066b\u2069", "", true},     // isolates
 		{"user:\ufeffadmin", "", true},        // byte-order mark
-		// Drawn as nothing after a name (attack 53: five users all shown
+		// Drawn as nothing after a name (attack 53: users all shown
 		// "alice" in the console's key list).
-		{"user:alice\ufe0f", "", true},                          // variation selector
-		{"user:alice\U000e0041", "", true},                      // tag character
-		{"user:alice\u034f", "", true},                          // combining grapheme joiner
-		{"user:alice\u3164", "", true},                          // Hangul filler
-		{"user:alice\uffa0", "", true},                          // halfwidth Hangul filler
-		{"user:alice\u115f", "", true},                          // Hangul choseong filler
-		{"user:alice\u2028", "", true},                          // line separator
-		{"user:alice\u2029", "", true},                          // paragraph separator
-		{"user:alice\u17b4", "", true},                          // Khmer inherent vowel
-		{"user:alice\u180b", "", true},                          // Mongolian variation selector
-		{"user:alice\U000e0100", "", true},                      // variation selector supplement
-		{"user:alice\U0001bca0", "", true},                      // shorthand format control
-		{"user:alice\u206f", "", true},                          // nominal digit shapes
-		{"user:\u00e9l\u00e8ve", "user:\u00e9l\u00e8ve", false}, // accents stay
-		{"user:\u2764", "user:\u2764", false},                   // a heart without its selector
-		{"user:café", "user:café", false},                       // letters outside ASCII are fine
+		{"user:alice\u034f", "", true},     // combining grapheme joiner
+		{"user:alice\u3164", "", true},     // Hangul filler
+		{"user:alice\uffa0", "", true},     // halfwidth Hangul filler
+		{"user:alice\u115f", "", true},     // Hangul choseong filler
+		{"user:alice\u2028", "", true},     // line separator
+		{"user:alice\u2029", "", true},     // paragraph separator
+		{"user:alice\u17b4", "", true},     // Khmer inherent vowel
+		{"user:alice\U0001bca0", "", true}, // shorthand format control
+		{"user:alice\u206f", "", true},     // nominal digit shapes
+		{"user:alice\U000e0001", "", true}, // the language tag
+		{"user:alice\U000e0200", "", true}, // unassigned, default ignorable
+		// Emoji are spelled with variation selectors and tags: a token's
+		// subject with one kept its name (attack 55).
+		{"user:h\u2764\ufe0f", "user:h\u2764\ufe0f", false}, // a heart drawn as an emoji
+		{"user:\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f", "user:\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f", false}, // Scotland's flag
+		{"user:\u845b\U000e0100", "user:\u845b\U000e0100", false}, // an ideograph's variant
+		{"user:a\u180b", "user:a\u180b", false},                   // a Mongolian variation selector
+		{"user:\u00e9l\u00e8ve", "user:\u00e9l\u00e8ve", false},   // accents stay
+		{"user:café", "user:café", false},                         // letters outside ASCII are fine
 		{"user:" + strings.Repeat("a", 10_000), "", true},
 		{strings.Repeat("a", MaxIDLen), "user:" + strings.Repeat("a", MaxIDLen), false},
 	}

@@ -7,6 +7,16 @@ let refreshTimer = null;
 
 // --- DOM helpers: text only, never innerHTML.
 
+// shown spells out, as \u{FE0F}, the characters drawn as nothing that the
+// service accepts in a name (variation selectors and tags: emoji are made
+// of them) and any it refuses: "alice" and "alice" with a variation
+// selector are two callers, and a listing must not draw them alike
+// (attack 53).
+const INVISIBLE = /[\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180B-\u180F\u200B-\u200F\u2028-\u202E\u2060-\u206F\u3164\uFE00-\uFE0F\uFEFF\uFFA0\uFFF0-\uFFF8\u{1BCA0}-\u{1BCA3}\u{1D173}-\u{1D17A}\u{E0000}-\u{E0FFF}]/gu;
+function shown(s) {
+  return s.replace(INVISIBLE, c => '\\u{' + c.codePointAt(0).toString(16).toUpperCase() + '}');
+}
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -16,7 +26,7 @@ function el(tag, attrs, ...children) {
   }
   for (const c of children.flat()) {
     if (c === undefined || c === null || c === false) continue;
-    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    e.append(c instanceof Node ? c : document.createTextNode(shown(String(c))));
   }
   return e;
 }
@@ -25,7 +35,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
-  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(shown(String(c))));
   return e;
 }
 
