@@ -1,6 +1,8 @@
 package filtertest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -99,6 +101,50 @@ func TestIdentitySources(t *testing.T) {
 				t.Fatalf("endpoint %q method %q", body.Endpoint, body.Method)
 			}
 		})
+	}
+}
+
+// A verified token whose subject cannot be an identity as it is (a
+// control or invisible character, longer than an identity) is counted
+// under the subject's digest, its tier and tenant kept: dropped, its
+// caller was counted by address in the default tier while the upstream
+// served the token's user (attack 55 F2). The same subject is the same
+// caller on every VM; an empty one is no caller.
+func TestTokenSubjectCountedByItsDigest(t *testing.T) {
+	name := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return "~sha256:" + hex.EncodeToString(sum[:16])
+	}
+	long := strings.Repeat("a", 300)
+	for _, tc := range []struct {
+		sub, tenant, wantID, wantTenant string
+	}{
+		{"alice\u200b", "acme", "user:" + name("alice\u200b"), "acme"},
+		{"bob\u2028", "acme\u2028", "user:" + name("bob\u2028"), name("acme\u2028")},
+		{long, "", "user:" + name(long), ""},
+		{"carol\x01", "", "user:" + name("carol\x01"), ""},
+		{"h\u2764\ufe0f", "", "user:h\u2764\ufe0f", ""}, // an emoji is a name as it is
+		{"", "acme", "ip:198.51.100.7", ""},
+	} {
+		e := newEnv(t, jwtConfig(false), 2)
+		for vm := range 2 {
+			c := map[string]any{"sub": tc.sub, "plan": "premium", "iss": "https://issuer.example", "exp": epoch.Unix() + 3600}
+			if tc.tenant != "" {
+				c["tenant"] = tc.tenant
+			}
+			_, act := e.start(req{vm: vm, headers: wasmhost.Headers{{"authorization", "Bearer " + keys.Sign("HS256", c)}}})
+			if act != wasmhost.Pause {
+				t.Fatalf("%q: action %v", tc.sub, act)
+			}
+			_, body := e.callout(vm)
+			wantTier := "premium"
+			if tc.sub == "" {
+				wantTier = ""
+			}
+			if body.UserID != tc.wantID || body.Tier != wantTier || body.Tenant != tc.wantTenant {
+				t.Errorf("%.20q on vm %d: user %q tier %q tenant %q; want %q %q %q", tc.sub, vm, body.UserID, body.Tier, body.Tenant, tc.wantID, wantTier, tc.wantTenant)
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-rl/tollgate/filter/internal/digest"
 	"github.com/tollgate-rl/tollgate/filter/internal/form"
 	"github.com/tollgate-rl/tollgate/filter/internal/jwt"
 	"github.com/tollgate-rl/tollgate/filter/internal/leasecache"
@@ -601,14 +602,12 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 			p.badTokens.failed(client, now.UnixMilli(), charged)
 		}
 		if err == nil {
-			if id, err := identity.User(c.Subject); err == nil {
+			if id, err := identity.User(tokenName(c.Subject)); err == nil {
 				h.id = id.String()
 				if rules.ValidTierName(c.Tier) {
 					h.tier = c.Tier
 				}
-				if _, err := identity.User(c.Tenant); err == nil {
-					h.tenant = c.Tenant
-				}
+				h.tenant = tokenName(c.Tenant)
 				// The subject is who calls; per-address rules still count
 				// where from (sent as client_address, and in the bucket).
 				if addrOK {
@@ -1133,3 +1132,30 @@ func headerHasPrefix[T string | []byte](name T, lower string) bool {
 	}
 	return true
 }
+
+// tokenName is a verified token's subject (or tenant) as an identity's
+// value: the claim as it is, or, when it cannot be one (a control or
+// invisible character, longer than an identity holds), "~sha256:" and the
+// first 16 bytes of its SHA-256 in hex: the same caller every time, and
+// drawn as no other. Dropped, such a subject's caller was counted by its
+// address in the default tier, its tier and tenant lost with it, while the
+// upstream served it as the token's user (attack 55 F2). "" for no claim.
+func tokenName(claim string) string {
+	if claim == "" {
+		return ""
+	}
+	if _, err := identity.User(claim); err == nil {
+		return claim
+	}
+	sum := digest.Sum256([]byte(claim))
+	const hexDigits = "0123456789abcdef"
+	b := make([]byte, 0, len(digestPrefix)+32)
+	b = append(b, digestPrefix...)
+	for _, c := range sum[:16] {
+		b = append(b, hexDigits[c>>4], hexDigits[c&15])
+	}
+	return string(b)
+}
+
+// digestPrefix begins a claim's digest (tokenName).
+const digestPrefix = "~sha256:"
