@@ -366,7 +366,8 @@ func hasScriptSegment(p string) bool {
 // scriptName reports whether a segment names a PHP script: a name of at
 // least one byte with an extension PHP servers run as scripts, in any
 // case: ".php"; ".phtml" and ".phar", which Debian's Apache hands to PHP
-// (its php.conf matches ".+\.ph(ar|p|tml)$"); ".php3" to ".php8", which
+// (its php.conf matches ".+\.ph(ar|p|tml)$"), and ".pht", which its
+// older releases did (attack 55 F6); ".php3" to ".php8", which
 // php-fpm's security.limit_extensions lists as examples and sites still
 // map. A rule on "/login.phtml" counts "/login.phtml/x" as it counts
 // "/login.php/x".
@@ -377,7 +378,7 @@ func scriptName(seg string) bool {
 	}
 	switch ext := seg[dot+1:]; len(ext) {
 	case 3:
-		return strings.EqualFold(ext, "php")
+		return strings.EqualFold(ext, "php") || strings.EqualFold(ext, "pht")
 	case 4:
 		return strings.EqualFold(ext[:3], "php") && ext[3] >= '3' && ext[3] <= '8' || strings.EqualFold(ext, "phar")
 	case 5:

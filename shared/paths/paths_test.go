@@ -277,6 +277,8 @@ func TestFoldScript(t *testing.T) {
 		"/php/x":                       "/php/x",
 		"/a.phpx/b":                    "/a.phpx/b",
 		"/index.phtml/api/login":       "/api/login",
+		"/s.pht/x":                     "/x",
+		"/s.PHT/x":                     "/x",
 		"/index.PHAR/api":              "/api",
 		"/index.php5/api":              "/api",
 		"/index.php8/api":              "/api",

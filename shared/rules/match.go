@@ -137,11 +137,13 @@ func (s *Set) Match(dst []*Rule, req Request) []*Rule {
 	// instead of it (a runtime rule of higher priority, or a more specific
 	// path, or the same rule with a lower id, took an address's 3 logins a
 	// minute to a million: attack 53).
-	var last, lastRuntime, lastTrial Scope
+	var last, lastRuntime, lastTrial, lastRuntimeTrial Scope
 	for i := range s.rules {
 		r := &s.rules[i]
 		won := &last
 		switch {
+		case r.Action == ActionLogOnly && r.Runtime:
+			won = &lastRuntimeTrial // nor a runtime trial the file's (attack 55 F5)
 		case r.Action == ActionLogOnly:
 			won = &lastTrial
 		case r.Runtime:

@@ -189,6 +189,8 @@ func TestMatchRuntimeRulesCountBesideTheFiles(t *testing.T) {
 		{ID: "2", Path: "/**", Scope: ScopeGlobal, Algorithm: FixedWindow, Limit: 1_000_000, WindowSeconds: 60, Priority: 1, Runtime: true},
 		{ID: "3", Path: "/reports/x", Scope: ScopeGlobal, Algorithm: FixedWindow, Limit: 1_000_000, WindowSeconds: 60, Priority: 9, Runtime: true},
 		{ID: "4", Path: "/api/**", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 10, WindowSeconds: 60, Runtime: true},
+		{ID: "trial", Path: "/trial", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 3, WindowSeconds: 60, Action: ActionLogOnly},
+		{ID: "5", Path: "/trial", Scope: ScopeIP, Algorithm: FixedWindow, Limit: 1, WindowSeconds: 60, Priority: 9, Action: ActionLogOnly, Runtime: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +204,7 @@ func TestMatchRuntimeRulesCountBesideTheFiles(t *testing.T) {
 		{"a higher priority on a more specific path", Request{Path: "/reports/x", IdentityKind: "ip"}, "3,cap"},
 		{"a file rule of the scope, runtime ones their own winner", Request{Path: "/reports/y", IdentityKind: "ip"}, "2,cap"},
 		{"no file rule in the scope", Request{Path: "/api/v1", IdentityKind: "ip"}, "2,4"},
+		{"a runtime trial beside the file's", Request{Path: "/trial", IdentityKind: "ip"}, "2,5,trial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ids []string
