@@ -274,6 +274,15 @@ func TestQuestionPatternsAreBoundedTogether(t *testing.T) {
 	if fe, ok := fielderr.As(skips[0].Err); !ok || fe.Field != "endpoint_pattern" {
 		t.Fatalf("a runtime rule past the bound: %v", skips[0].Err)
 	}
+	// A tier's endpoint patterns count with the rules': a check tries
+	// both.
+	tier := file
+	tier.Tiers = slices.Clone(file.Tiers)
+	tier.Tiers[0].Limit = 1000
+	tier.Tiers[0].Endpoints = map[string]int64{pattern(98): 5}
+	if fe, ok := fielderr.As(tier.Validate()); !ok || fe.Field != fmt.Sprintf("tiers[0].endpoints[%q]", pattern(98)) {
+		t.Fatalf("a tier's endpoint past the bound: %v", tier.Validate())
+	}
 	// Patterns without a '?' are not counted.
 	plain := file
 	plain.Rules = append(slices.Clone(file.Rules), rules.Rule{ID: "star", Path: "/" + strings.Repeat("a*", 400), Scope: rules.ScopeIP, Algorithm: rules.GCRA, Limit: 3, WindowSeconds: 60})

@@ -176,6 +176,21 @@ func (s *Spec) validate(n names) error {
 	if err := s.validateRules(n, tierNames); err != nil {
 		return err
 	}
+	// A check tries the rules and its tier's endpoint limits: their
+	// patterns holding a '?' together stay within the bound.
+	rulesQ := 0
+	for i := range s.Rules {
+		rulesQ += questionBytes(s.Rules[i].Path)
+	}
+	for i := range s.Tiers {
+		q := rulesQ
+		for _, p := range slices.Sorted(maps.Keys(s.Tiers[i].Endpoints)) {
+			if q += questionBytes(p); q > MaxQuestionPatternBytes {
+				return fielderr.New(n.tier(i, fmt.Sprintf("endpoints[%q]", p), fmt.Sprintf("endpoints[%q]", p)),
+					"with this pattern the rules' and the tier's patterns holding a '?' pass %d bytes together (each is tried on every check)", MaxQuestionPatternBytes)
+			}
+		}
+	}
 	for i, p := range s.APIKeyRequiredPaths {
 		if err := rules.ValidateGlob(p); err != nil {
 			return fielderr.New(fmt.Sprintf("api_key_required_paths[%d]", i), "%v", err)
@@ -232,10 +247,8 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 			return fielderr.New(n.rule(i, "id", "rule_id"), "%q is also the id of rules[%d]", r.ID, j)
 		}
 		seen[r.ID] = i
-		if strings.IndexByte(r.Path, '?') >= 0 {
-			if question += len(r.Path); question > MaxQuestionPatternBytes {
-				return fielderr.New(n.rule(i, "path", "endpoint_pattern"), "with this pattern the rules' patterns holding a '?' pass %d bytes together (each is tried on every check)", MaxQuestionPatternBytes)
-			}
+		if question += questionBytes(r.Path); question > MaxQuestionPatternBytes {
+			return fielderr.New(n.rule(i, "path", "endpoint_pattern"), "with this pattern the rules' patterns holding a '?' pass %d bytes together (each is tried on every check)", MaxQuestionPatternBytes)
 		}
 		for _, tier := range r.Tiers {
 			if !slices.Contains(tierNames, tier) {
@@ -434,4 +447,13 @@ func ParseIPOrPrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, err
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// questionBytes is what a pattern counts toward MaxQuestionPatternBytes:
+// its length when it holds a '?', else nothing.
+func questionBytes(p string) int {
+	if strings.IndexByte(p, '?') < 0 {
+		return 0
+	}
+	return len(p)
 }
