@@ -164,11 +164,7 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var ids []string
-			for _, r := range set.Match(nil, tt.req) {
-				ids = append(ids, r.ID)
-			}
-			if got := strings.Join(ids, ","); got != tt.want {
+			if got := matched(set, tt.req); got != tt.want {
 				t.Fatalf("Match = %s, want %s", got, tt.want)
 			}
 		})
@@ -207,15 +203,21 @@ func TestMatchRuntimeRulesCountBesideTheFiles(t *testing.T) {
 		{"a runtime trial beside the file's", Request{Path: "/trial", IdentityKind: "ip"}, "2,5,trial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var ids []string
-			for _, r := range set.Match(nil, tc.req) {
-				ids = append(ids, r.ID)
-			}
-			if got := strings.Join(ids, ","); got != tc.want {
+			if got := matched(set, tc.req); got != tc.want {
 				t.Fatalf("Match = %s, want %s", got, tc.want)
 			}
 		})
 	}
+}
+
+// matched is the ids of the rules set matches for req, in order, joined
+// by commas.
+func matched(set *Set, req Request) string {
+	var ids []string
+	for _, r := range set.Match(nil, req) {
+		ids = append(ids, r.ID)
+	}
+	return strings.Join(ids, ",")
 }
 
 func ExampleSet_Match() {

@@ -305,13 +305,7 @@ func mustDo(t *testing.T, addr string, args ...string) {
 // where 1,500 were asked), and the service's breaker then answered
 // everyone degraded.
 func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, "", nil)
-	hung := callersOn(t, nodes[0], 8)
-	healthy := append(callersOn(t, nodes[1], 2), callersOn(t, nodes[2], 2)...)
-	check := func(id string) (*response, error) {
-		return s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/h", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
-	}
+	nodes, hung, healthy, check := oneMasterAndTheOthers(t)
 	for _, id := range append(hung, healthy...) {
 		if r, err := check(id); err != nil || r.status != 200 {
 			t.Fatalf("%s before: %v %v", id, r, err)
@@ -362,6 +356,22 @@ func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
 	}
 }
 
+// oneMasterAndTheOthers starts a service on a three-master cluster and
+// finds eight callers whose counters live on the first master and two on
+// each of the others; check asks for one caller (a fixed window of a
+// million an hour: never refused in a test).
+func oneMasterAndTheOthers(t *testing.T) (nodes []*redistest.Server, first, others []string, check func(id string) (*response, error)) {
+	t.Helper()
+	nodes = redistest.StartCluster(t, 3)
+	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, "", nil)
+	first = callersOn(t, nodes[0], 8)
+	others = append(callersOn(t, nodes[1], 2), callersOn(t, nodes[2], 2)...)
+	check = func(id string) (*response, error) {
+		return s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/h", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
+	}
+	return nodes, first, others, check
+}
+
 // One master answering with an error of its own (a full shard's OOM,
 // NOREPLICAS with a replica gone) puts its own callers in the failure mode
 // and nobody else: counted by the service-wide breaker, five such replies
@@ -371,13 +381,7 @@ func TestClusterHungMasterHoldsOnlyItsCallers(t *testing.T) {
 // failing master's streak (a busy healthy caller's successes between its
 // failures would keep it closed whatever it counts).
 func TestClusterOneMastersErrorsHoldOnlyItsCallers(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	s := startServiceOn(t, nil, "redis-cluster://"+nodes[0].Addr+","+nodes[1].Addr, "", nil)
-	failing := callersOn(t, nodes[0], 8)
-	healthy := append(callersOn(t, nodes[1], 2), callersOn(t, nodes[2], 2)...)
-	check := func(id string) (*response, error) {
-		return s.tryDo("POST", "/v1/rate-limit/check", map[string]any{"user_id": id, "endpoint": "/h", "limit": 1_000_000, "window_seconds": 3600, "strategy": "fixed_window"})
-	}
+	nodes, failing, healthy, check := oneMasterAndTheOthers(t)
 	for _, tc := range []struct {
 		name         string
 		fault, clear [][]string
