@@ -120,22 +120,27 @@ func TestChargeDebtIsPaidWindowByWindow(t *testing.T) {
 	}
 }
 
-// A counter every caller shares (a global, endpoint or tenant budget) goes
-// to minus one capacity only: at a hundred, one caller's answer of a
-// million tokens refused every other caller for a hundred windows (attack
-// 55 F1).
-func TestChargeOfASharedCounterStopsAtOneCapacity(t *testing.T) {
+// A counter other callers share (a global, endpoint, tenant or address
+// budget) goes to minus one window's limit only, whatever its burst: at a
+// hundred capacities, one caller's answer of a million tokens refused every
+// other caller for a hundred windows (attack 55 F1; every user behind one
+// address, attack 56 F2), and at one burst of 3,000 refilled at 100 a
+// second, for 30 s (attack 56 F1).
+func TestChargeOfASharedCounterStopsAtOneWindow(t *testing.T) {
 	l, _ := newLimiter(t)
 	ctx := context.Background()
 	for _, a := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
-		for _, scope := range []rules.Scope{rules.ScopeGlobal, rules.ScopeEndpoint, rules.ScopeTenant, rules.ScopeUser} {
+		for _, scope := range []rules.Scope{rules.ScopeGlobal, rules.ScopeEndpoint, rules.ScopeTenant, rules.ScopeIP, rules.ScopeUser, rules.ScopeIdentity} {
 			r := req(a, "shared-"+string(a)+string(scope), 1000, 3600)
-			r.Rule.Scope = scope
+			rule := *r.Rule
+			r.Rule = &rule
+			r.Rule.Scope, r.Rule.Burst = scope, 3000
+			capacity := r.Rule.Capacity() // 3,000 for a bucket, the limit for a window
 			c := r
 			c.Charge, c.Cost = true, 1_000_000
-			want := int64(2000) // to minus one capacity
-			if !scope.Shared() {
-				want = 101_000 // to minus a hundred
+			want := capacity + 1000 // to minus one window's limit
+			if !ManyCallers(scope) {
+				want = 101 * capacity // to minus a hundred capacities
 			}
 			if res, err := l.Do(ctx, c); err != nil || res.Charged != want {
 				t.Errorf("%s, %s: %+v %v, want %d charged", a, scope, res, err, want)

@@ -80,8 +80,9 @@ type Request struct {
 	Admit int64
 	// Charge spends Cost whatever is left (a cost known after the response
 	// of a request already admitted), down to a balance of minus a hundred
-	// capacities at most, or minus one on a counter every caller shares
-	// (prelude.lua's max_debt); Result.Charged says what was spent. No lease, no
+	// capacities at most, or minus one window's limit on a counter other
+	// callers share (ManyCallers; prelude.lua's debt_floor); Result.Charged
+	// says what was spent. No lease, no
 	// refund, no penalty goes with it.
 	Charge bool
 	// Origin is the start of a calendar period (Unix ms; 0: none): the
@@ -379,13 +380,20 @@ type fractionArg struct {
 	arg any
 }
 
+// ManyCallers says a scope's counter counts other callers than the one
+// charged: those every caller shares (global, endpoint, tenant), and an
+// address's, which counts every user and key behind it (an office's NAT,
+// a proxy). A charge takes such a counter down one window's limit at most:
+// one caller's debt is everyone's there.
+func ManyCallers(s rules.Scope) bool { return s.Shared() || s == rules.ScopeIP }
+
 // mode is ARGV[8]: what the script may write and grant. It answers a
 // boxed constant: a string boxed at run time is an allocation.
 func mode(r *Request) any {
 	switch {
 	case r.Peek:
 		return "1"
-	case r.Charge && r.Rule.Scope.Shared():
+	case r.Charge && ManyCallers(r.Rule.Scope):
 		return "4"
 	case r.Charge:
 		return "3"

@@ -106,7 +106,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		c.tokens = math.Min(float64(capacity), c.tokens+now.Sub(c.stamp).Seconds()*rate)
 		c.stamp = now
 		if r.Charge {
-			n := charged(cost, c.tokens, capacity, maxDebt(q.Scope))
+			n := charged(cost, c.tokens, debtFloor(q.Scope, capacity, limit))
 			c.tokens -= n
 			full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 			c.wholeAt = now.Add(full)
@@ -155,7 +155,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	}
 	left := c.tokens - fading
 	if r.Charge {
-		n := charged(cost, left, limit, maxDebt(q.Scope))
+		n := charged(cost, left, debtFloor(q.Scope, limit, limit))
 		c.tokens -= n
 		return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(left-n), 0), ResetAfter: reset}
 	}
@@ -174,20 +174,20 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
 }
 
-// maxDebt is how many capacities a charge may take a counter below zero,
-// as the limiter's scripts (prelude.lua's max_debt): one on a counter
-// every caller shares.
-func maxDebt(s rules.Scope) float64 {
-	if s.Shared() {
-		return 1
+// debtFloor is how far below zero a charge may take a counter, as the
+// limiter's scripts (prelude.lua's debt_floor): a hundred capacities, or
+// one window's limit on a counter other callers share.
+func debtFloor(s rules.Scope, capacity, limit int64) float64 {
+	if limiter.ManyCallers(s) {
+		return float64(limit)
 	}
-	return 100
+	return 100 * float64(capacity)
 }
 
 // charged is what a charge of cost spends from a balance of left: all of
-// it, down to a balance of -debt capacities at most.
-func charged(cost, left float64, capacity int64, debt float64) float64 {
-	return max(0, min(cost, math.Floor(left+debt*float64(capacity))))
+// it, down to a balance of -floor at most.
+func charged(cost, left, floor float64) float64 {
+	return max(0, min(cost, math.Floor(left+floor)))
 }
 
 // Count adds hits to key's fixed-window counter (aligned to the Unix epoch)

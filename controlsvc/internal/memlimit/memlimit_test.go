@@ -212,17 +212,19 @@ func TestCharge(t *testing.T) {
 	}
 }
 
-// A counter every caller shares goes to minus one capacity only, as the
-// limiter's scripts (attack 55 F1).
+// A counter other callers share goes to minus one window's limit only,
+// whatever its burst, as the limiter's scripts (attacks 55 F1, 56 F1, F2).
 func TestChargeOfASharedCounter(t *testing.T) {
 	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
-		c := &clock{t: time.Unix(1_800_000_000, 0)}
-		l := New(1, c.now)
-		r := req(alg, 100, 0, "a")
-		r.Rule.Scope = rules.ScopeGlobal
-		r.Charge, r.Cost = true, 1_000_000
-		if res := l.Do(r); res.Charged != 200 {
-			t.Errorf("%s: %+v, want 200 charged (to minus one capacity)", alg, res)
+		for _, scope := range []rules.Scope{rules.ScopeGlobal, rules.ScopeIP} {
+			c := &clock{t: time.Unix(1_800_000_000, 0)}
+			l := New(1, c.now)
+			r := req(alg, 100, 300, "a")
+			r.Rule.Scope = scope
+			r.Charge, r.Cost = true, 1_000_000
+			if want := r.Rule.Capacity() + 100; l.Do(r).Charged != want {
+				t.Errorf("%s, %s: want %d charged (to minus one window's limit)", alg, scope, want)
+			}
 		}
 	}
 }

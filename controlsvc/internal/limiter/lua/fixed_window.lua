@@ -34,7 +34,7 @@ local function decide()
     return math.ceil(reset + window * (1 + math.max(0, math.ceil(c / limit) - 1)))
   end
   if charge then
-    local n = math.max(0, math.min(cost, limit + max_debt * capacity - c))
+    local n = math.max(0, math.min(cost, limit + debt_floor - c))
     credited = n
     c = c + n
     save('<ddd', ttl(c), idx, c, lg)

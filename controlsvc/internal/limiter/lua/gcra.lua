@@ -24,7 +24,7 @@ local function decide()
   end
   window_start = full
   if charge then
-    local n = math.max(0, math.min(cost, math.floor((now + (max_debt + 1) * tau - tat) / interval + eps)))
+    local n = math.max(0, math.min(cost, math.floor((now + tau + debt_floor * interval - tat) / interval + eps)))
     credited = n
     tat = tat + n * interval
     save('<ddd', math.max(1000, math.ceil(tat - now + tau)), tat, lg, full)

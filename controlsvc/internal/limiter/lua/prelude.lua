@@ -7,8 +7,8 @@
 -- returned, 7 lease fraction, 8 mode (1 = peek: read only; 2 = lease only
 -- from a counter already in use; 3 = charge: spend the cost whatever is
 -- left, down to a balance of -max_debt capacities at most, and return in the last
--- slot what was spent; 4 = a charge of a counter every caller shares, its
--- floor minus one capacity (max_debt); 0 = none of these), 9 penalties on,
+-- slot what was spent; 4 = a charge of a counter other callers share, its
+-- floor minus one window's limit (debt_floor); 0 = none of these), 9 penalties on,
 -- 10 penalty window_ms, 11 threshold, 12 multipliers "1,2,4,8". Without
 -- penalties only KEYS[1] and ARGV 1..8 are sent. ARGV[13] is a calendar
 -- period's start (fixed_window.lua); ARGV[14], when sent, is what must be
@@ -68,13 +68,17 @@ local credited = 0
 -- forgetting its debt when it rolled, one large completion a window was
 -- charged the budget once (an outsider's 400,400 tokens in 131 s against
 -- 2,000 a minute). The bound keeps an upstream that reports an absurd
--- usage from locking its caller out for good. A counter every caller
--- shares (a global, endpoint or tenant budget) goes to minus one capacity
--- only: one caller's answer would otherwise refuse everyone for a hundred
--- windows (an outsider's one answer of a million tokens against a global
--- 2,000 a minute: every other caller told to come back in 101 minutes).
+-- usage from locking its caller out for good. A counter other callers
+-- share (a global, endpoint, tenant or address budget) goes to minus one
+-- window's limit only, whatever its burst: one caller's answer would
+-- otherwise refuse everyone for a hundred windows (an outsider's one
+-- answer of a million tokens against a global 2,000 a minute: every other
+-- caller told to come back in 101 minutes; a JWT user's, every user behind
+-- its address), or for a burst's refill (30 s of a bucket of 100 a second
+-- with a burst of 3,000). debt_floor is that bound, in tokens.
 local max_debt = 100
-if ARGV[8] == '4' then max_debt = 1 end
+local debt_floor = max_debt * capacity
+if ARGV[8] == '4' then debt_floor = limit end
 
 -- All time comes from the Redis server, in milliseconds with microsecond
 -- fractions: never a client's or a replica's clock.

@@ -45,7 +45,7 @@ local function decide()
   local weight = math.max(0, 1 - elapsed / window)
   local est = p * weight + c
   if charge then
-    local n = math.max(0, math.min(cost, math.floor(limit + max_debt * capacity - est)))
+    local n = math.max(0, math.min(cost, math.floor(limit + debt_floor - est)))
     credited = n
     c = c + n
     save('<ddddd', ttl(c), idx, c, p, lg, lgp)

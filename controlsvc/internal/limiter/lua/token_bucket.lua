@@ -46,7 +46,7 @@ local function decide()
   end
   window_start = full
   if charge then
-    local n = math.max(0, math.min(cost, math.floor(tokens + max_debt * capacity)))
+    local n = math.max(0, math.min(cost, math.floor(tokens + debt_floor)))
     credited = n
     tokens = tokens - n
     save('<dddd', ttl(tokens), tokens, ts, lg, full)
