@@ -124,6 +124,9 @@ func TestTokenSubjectCountedByItsDigest(t *testing.T) {
 		{long, "", "user:" + name(long), ""},
 		{"carol\x01", "", "user:" + name("carol\x01"), ""},
 		{"h\u2764\ufe0f", "", "user:h\u2764\ufe0f", ""}, // an emoji is a name as it is
+		// A subject spelled as another's digest is digested in turn
+		// (attack 56 F3: it was that other caller).
+		{name("alice\u200b"), "", "user:" + name(name("alice\u200b")), ""},
 		{"", "acme", "ip:198.51.100.7", ""},
 	} {
 		e := newEnv(t, jwtConfig(false), 2)

@@ -1139,12 +1139,15 @@ func headerHasPrefix[T string | []byte](name T, lower string) bool {
 // first 16 bytes of its SHA-256 in hex: the same caller every time, and
 // drawn as no other. Dropped, such a subject's caller was counted by its
 // address in the default tier, its tier and tenant lost with it, while the
-// upstream served it as the token's user (attack 55 F2). "" for no claim.
+// upstream served it as the token's user (attack 55 F2). A claim that
+// begins as a digest does is digested too: kept, a user who chose the
+// subject "~sha256:<hex>" was the caller whose subject has that digest
+// (attack 56 F3). "" for no claim.
 func tokenName(claim string) string {
 	if claim == "" {
 		return ""
 	}
-	if _, err := identity.User(claim); err == nil {
+	if _, err := identity.User(claim); err == nil && !strings.HasPrefix(claim, digestPrefix) {
 		return claim
 	}
 	sum := digest.Sum256([]byte(claim))
