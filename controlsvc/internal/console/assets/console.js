@@ -7,14 +7,24 @@ let refreshTimer = null;
 
 // --- DOM helpers: text only, never innerHTML.
 
-// shown spells out, as \u{FE0F}, the characters drawn as nothing that the
-// service accepts in a name (variation selectors and tags: emoji are made
-// of them) and any it refuses: "alice" and "alice" with a variation
-// selector are two callers, and a listing must not draw them alike
-// (attack 53).
+// shown spells out, as \u{FE0F}, what would draw one name as another:
+// the characters drawn as nothing that the service accepts in a name
+// (variation selectors and tags: emoji are made of them) and any it
+// refuses; spaces other than one between two words (a name with a space,
+// a no-break or an ideographic space after it; a no-break space between
+// digits is a number's separator and stays); and, in a name that is not
+// in Unicode's composed form, its combining marks ("zoe\u{301}" beside
+// "zoé"). "alice" and "alice" with a variation selector are two callers,
+// and a listing must not draw them alike (attacks 53, 56).
 const INVISIBLE = /[\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180B-\u180F\u200B-\u200F\u2028-\u202E\u2060-\u206F\u3164\uFE00-\uFE0F\uFEFF\uFFA0\uFFF0-\uFFF8\u{1BCA0}-\u{1BCA3}\u{1D173}-\u{1D17A}\u{E0000}-\u{E0FFF}]/gu;
+const SPACES = /[\u00A0\u1680\u2000-\u200A\u202F\u205F\u2800\u3000]/gu;
+function spelled(c) { return '\\u{' + c.codePointAt(0).toString(16).toUpperCase() + '}'; }
 function shown(s) {
-  return s.replace(INVISIBLE, c => '\\u{' + c.codePointAt(0).toString(16).toUpperCase() + '}');
+  const composed = s === s.normalize('NFC');
+  s = s.replace(INVISIBLE, spelled)
+    .replace(SPACES, (c, i, all) => /\d/.test(all[i - 1] || '') && /\d/.test(all[i + 1] || '') ? c : spelled(c))
+    .replace(/^ +| +$| {2,}/g, run => run.replace(/ /g, spelled));
+  return composed ? s : s.replace(/\p{M}/gu, spelled);
 }
 
 function el(tag, attrs, ...children) {
