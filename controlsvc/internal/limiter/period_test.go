@@ -56,6 +56,20 @@ func TestCalendarPeriod(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, r.Key()).Val(); ttl < time.Until(end) || ttl > time.Until(end)+25*time.Hour {
 		t.Fatalf("counter TTL %v, want past the period's end and not a second period beyond", ttl)
 	}
+	// A charge's debt refuses no further than the period's end, where the
+	// next period's counter starts afresh: told to come back in days of
+	// debt, a caller was refused nothing after midnight (attack 56 F5).
+	c := r
+	c.Charge, c.Cost = true, 5000
+	if res, err := l.Do(ctx, c); err != nil || res.Charged != 5000 {
+		t.Fatalf("a charge of fifty limits: %+v %v", res, err)
+	}
+	if res, err := l.Do(ctx, r); err != nil || res.Allowed || res.RetryAfter > res.ResetAfter || time.Until(end)-res.RetryAfter > time.Second {
+		t.Fatalf("in debt: %+v %v; want refused until the period's end, %v away", res, err, time.Until(end))
+	}
+	if ttl := rdb.PTTL(ctx, r.Key()).Val(); ttl > time.Until(end)+25*time.Hour {
+		t.Fatalf("counter TTL %v in debt, want no period beyond the next", ttl)
+	}
 	// The next period (a later origin) counts from zero in its own counter.
 	next := r
 	next.Origin = end.UnixMilli()

@@ -29,8 +29,10 @@ local function decide()
   end
   local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
   -- The count lives through this window and the next, and while a debt
-  -- is paid one window a limit.
+  -- is paid one window a limit. A calendar period's counter is its
+  -- period's alone: the next period starts afresh, debt or none.
   local function ttl(c)
+    if origin > 0 then return math.ceil(reset + window) end
     return math.ceil(reset + window * (1 + math.max(0, math.ceil(c / limit) - 1)))
   end
   if charge then
@@ -48,8 +50,13 @@ local function decide()
     c, lg = c + granted, lg + granted
   else
     -- In debt, the windows that pay it first (c carried, a limit less
-    -- each).
-    retry = reset + window * math.max(0, math.ceil((c + admit - limit) / limit) - 1)
+    -- each); a calendar period's next period starts afresh (told to
+    -- come back in days of debt, a caller was refused nothing after
+    -- midnight: attack 56 F5).
+    retry = reset
+    if origin == 0 then
+      retry = reset + window * math.max(0, math.ceil((c + admit - limit) / limit) - 1)
+    end
   end
   if changed(allowed) then
     save('<ddd', ttl(c), idx, c, lg)
