@@ -40,6 +40,12 @@ func (i ID) String() string { return string(i.Kind) + ":" + i.Value }
 // ErrInvalid is wrapped by every validation error of this package.
 var ErrInvalid = errors.New("invalid identity")
 
+// DigestPrefix begins the name the filter gives a verified token's subject
+// that cannot be a name as it is (a control or invisible character, too
+// long): DigestPrefix and 32 hex digits of its SHA-256. No other name may
+// begin so (an API key's user taking one shared that subject's counters).
+const DigestPrefix = "~sha256:"
+
 // User builds a user identity after validating the id.
 func User(id string) (ID, error) {
 	if err := validateID(id); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
@@ -99,6 +100,11 @@ func (s *Service) CreateKey(ctx context.Context, req *CreateKeyRequest) (KeyView
 		// Stored bare, it is read again when the key is used: user:user:bob
 		// would then be bob.
 		return KeyView{}, apierr.Invalid("user_id", "a user id may not itself begin with user:, ip: or key:")
+	case strings.HasPrefix(uid.Value, identity.DigestPrefix):
+		// The filter's name for a token subject it cannot show: a key's
+		// user spelled so shared that subject's user counters (attack 57
+		// B5).
+		return KeyView{}, apierr.Invalid("user_id", "may not begin with "+identity.DigestPrefix+", which names token subjects that cannot be shown as they are")
 	}
 	req.UserID.Value = uid.Value
 	p := s.live()

@@ -203,9 +203,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	// A name with a character drawn as nothing (a variation selector,
 	// accepted: emoji are made of them) is spelled out, never drawn as
 	// the name without it (attack 53: users drawn as one "alice").
-	// So are a space after a name, a no-break one, and a name's combining
-	// marks when it is not in composed form (attack 56 F4).
-	for _, u := range []string{"alice\ufe0f", "alice ", "alice\u00a0", "zoe\u0301"} {
+	// So are a space after a name, a no-break one, a name's combining marks
+	// and the characters composing changes when it is not in composed form
+	// (the Kelvin sign), and a backslash that would begin such a spelling
+	// in a name typed so (attacks 56 F4, 57 B3, B4).
+	for _, u := range []string{"alice\ufe0f", "alice ", "alice\u00a0", "zoe\u0301", `bob\u{FE0F}`, "\u212aim"} {
 		if r := s.admin("POST", "/admin/v1/api-keys", map[string]any{"user_id": u}); r.status != 201 {
 			t.Fatalf("a key for %q: %d %s", u, r.status, r.body)
 		}
@@ -214,7 +216,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//*[text()="alice\u{FE0F}"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//*[text()="alice\u{20}"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//*[text()="alice\u{A0}"]`)),
-		chromedp.WaitVisible(chromedp.Search(`//*[text()="zoe\u{301}"]`)))
+		chromedp.WaitVisible(chromedp.Search(`//*[text()="zoe\u{301}"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//*[text()="bob\u{5C}u{FE0F}"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//*[text()="\u{212A}im"]`)))
 
 	// A caller looked up: its deciding counter.
 	run("callers", chromedp.Navigate(s.base+"/console/#callers"), chromedp.WaitVisible(chromedp.CSS("#caller-form")),

@@ -1147,18 +1147,15 @@ func tokenName(claim string) string {
 	if claim == "" {
 		return ""
 	}
-	if _, err := identity.User(claim); err == nil && !strings.HasPrefix(claim, digestPrefix) {
+	if _, err := identity.User(claim); err == nil && !strings.HasPrefix(claim, identity.DigestPrefix) {
 		return claim
 	}
 	sum := digest.Sum256([]byte(claim))
 	const hexDigits = "0123456789abcdef"
-	b := make([]byte, 0, len(digestPrefix)+32)
-	b = append(b, digestPrefix...)
+	b := make([]byte, 0, len(identity.DigestPrefix)+32)
+	b = append(b, identity.DigestPrefix...)
 	for _, c := range sum[:16] {
 		b = append(b, hexDigits[c>>4], hexDigits[c&15])
 	}
 	return string(b)
 }
-
-// digestPrefix begins a claim's digest (tokenName).
-const digestPrefix = "~sha256:"

@@ -11,21 +11,30 @@ let refreshTimer = null;
 // the characters drawn as nothing that the service accepts in a name
 // (variation selectors and tags: emoji are made of them) and any it
 // refuses; spaces other than one between two words (a name with a space,
-// a no-break or an ideographic space after it; a no-break space between
-// digits is a number's separator and stays); and, in a name that is not
-// in Unicode's composed form, its combining marks ("zoe\u{301}" beside
-// "zoé"). "alice" and "alice" with a variation selector are two callers,
-// and a listing must not draw them alike (attacks 53, 56).
+// a no-break or an ideographic space after it: the console's own numbers
+// and dates use plain spaces, plainText); in a name that is not in
+// Unicode's composed form, its combining marks and the characters that
+// composing changes ("zoe\u{301}" beside "zoé", the Kelvin sign beside
+// "K"); and a backslash that begins such a spelling, so that a name
+// typed "bob\u{FE0F}" is not drawn as bob with a variation selector.
+// "alice" and "alice" with a variation selector are two callers, and a
+// listing must not draw them alike (attacks 53, 56, 57). Letters of other
+// scripts that look alike still draw alike.
 const INVISIBLE = /[\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180B-\u180F\u200B-\u200F\u2028-\u202E\u2060-\u206F\u3164\uFE00-\uFE0F\uFEFF\uFFA0\uFFF0-\uFFF8\u{1BCA0}-\u{1BCA3}\u{1D173}-\u{1D17A}\u{E0000}-\u{E0FFF}]/gu;
 const SPACES = /[\u00A0\u1680\u2000-\u200A\u202F\u205F\u2800\u3000]/gu;
 function spelled(c) { return '\\u{' + c.codePointAt(0).toString(16).toUpperCase() + '}'; }
 function shown(s) {
   const composed = s === s.normalize('NFC');
-  s = s.replace(INVISIBLE, spelled)
-    .replace(SPACES, (c, i, all) => /\d/.test(all[i - 1] || '') && /\d/.test(all[i + 1] || '') ? c : spelled(c))
+  s = s.replace(/\\(?=u\{)/g, spelled);
+  if (!composed) s = s.replace(/./gsu, c => /\p{M}/u.test(c) || c.normalize('NFC') !== c ? spelled(c) : c);
+  return s.replace(INVISIBLE, spelled).replace(SPACES, spelled)
     .replace(/^ +| +$| {2,}/g, run => run.replace(/ /g, spelled));
-  return composed ? s : s.replace(/\p{M}/gu, spelled);
 }
+
+// plainText is the console's own text (a number, a date) with the spaces
+// a locale puts in it (no-break and narrow no-break) made plain: shown
+// spells every other space out.
+function plainText(s) { return s.replace(SPACES, ' '); }
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -55,8 +64,8 @@ function table(headers, rows) {
       : el('tr', {}, el('td', { colspan: headers.length, class: 'muted' }, 'none')))); 
 }
 
-function when(unix) { return unix ? new Date(unix * 1000).toLocaleString() : ''; }
-function fmt(n) { return typeof n === 'number' ? (Number.isInteger(n) ? n.toLocaleString() : n.toFixed(2)) : String(n ?? ''); }
+function when(unix) { return unix ? plainText(new Date(unix * 1000).toLocaleString()) : ''; }
+function fmt(n) { return typeof n === 'number' ? (Number.isInteger(n) ? plainText(n.toLocaleString()) : n.toFixed(2)) : String(n ?? ''); }
 
 // own reads a key the data names (a tier, a page) from an object: its own
 // property or undefined, never an Object.prototype member (a tier named
