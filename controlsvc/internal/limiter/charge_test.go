@@ -149,6 +149,36 @@ func TestChargeOfASharedCounterStopsAtOneWindow(t *testing.T) {
 	}
 }
 
+// A sliding window in debt names the moment the fading window and the
+// carried count leave room, not a whole window later: with 25 spent of
+// 10, the window after next, 0.6 of the way in (counted by whole windows
+// of debt it said 3 windows on, 0.4 of a window late: attack 55, Info).
+func TestSlidingWindowDebtRetryIsExact(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	r := req(rules.SlidingWindow, "debt-exact", 10, 1)
+	if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+		t.Fatalf("admission: %+v %v", res, err)
+	}
+	c := r
+	c.Charge, c.Cost = true, 24
+	if res, err := l.Do(ctx, c); err != nil || res.Charged != 24 {
+		t.Fatalf("charge: %+v %v", res, err)
+	}
+	res, err := l.Do(ctx, r)
+	if err != nil || res.Allowed {
+		t.Fatalf("in debt: %+v %v", res, err)
+	}
+	// ResetAfter is this window's rest; the wait past it is 1.6 windows.
+	if past := res.RetryAfter - res.ResetAfter; past < 1500*time.Millisecond || past > 1700*time.Millisecond {
+		t.Fatalf("retry after %v, %v past this window's end; want 1.6 s past it", res.RetryAfter, past)
+	}
+	time.Sleep(res.RetryAfter)
+	if res, err := l.Do(ctx, r); err != nil || !res.Allowed {
+		t.Fatalf("when the refusal said: %+v %v, want admitted", res, err)
+	}
+}
+
 func TestChargeRefusesWhatItCannotTake(t *testing.T) {
 	l, _ := newLimiter(t)
 	for name, mod := range map[string]func(*Request){

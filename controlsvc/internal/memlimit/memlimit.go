@@ -113,8 +113,13 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			return limiter.Result{Allowed: true, Charged: int64(n), Remaining: max(int64(c.tokens), 0), ResetAfter: full}
 		}
 		full := time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
-		if c.tokens < admit || r.Peek && c.tokens < 1 {
-			wait := time.Duration((admit - c.tokens) / rate * float64(time.Second))
+		// A refill is a sum of floats: at the moment a wait named, the
+		// tokens can fall a rounding short of what it waited for.
+		const eps = 1e-9
+		if c.tokens+eps < admit || r.Peek && c.tokens+eps < 1 {
+			// Up to the next millisecond, as the scripts round it: truncated,
+			// the named moment held a token less a rounding's worth, refused.
+			wait := time.Duration(math.Ceil((admit-c.tokens)/rate*1000)) * time.Millisecond
 			c.wholeAt = now.Add(full)
 			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
 		}
@@ -164,6 +169,8 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		if need := admit - left; fading >= need && c.prev > 0 {
 			// The previous window's weight fades at prev per window.
 			retry = time.Duration(need / c.prev * float64(window))
+		} else if r.Origin == 0 {
+			retry = debtRetry(float64(limit)-c.tokens, float64(limit), admit, q.Algorithm == rules.SlidingWindow || q.Algorithm == rules.SlidingLog, reset, window)
 		}
 		return limiter.Result{Remaining: max(int64(left), 0), ResetAfter: reset, RetryAfter: max(retry, time.Millisecond)}
 	}
@@ -172,6 +179,24 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		left -= cost
 	}
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
+}
+
+// debtRetry is when a window counter that spent c of limit (a charge's debt
+// past it carried a limit less each window, as the scripts carry it)
+// first admits admit, reset being this window's rest: the first window g
+// ahead whose own count leaves room, and with a sliding window, once the
+// window before it (a limit at most) has faded enough. Told this window's
+// end, a caller in debt was refused again there.
+func debtRetry(c, limit, admit float64, sliding bool, reset, window time.Duration) time.Duration {
+	g := max(1, math.Ceil((c+admit-limit)/limit))
+	retry := reset + time.Duration(g-1)*window
+	if sliding {
+		cg := max(0, c-limit*g)
+		if pg := min(limit, max(0, c-limit*(g-1))); pg > 0 {
+			retry += time.Duration(max(0, 1-(limit-admit-cg)/pg) * float64(window))
+		}
+	}
+	return retry
 }
 
 // debtFloor is how far below zero a charge may take a counter, as the

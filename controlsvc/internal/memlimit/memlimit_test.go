@@ -229,6 +229,35 @@ func TestChargeOfASharedCounter(t *testing.T) {
 	}
 }
 
+// A refusal in debt names when the caller is admitted again, and not
+// before: told this window's end, a caller three windows in debt was
+// refused there again.
+func TestChargeDebtRetryIsHonest(t *testing.T) {
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.GCRA} {
+		for _, spent := range []int64{250, 400} {
+			c := &clock{t: time.Unix(1_800_000_000, 0).Add(7 * time.Second)}
+			l := New(1, c.now)
+			r := req(alg, 100, 0, "a")
+			l.Do(r)
+			ch := r
+			ch.Charge, ch.Cost = true, spent-1
+			l.Do(ch)
+			res := l.Do(r)
+			if res.Allowed || res.RetryAfter < time.Minute {
+				t.Fatalf("%s, %d spent: %+v, want refused for more than a window", alg, spent, res)
+			}
+			c.t = c.t.Add(res.RetryAfter - 500*time.Millisecond)
+			if early := l.Do(r); early.Allowed {
+				t.Errorf("%s, %d spent: admitted half a second before the %v it named", alg, spent, res.RetryAfter)
+			}
+			c.t = c.t.Add(500 * time.Millisecond)
+			if late := l.Do(r); !late.Allowed {
+				t.Errorf("%s, %d spent: refused at the %v it named: %+v", alg, spent, res.RetryAfter, late)
+			}
+		}
+	}
+}
+
 // A charge's debt is paid a window's limit a window, the windows' counters
 // carrying it as the scripts do (a window that forgot it at its end gave a
 // caller one large completion a window: attack 54 F2).

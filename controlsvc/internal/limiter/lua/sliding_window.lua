@@ -63,14 +63,17 @@ local function decide()
       -- The previous window's weight fades at p/window per millisecond.
       retry = math.ceil(need * window / p)
     else
-      -- Not before the next window, where c becomes the fading part
-      -- (and what it holds past a limit, a debt, the next window's
-      -- count: a window more for each limit of it).
-      local debt = math.max(0, math.ceil(c / limit) - 1)
-      local carried = c - limit * debt
-      retry = math.ceil(window - elapsed) + window * debt
-      if carried > 0 and carried > limit - admit then
-        retry = retry + math.ceil(window * (1 - (limit - admit) / carried))
+      -- Not in this window: in the first window g ahead whose own count
+      -- leaves room (c carried a limit less a window, as a new window
+      -- carries it), once the window before it, which weighs at most a
+      -- limit, has faded enough. Counted by whole windows of debt, the
+      -- wait came out up to half a window long (attack 55, Info).
+      local g = math.max(1, math.ceil((c + admit - limit) / limit))
+      local cg = math.max(0, c - limit * g)
+      local pg = math.min(limit, math.max(0, c - limit * (g - 1)))
+      retry = math.ceil(window - elapsed) + window * (g - 1)
+      if pg > 0 then
+        retry = retry + math.max(0, math.ceil(window * (1 - (limit - admit - cg) / pg)))
       end
     end
   end
