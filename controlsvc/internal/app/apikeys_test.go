@@ -162,6 +162,23 @@ window_seconds = 60
 	if c := s.check(map[string]any{"user_id": "ip:192.0.2.8", "endpoint": "/x", "api_key": old}); c.status != 429 {
 		t.Fatalf("carol's older key after carol's three: %d %s; want 429 (one user)", c.status, c.body)
 	}
+	// A key stored before its user's characters were refused (a Hangul
+	// filler) is still that user's: counted under the name the filter
+	// gives the same subject in a token (~sha256: and its digest), where
+	// it had fallen out of the user's limit (attack 55 F3).
+	legacy := "ak_live_" + strings.Repeat("D", 43)
+	lh := sha256.Sum256([]byte(legacy))
+	s.rdb.HSet(context.Background(), "rl:apikey:"+hex.EncodeToString(lh[:]), map[string]any{"id": "k_dave", "user_id": "dave\u3164", "tier": "free", "status": "active", "created_at": "2026-01-01T00:00:00Z"})
+	sum := sha256.Sum256([]byte("dave\u3164"))
+	tokenUser := "user:~sha256:" + hex.EncodeToString(sum[:16])
+	for i := range 3 {
+		if c := s.check(map[string]any{"user_id": tokenUser, "endpoint": "/x"}); c.status != 200 {
+			t.Fatalf("dave's token request %d: %d %s", i+1, c.status, c.body)
+		}
+	}
+	if c := s.check(map[string]any{"user_id": "ip:192.0.2.9", "endpoint": "/x", "api_key": legacy}); c.status != 429 {
+		t.Fatalf("dave's older key after his three token requests: %d %s; want 429 (one user)", c.status, c.body)
+	}
 	// The filter's name for a token subject it cannot show is no key's
 	// user: it shared that subject's counters (attack 57 B5).
 	for _, id := range []string{"ip:192.0.2.7", "key:k_0123456789abcdef", "user:", "user:a\nb", "user:user:bob", "user:ip:192.0.2.7",

@@ -3,11 +3,14 @@ package decision
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -239,8 +242,17 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		}
 		// Read as the admin API reads it when the key is made (keys made
 		// before it did keep "user:bob" as typed: still bob).
-		if uid, err := identity.Parse(rec.UserID); err == nil && uid.Kind == identity.KindUser {
+		uid, err := identity.Parse(rec.UserID)
+		switch {
+		case err == nil && uid.Kind == identity.KindUser:
 			c.keyUser = uid.Value
+		case err != nil && rec.UserID != "":
+			// A user id stored before the characters it holds were
+			// refused counts under the name the filter gives a token
+			// subject that cannot be shown (digestName): with that
+			// subject's tokens, as before. Dropped, its keys left the
+			// user's limit (attack 55 F3).
+			c.keyUser = digestName(strings.TrimPrefix(rec.UserID, string(identity.KindUser)+":"))
 		}
 	}
 	c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
@@ -928,4 +940,12 @@ func ceilUnix(t time.Time) int64 {
 		u++
 	}
 	return u
+}
+
+// digestName is the filter's name for a verified token's subject that
+// cannot be a name as it is: identity.DigestPrefix and the first 16 bytes
+// of the subject's SHA-256 in hex.
+func digestName(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return identity.DigestPrefix + hex.EncodeToString(sum[:16])
 }
