@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -249,10 +248,10 @@ func (s *Service) resolveKey(ctx context.Context, p *view, c *caller, raw, reqTi
 		case err != nil && rec.UserID != "":
 			// A user id stored before the characters it holds were
 			// refused counts under the name the filter gives a token
-			// subject that cannot be shown (digestName): with that
+			// subject that cannot be shown (identity.Digested): with that
 			// subject's tokens, as before. Dropped, its keys left the
 			// user's limit (attack 55 F3).
-			c.keyUser = digestName(strings.TrimPrefix(rec.UserID, string(identity.KindUser)+":"))
+			c.keyUser = identity.Digested(sha256.Sum256([]byte(strings.TrimPrefix(rec.UserID, string(identity.KindUser)+":"))))
 		}
 	}
 	c.setID(identity.ID{Kind: identity.KindKey, Value: rec.ID})
@@ -940,12 +939,4 @@ func ceilUnix(t time.Time) int64 {
 		u++
 	}
 	return u
-}
-
-// digestName is the filter's name for a verified token's subject that
-// cannot be a name as it is: identity.DigestPrefix and the first 16 bytes
-// of the subject's SHA-256 in hex.
-func digestName(raw string) string {
-	sum := sha256.Sum256([]byte(raw))
-	return identity.DigestPrefix + hex.EncodeToString(sum[:16])
 }

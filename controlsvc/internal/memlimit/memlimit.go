@@ -206,8 +206,12 @@ func debtFloor(s rules.Scope, capacity, limit int64) float64 {
 	if limiter.ManyCallers(s) {
 		return float64(limit)
 	}
-	return 100 * float64(capacity)
+	return maxDebt * float64(capacity)
 }
+
+// maxDebt is prelude.lua's max_debt: the capacities a caller's own counter
+// may owe.
+const maxDebt = 100
 
 // charged is what a charge of cost spends from a balance of left: all of
 // it, down to a balance of -floor at most.

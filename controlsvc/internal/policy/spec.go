@@ -180,7 +180,9 @@ func (s *Spec) validate(n names) error {
 	// patterns holding a '?' together stay within the bound.
 	rulesQ := 0
 	for i := range s.Rules {
-		rulesQ += questionBytes(s.Rules[i].Path)
+		if rulesQ += questionBytes(s.Rules[i].Path); rulesQ > MaxQuestionPatternBytes {
+			return fielderr.New(n.rule(i, "path", "endpoint_pattern"), "with this pattern the rules' patterns holding a '?' pass %d bytes together (each is tried on every check)", MaxQuestionPatternBytes)
+		}
 	}
 	for i := range s.Tiers {
 		q := rulesQ
@@ -210,7 +212,6 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 		return fielderr.New("rules", "at most %d rules", MaxRules)
 	}
 	seen := make(map[string]int, len(s.Rules))
-	question := 0
 	for i := range s.Rules {
 		r := &s.Rules[i]
 		if err := r.ValidateAs(n.ruleNames(i)); err != nil {
@@ -247,9 +248,6 @@ func (s *Spec) validateRules(n names, tierNames []string) error {
 			return fielderr.New(n.rule(i, "id", "rule_id"), "%q is also the id of rules[%d]", r.ID, j)
 		}
 		seen[r.ID] = i
-		if question += questionBytes(r.Path); question > MaxQuestionPatternBytes {
-			return fielderr.New(n.rule(i, "path", "endpoint_pattern"), "with this pattern the rules' patterns holding a '?' pass %d bytes together (each is tried on every check)", MaxQuestionPatternBytes)
-		}
 		for _, tier := range r.Tiers {
 			if !slices.Contains(tierNames, tier) {
 				return fielderr.New(n.rule(i, "tiers", "tier_id"), "%q is not a configured tier", tier)

@@ -602,8 +602,8 @@ func (h *httpContext) resolveIdentity(auth, xff, realIP string) bool {
 			p.badTokens.failed(client, now.UnixMilli(), charged)
 		}
 		if err == nil {
-			if id, err := identity.User(tokenName(c.Subject)); err == nil {
-				h.id = id.String()
+			if sub := tokenName(c.Subject); sub != "" {
+				h.id = identity.ID{Kind: identity.KindUser, Value: sub}.String()
 				if rules.ValidTierName(c.Tier) {
 					h.tier = c.Tier
 				}
@@ -1137,7 +1137,7 @@ func headerHasPrefix[T string | []byte](name T, lower string) bool {
 // value: the claim as it is, or, when it cannot be one (a control or
 // invisible character, longer than an identity holds), "~sha256:" and the
 // first 16 bytes of its SHA-256 in hex: the same caller every time, and
-// drawn as no other. Dropped, such a subject's caller was counted by its
+// drawn as no other; either way a valid user id. Dropped, such a subject's caller was counted by its
 // address in the default tier, its tier and tenant lost with it, while the
 // upstream served it as the token's user (attack 55 F2). A claim that
 // begins as a digest does is digested too: kept, a user who chose the
@@ -1150,12 +1150,5 @@ func tokenName(claim string) string {
 	if _, err := identity.User(claim); err == nil && !strings.HasPrefix(claim, identity.DigestPrefix) {
 		return claim
 	}
-	sum := digest.Sum256([]byte(claim))
-	const hexDigits = "0123456789abcdef"
-	b := make([]byte, 0, len(identity.DigestPrefix)+32)
-	b = append(b, identity.DigestPrefix...)
-	for _, c := range sum[:16] {
-		b = append(b, hexDigits[c>>4], hexDigits[c&15])
-	}
-	return string(b)
+	return identity.Digested(digest.Sum256([]byte(claim)))
 }
