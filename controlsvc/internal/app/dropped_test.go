@@ -73,13 +73,26 @@ func TestDroppedAdminChangesAreAudited(t *testing.T) {
 		}
 		return out
 	}
-	// The changes still running finish within the Redis timeouts.
+	// The changes still running finish within the Redis timeouts. A poll
+	// reads the rules before the trail, so a rule stored between the two
+	// reads can be audited in the second while one the first read is not
+	// yet: the wait is for every rule read to be audited, two polls alike,
+	// not for the two counts to match.
+	allAudited := func(st, au map[string]bool) bool {
+		for p := range st {
+			if !au[p] {
+				return false
+			}
+		}
+		return len(st) > 0 && len(au) == len(st)
+	}
 	var st, au map[string]bool
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline, prev := time.Now().Add(10*time.Second), 0; ; time.Sleep(20 * time.Millisecond) {
 		st, au = stored(), audited()
-		if len(st) > 0 && len(st) == len(au) || time.Now().After(deadline) {
+		if allAudited(st, au) && len(st) == prev || time.Now().After(deadline) {
 			break
 		}
+		prev = len(st)
 	}
 	t.Logf("%d of %d dropped rule creations stored, %d audited", len(st), n, len(au))
 	if len(st) == 0 {
