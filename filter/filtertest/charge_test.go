@@ -14,9 +14,15 @@ import (
 // the response reports (costFrom), and returns its stream.
 func (e *env) admitted(costFrom string) *wasmhost.Stream {
 	e.t.Helper()
+	return e.admittedFor(wire.Charge{RuleID: "tokens", CostFrom: costFrom})
+}
+
+// admittedFor is admitted with the check's charge c.
+func (e *env) admittedFor(c wire.Charge) *wasmhost.Stream {
+	e.t.Helper()
 	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", headers: wasmhost.Headers{{"accept-encoding", "gzip, br"}}})
 	d := wire.CheckResponse{Allowed: true, Limit: 10000, Remaining: 9999, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window",
-		WindowSeconds: 60, RuleID: "tokens", Identity: "ip:198.51.100.7", Charges: []wire.Charge{{RuleID: "tokens", CostFrom: costFrom}}}
+		WindowSeconds: 60, RuleID: "tokens", Identity: "ip:198.51.100.7", Charges: []wire.Charge{c}}
 	b, _ := json.Marshal(d)
 	e.answer(0, "200", string(b))
 	if !s.Resumed {
@@ -177,6 +183,38 @@ func TestChargeFromTheResponse(t *testing.T) {
 			}
 			if got := s.ResponseHeaders.Value("x-ratelimit-remaining"); got != want {
 				t.Errorf("X-RateLimit-Remaining %q, want %s", got, want)
+			}
+			if err := e.vms[0].Broken(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The reserve an admission holds goes back with its charge, as the check
+// named it, for the service to hand back what the response did not use;
+// one out of range is not sent (it stays spent: under-admission only).
+func TestChargeCarriesTheReserve(t *testing.T) {
+	const at = int64(1795676400000001)
+	for _, tc := range []struct {
+		name         string
+		reserved, at int64
+		want         [2]int64
+	}{
+		{"a reserve", 3999, at, [2]int64{3999, at}},
+		{"none", 0, 0, [2]int64{0, 0}},
+		{"negative", -5, at, [2]int64{0, 0}},
+		{"past 2^53", 1 << 54, at, [2]int64{0, 0}},
+		{"from no stretch", 3999, 0, [2]int64{0, 0}},
+		{"from a stretch past any clock", 3999, wire.MaxLeasedAt + 1, [2]int64{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, chargeConfig, 1)
+			s := e.admittedFor(wire.Charge{RuleID: "tokens", CostFrom: "response_json:usage.total_tokens", Reserved: tc.reserved, ReservedAt: tc.at})
+			upstream(t, s, wasmhost.Headers{{"content-type", "application/json"}}, `{"usage":{"total_tokens":120}}`)
+			item := e.charged(4321)
+			if got := [2]int64{item.Reserved, item.ReservedAt}; got != tc.want || item.Cost == nil || *item.Cost != 120 {
+				t.Errorf("charged %v with reserve %v, want 120 with %v", deref(item.Cost), got, tc.want)
 			}
 			if err := e.vms[0].Broken(); err != nil {
 				t.Fatal(err)

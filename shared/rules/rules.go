@@ -144,6 +144,15 @@ type Rule struct {
 	// be left to admit a request: "request_header:<name>" (a max_tokens
 	// the client declares). Admission still spends 1; absent, 1.
 	EstimateFrom string `json:"estimate_from,omitempty" toml:"estimate_from"`
+	// Reserve, beside a cost_from read from the response, is what an
+	// admission holds of the counter until its response is charged: a
+	// request is admitted only while that much is left (or its estimate,
+	// when more), the part its response did not use is handed back, and
+	// the rest of a larger cost is charged. It bounds what one caller can
+	// have in flight (at most what is left over Reserve requests at once);
+	// set it to the most one request can cost (the max_tokens the upstream
+	// enforces). 0: 1, the admission alone (nothing held).
+	Reserve int64 `json:"reserve,omitempty" toml:"reserve"`
 	Action       Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
@@ -313,6 +322,9 @@ func (r *Rule) ValidateAs(n Names) error {
 			return bad("estimate_from", "is read only beside a cost_from of the response (response_header:, response_json:)")
 		}
 	}
+	if r.Reserve != 0 && !src.AfterResponse() {
+		return bad("reserve", "is held only beside a cost_from of the response (response_header:, response_json:)")
+	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)
 	}
@@ -321,6 +333,10 @@ func (r *Rule) ValidateAs(n Names) error {
 	}
 	if r.Cost < 0 || r.Cost > r.Capacity() {
 		return bad("cost", "%d must be in 0..%d (the rule's capacity)", r.Cost, r.Capacity())
+	}
+	if r.Reserve < 0 || r.Reserve > r.Capacity() {
+		// More could never be left: no request would pass.
+		return bad("reserve", "%d must be in 0..%d (the rule's capacity)", r.Reserve, r.Capacity())
 	}
 	switch r.Action {
 	case "", ActionReject, ActionLogOnly, ActionThrottle:

@@ -32,6 +32,7 @@ func AppendChargeRequest(b []byte, r *ChargeRequest) []byte {
 				b = appendInt(b, `,"cost":`, *c.Cost)
 			}
 			b = appendOptString(b, `,"unreported":`, c.Unreported)
+			b = appendReserved(b, c.Reserved, c.ReservedAt)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -53,9 +54,22 @@ func appendCharges(b []byte, cs []Charge) []byte {
 		b = appendString(b, c.RuleID)
 		b = append(b, `,"cost_from":`...)
 		b = appendString(b, c.CostFrom)
+		b = appendReserved(b, c.Reserved, c.ReservedAt)
 		b = append(b, '}')
 	}
 	return append(b, ']')
+}
+
+// appendReserved appends a charge's reserved and reserved_at, each
+// omitted when 0.
+func appendReserved(b []byte, reserved, at int64) []byte {
+	if reserved != 0 {
+		b = appendInt(b, `,"reserved":`, reserved)
+	}
+	if at != 0 {
+		b = appendInt(b, `,"reserved_at":`, at)
+	}
+	return b
 }
 
 // array reads a JSON array (or null, calling reset(true)) as encoding/json
@@ -104,6 +118,10 @@ func (p *parser) charges(dst *[]Charge) error {
 			return p.str(&c.RuleID)
 		case EqualFoldASCII(k, "cost_from"):
 			return p.str(&c.CostFrom)
+		case EqualFoldASCII(k, "reserved"):
+			return p.integer(&c.Reserved)
+		case EqualFoldASCII(k, "reserved_at"):
+			return p.integer(&c.ReservedAt)
 		}
 		return p.skip(0)
 	})

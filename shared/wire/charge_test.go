@@ -23,6 +23,8 @@ func FuzzAppendChargeRequest(f *testing.F) {
 			if i%2 == 0 {
 				v := cost + int64(i)
 				c.Cost = &v
+			} else {
+				c.Reserved, c.ReservedAt = cost, cost*int64(i)
 			}
 			r.Charges = append(r.Charges, c)
 		}

@@ -12,7 +12,7 @@ var sampleDecision = CheckResponse{Allowed: true, Limit: 100, Remaining: 42, Res
 	Strategy: "token_bucket", WindowSeconds: 60, RuleID: "tier_free", Lease: Lease{Granted: 9, TTLMs: 1000, ChargeGranted: 4500, LeasedAt: 1795676400000000, ChargeLeasedAt: 1795676000000000},
 	Identity: "user:ali\"ce\\ \u00e9 \U0001F600", Tier: "free", Degraded: true, LogOnly: true,
 	Refusal: &rules.Response{Status: 403, Body: `{"e":"{{retry_after}}"}`, Headers: map[string]string{"x-a": "1", "content-type": "text/plain"}},
-	Charges: []Charge{{RuleID: "llm", CostFrom: "response_json:usage.total_tokens"}, {RuleID: "x\u00e9", CostFrom: "response_header:x-usage"}}}
+	Charges: []Charge{{RuleID: "llm", CostFrom: "response_json:usage.total_tokens", Reserved: 4095, ReservedAt: 1795676400000001}, {RuleID: "x\u00e9", CostFrom: "response_header:x-usage"}}}
 
 func TestDecodeCheckResponseRoundTrip(t *testing.T) {
 	for _, d := range []CheckResponse{sampleDecision, {}, {Limit: math.MaxInt64, Remaining: math.MinInt64, RuleID: "\x01\n\t</>&"}} {

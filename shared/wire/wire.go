@@ -168,6 +168,13 @@ type Charge struct {
 	// CostFrom is the rule's cost_from: "response_header:<name>" or
 	// "response_json:<path>[+<path>...]".
 	CostFrom string `json:"cost_from"`
+	// Reserved is what the admission holds of the rule's counter beyond
+	// its 1 (the rule's reserve), taken in the stretch ReservedAt names
+	// (Unix µs, Redis's clock: a lease's leased_at). The charge sends both
+	// back: what the response did not use of it is handed back there, and
+	// only the rest of a larger cost is charged.
+	Reserved   int64 `json:"reserved,omitempty"`
+	ReservedAt int64 `json:"reserved_at,omitempty"`
 }
 
 // MaxCharges bounds the charges of one check or charge request: a rule
@@ -200,6 +207,9 @@ type ChargeItem struct {
 	// Unreported then says why, and the rule's unreported cost is charged.
 	Cost       *int64 `json:"cost,omitempty"`
 	Unreported string `json:"unreported,omitempty"`
+	// Reserved and ReservedAt are the check's, for its Charge.
+	Reserved   int64 `json:"reserved,omitempty"`
+	ReservedAt int64 `json:"reserved_at,omitempty"`
 }
 
 // Why a response's cost was not reported (ChargeItem.Unreported).

@@ -36,6 +36,7 @@ type RuleBody struct {
 	Cost            *int64   `json:"cost"`
 	CostFrom        *string  `json:"cost_from"`
 	EstimateFrom    *string  `json:"estimate_from"`
+	Reserve         *int64   `json:"reserve"`
 	Action          *string  `json:"action"`
 	PerEndpoint     *bool    `json:"per_endpoint"`
 	// Period ("day", "month"; "" removes it) and TimeZone (IANA; "" is
@@ -66,6 +67,7 @@ type RuleView struct {
 	Cost            int64           `json:"cost,omitempty"`
 	CostFrom        string          `json:"cost_from,omitempty"`
 	EstimateFrom    string          `json:"estimate_from,omitempty"`
+	Reserve         int64           `json:"reserve,omitempty"`
 	Action          string          `json:"action"`
 	PerEndpoint     bool            `json:"per_endpoint"`
 	Period          string          `json:"period,omitempty"`
@@ -335,6 +337,7 @@ func apply(r *ruleset.Rule, b *RuleBody, p *policy.Policy) *apierr.Error {
 	set(&r.Cost, b.Cost)
 	set(&r.CostFrom, b.CostFrom)
 	set(&r.EstimateFrom, b.EstimateFrom)
+	set(&r.Reserve, b.Reserve)
 	if b.Action != nil {
 		r.Action = rules.Action(*b.Action)
 	}
@@ -420,7 +423,7 @@ func (s *Service) unavailable(op string, err error) error {
 func viewOf(r *ruleset.Rule, p *policy.Policy) RuleView {
 	v := RuleView{
 		RuleID: r.ID, EndpointPattern: r.Path, Algorithm: string(r.Algorithm), Limit: r.Limit, WindowSeconds: r.WindowSeconds,
-		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost, CostFrom: r.CostFrom, EstimateFrom: r.EstimateFrom,
+		Priority: r.Priority, IsActive: r.IsEnabled(), Scope: string(r.Scope), Methods: r.Methods, Burst: r.Burst, Cost: r.Cost, CostFrom: r.CostFrom, EstimateFrom: r.EstimateFrom, Reserve: r.Reserve,
 		Action: string(r.Action), PerEndpoint: r.PerEndpoint, Period: string(r.Period), TimeZone: r.TimeZone, Response: r.Response, ReadOnly: !runtimeID(r.ID),
 	}
 	if v.Action == "" {

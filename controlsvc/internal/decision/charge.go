@@ -19,7 +19,11 @@ func charges(rs []applied) []wire.Charge {
 	for _, a := range rs {
 		r := a.req.Rule
 		if src, _ := rules.CostSourceOf(r.CostFrom); src.AfterResponse() {
-			out = append(out, wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom}) // at most wire.MaxCharges: rules.NewSet
+			ch := wire.Charge{RuleID: r.ID, CostFrom: r.CostFrom} // at most wire.MaxCharges: rules.NewSet
+			if a.res.Reserved > 0 {
+				ch.Reserved, ch.ReservedAt = a.res.Reserved, a.res.WindowStart
+			}
+			out = append(out, ch)
 		}
 	}
 	return out
@@ -36,7 +40,8 @@ func charges(rs []applied) []wire.Charge {
 // answer (its capacity unless set), and the script grants no more than the
 // lease fraction of what is left. No pool (-1) under two such rules, a
 // rule whose cost the request gives, or a rule whose admission needs an
-// estimate left: the filter does not read those on a lease hit.
+// estimate left or holds a reserve: the filter does not read those on a
+// lease hit, and a request admitted on a lease would hold nothing.
 func chargeLease(rs []applied, c *caller) (pool int, want int64) {
 	if !c.leaseCharges || c.lease <= 0 {
 		return -1, 0
@@ -60,7 +65,7 @@ func chargePool(rs []applied) int {
 		if r.CostFrom == "" {
 			continue
 		}
-		if src, _ := rules.CostSourceOf(r.CostFrom); !src.AfterResponse() || r.EstimateFrom != "" || pool >= 0 {
+		if src, _ := rules.CostSourceOf(r.CostFrom); !src.AfterResponse() || r.EstimateFrom != "" || r.Reserve > 1 || pool >= 0 {
 			return -1
 		}
 		pool = i
@@ -101,6 +106,10 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", "is given beside cost: a response reported its cost or did not")
 		case ch.Cost == nil && !slices.Contains(unreportedReasons, ch.Unreported):
 			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", fmt.Sprintf("%q: without cost, one of %v says why", clip(ch.Unreported, 32), unreportedReasons))
+		case ch.Reserved < 0 || ch.Reserved > rules.MaxQuantity:
+			return wire.ChargeResponse{}, apierr.Invalid(field+".reserved", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
+		case ch.Reserved > 0 && ch.ReservedAt <= 0:
+			return wire.ChargeResponse{}, apierr.Invalid(field+".reserved_at", "is required beside reserved: it names the stretch the reserve came from")
 		}
 	}
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride,
@@ -155,22 +164,36 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		default:
 			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
 		}
+		// The admission spent 1 and held reserved more (at most the
+		// rule's reserve: a filter cannot hand back more than the rule
+		// holds): a response that used less hands the rest of the
+		// reserve back to the stretch it came from, one that used more is
+		// charged the rest.
+		held := min(ch.Reserved, max(r.Reserve-1, 0))
 		lr := a.req
-		lr.Cost, lr.Charge = max(total-1, 0), true
+		lr.Cost, lr.Charge = max(total-1-held, 0), true
+		if back := min(held, 1+held-total); back > 0 {
+			lr.Cost, lr.Charge, lr.Returned, lr.LeasedAt = 0, false, back, ch.ReservedAt
+		}
 		got, _, err := s.limitOrLocal(ctx, p, lr)
 		if err != nil {
 			res.Error = "not charged: the rate limiter is unavailable"
 			s.log.Warn("charge lost", "rule", r.ID, "identity", c.name, "cost", lr.Cost, "err", err)
 			continue
 		}
-		res.Charged, res.Clamped = got.Charged, lr.Cost-got.Charged
+		if !lr.Charge {
+			got.Charged = 0 // a hand-back (the stretch takes back nothing once it ended)
+		}
+		// What the response cost beyond its admission: the part of the
+		// reserve it used, and what was charged.
+		res.Charged, res.Clamped = min(max(total-1, 0), held)+got.Charged, lr.Cost-got.Charged
 		res.Limit, res.Remaining, res.ResetAt = r.Capacity(), got.Remaining, ceilUnix(now.Add(got.ResetAfter))
 		res.Strategy, res.WindowSeconds = string(r.Algorithm), r.WindowSeconds
 		if a.req.Origin > 0 {
 			res.ResetAt = a.req.Origin/1000 + r.WindowSeconds
 		}
-		s.m.ChargedTokens.WithLabelValues(r.ID).Add(float64(got.Charged))
-		spent = max(spent, got.Charged)
+		s.m.ChargedTokens.WithLabelValues(r.ID).Add(float64(res.Charged))
+		spent = max(spent, res.Charged)
 	}
 	if spent > 0 {
 		// Usage counts what the caller spent: the tokens of these rules

@@ -515,6 +515,13 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 				// response's (an outsider's 1,000 answers through it
 				// spent a 1,500-token budget one token each).
 				n = max(n, r.UnreportedCost(), admit)
+			} else if src.AfterResponse() && r.Reserve > n {
+				// Held until the charge, so that what one caller has in
+				// flight is bounded by what it has left: admitting on 1
+				// left, an outsider's 1,000 requests at once against a
+				// budget of 2,000 tokens were served 3.7 million.
+				rs[i].req.Reserve = r.Reserve - n
+				admit = max(admit, r.Reserve)
 			}
 			rs[i].req.Cost, rs[i].req.Admit = n, admit
 			continue
@@ -606,6 +613,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			a.res.Granted = keep
 		}
 	}
+
 	resp, result := s.verdict(p, &c.target, rs, want, poolGranted, pool)
 	if degraded {
 		// Counted here only: said so, and nothing leased.
@@ -621,6 +629,16 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 	}
 	if resp.Allowed && !c.refused && !c.chargeNow {
 		resp.Charges = charges(rs)
+	} else {
+		// No charge will hand back what was held (a request refused by a
+		// rule after the one that reserved, a refused key's): it goes
+		// back now.
+		for i := range rs {
+			if a := &rs[i]; a.res.Reserved > 0 {
+				s.giveBack(ctx, a.req, a.res.Reserved, a.res.WindowStart)
+				a.res.Reserved = 0
+			}
+		}
 	}
 	var refused int64 // what a refused request asked of a rule that counts tokens
 	for i := range rs {
@@ -663,7 +681,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (s *Service) giveBack(ctx context.Context, r limiter.Request, n, leasedAt int64) {
 	// A hand-back only: the request's own cost (decide keeps it on r)
 	// was counted when it was asked.
-	r.Cost, r.Admit, r.Lease = 0, 0, 0
+	r.Cost, r.Admit, r.Lease, r.Reserve = 0, 0, 0, 0
 	r.Returned, r.LeasedAt = n, leasedAt
 	if _, err := s.limit(ctx, r); err != nil {
 		s.log.Debug("lease excess not given back", "rule", r.Rule.ID, "err", err)
@@ -720,7 +738,7 @@ func (s *Service) limitOrLocal(ctx context.Context, p *view, lr limiter.Request)
 		errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript) {
 		return res, false, err
 	}
-	lr.Lease, lr.Returned = 0, 0
+	lr.Lease, lr.Returned, lr.Reserve = 0, 0, 0
 	if src, _ := rules.CostSourceOf(lr.Rule.CostFrom); src.AfterResponse() && !lr.Charge && !lr.Peek {
 		// In memory, a check and the charge of its response are two calls
 		// a proxy spreads over the replicas: a replica may count a caller's

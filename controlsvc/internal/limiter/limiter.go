@@ -85,6 +85,11 @@ type Request struct {
 	// says what was spent. No lease, no
 	// refund, no penalty goes with it.
 	Charge bool
+	// Reserve is what an admission holds beyond Cost until its response
+	// is charged (a rule's reserve less the admission's cost; Admit should
+	// ask for both to be left): taken whole when that much is left, with
+	// the lease, and given back as a lease's tokens are (Result.Reserved).
+	Reserve int64
 	// Origin is the start of a calendar period (Unix ms; 0: none): the
 	// rule's window is then that period's length, counted from Origin
 	// (fixed_window only), in a counter of its own.
@@ -131,6 +136,10 @@ type Result struct {
 	RetryAfter time.Duration
 	// Granted is the lease: tokens already spent in Redis on the caller's behalf.
 	Granted int64
+	// Reserved is what the admission holds beyond its cost
+	// (Request.Reserve), counted among the leased tokens: a hand-back
+	// with the stretch's stamp (WindowStart) returns it.
+	Reserved int64
 	// Penalized is true when a progressive penalty lengthened or caused the
 	// denial.
 	Penalized bool
@@ -294,20 +303,23 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
 	}
-	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 {
-		return nil, nil, fmt.Errorf("%w: limit, window, cost, lease and returned must be positive", ErrBadRequest)
+	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 || r.Reserve < 0 {
+		return nil, nil, fmt.Errorf("%w: limit, window, cost, lease, returned and reserve must be positive", ErrBadRequest)
 	}
-	if r.Charge && (r.Peek || r.Lease > 0 || r.Returned > 0 || r.Penalty != nil || q.Algorithm == rules.SlidingLog) {
-		return nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund or penalty, and no sliding log", ErrBadRequest)
+	if r.Charge && (r.Peek || r.Lease > 0 || r.Returned > 0 || r.Reserve > 0 || r.Penalty != nil || q.Algorithm == rules.SlidingLog) {
+		return nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund, reserve or penalty, and no sliding log", ErrBadRequest)
+	}
+	if r.Reserve > 0 && (r.Peek || q.Algorithm == rules.SlidingLog) {
+		return nil, nil, fmt.Errorf("%w: a reserve is held by no peek and no sliding log", ErrBadRequest)
 	}
 	// Without penalties the script is sent only what it reads: the counter
 	// and eight arguments (ARGV[9] absent is "off"). Each key and argument
 	// costs Redis a conversion per call.
 	var args []any
 	if r.Penalty != nil {
-		args = append(s.evalSha(3, 3+15), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
+		args = append(s.evalSha(3, 3+16), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
 	} else {
-		args = append(s.evalSha(1, 1+15), r.Key())
+		args = append(s.evalSha(1, 1+16), r.Key())
 	}
 	args = append(args,
 		q.Limit,
@@ -325,6 +337,8 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	// The optional arguments are positional: one sent needs those before it.
 	last := 12
 	switch {
+	case r.Reserve > 0:
+		last = 16
 	case r.Returned > 0 && r.LeasedAt > 0:
 		last = 15
 	case r.Admit > r.Cost:
@@ -343,6 +357,9 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	}
 	if last >= 15 {
 		args = append(args, r.LeasedAt) // ARGV[15]
+	}
+	if last >= 16 {
+		args = append(args, r.Reserve) // ARGV[16]
 	}
 	return s, args, nil
 }
@@ -433,10 +450,10 @@ func (l *Limiter) Ping(ctx context.Context) error {
 
 func parseResult(v any) (Result, error) {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 9 {
-		return Result{}, fmt.Errorf("script returned %T %v, want 9 integers", v, v)
+	if !ok || len(vals) != 10 {
+		return Result{}, fmt.Errorf("script returned %T %v, want 10 integers", v, v)
 	}
-	var n [9]int64
+	var n [10]int64
 	for i, x := range vals {
 		if n[i], ok = x.(int64); !ok {
 			return Result{}, fmt.Errorf("script result %d is %T, want an integer", i, x)
@@ -452,6 +469,7 @@ func parseResult(v any) (Result, error) {
 		Credited:    max(n[6], 0),
 		WindowStart: max(n[7], 0),
 		WindowEnd:   max(n[8], 0),
+		Reserved:    max(n[9], 0),
 	}, nil
 }
 

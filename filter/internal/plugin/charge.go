@@ -71,7 +71,14 @@ func (h *httpContext) expectCharges(cs []wire.Charge) {
 		if err != nil || !src.AfterResponse() || len(ch.items) == wire.MaxCharges {
 			continue
 		}
-		ch.items = append(ch.items, wire.ChargeItem{RuleID: c.RuleID})
+		it := wire.ChargeItem{RuleID: c.RuleID}
+		if c.Reserved > 0 && c.Reserved <= rules.MaxQuantity && c.ReservedAt > 0 && c.ReservedAt <= wire.MaxLeasedAt {
+			// Sent back with the charge, which hands back what the
+			// response did not use of it (an implausible one is not:
+			// the reserve stays spent, under-admission only).
+			it.Reserved, it.ReservedAt = c.Reserved, c.ReservedAt
+		}
+		ch.items = append(ch.items, it)
 		ch.json = append(ch.json, src == rules.CostResponseJSON)
 		if src == rules.CostResponseJSON {
 			paths, _ := rules.CostPaths(expr)

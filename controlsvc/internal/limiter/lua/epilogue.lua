@@ -4,7 +4,7 @@ local pen = ARGV[9] == '1' and not peek
 if pen then
   local blocked = redis.call('PTTL', KEYS[3])
   if blocked > 0 then
-    return {0, 0, blocked, blocked, 0, 1, 0, 0, 0}
+    return {0, 0, blocked, blocked, 0, 1, 0, 0, 0, 0}
   end
 end
 
@@ -49,4 +49,5 @@ if allowed == 0 and pen then
 end
 
 if retry > 0 then retry = ms(retry) end
-return {allowed, remaining, ms(reset), retry, granted, penalized, credited, window_start, window_end}
+-- The lease is what was granted beyond the reservation.
+return {allowed, remaining, ms(reset), retry, granted - reserved, penalized, credited, window_start, window_end, reserved}

@@ -14,9 +14,10 @@
 -- period's start (fixed_window.lua); ARGV[14], when sent, is what must be
 -- left to admit (an estimate of a cost known after the response), when
 -- more than the cost spent now. ARGV[15], when sent, is the leased_at of
--- the lease that `returned` hands back (below).
+-- the lease that `returned` hands back (below). ARGV[16], when sent, is
+-- what an admission holds beyond its cost (below).
 -- Returns {allowed, remaining, reset_ms, retry_ms, granted, penalized,
--- credited, window_start, window_end}.
+-- credited, window_start, window_end, reserved}.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local limit = tonumber(ARGV[1])
@@ -50,6 +51,16 @@ local leased_at = tonumber(ARGV[15] or '0')
 -- could first be full again (a later stamp could come after it was). What
 -- the service makes leased_at of.
 local window_start, window_end = 0, 0
+-- reserve is what an admission holds beyond its cost until the response
+-- is charged (a token budget's reserve: the most a request can cost), so
+-- that a caller cannot have more in flight than it has left. It is taken
+-- with the lease (grant), whole when admit asked for it to be left, and
+-- counted among the tokens leased, so that the charge hands back what the
+-- response did not use into the stretch it came from (returned, leased_at:
+-- the window's start), as a lease's unspent tokens are. reserved is what
+-- was taken.
+local reserve = tonumber(ARGV[16] or '0')
+local reserved = 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'
@@ -113,10 +124,13 @@ local fresh = false
 -- while the shared counter they also came out of ran dry. A path that
 -- comes back gets its lease on the second call.
 local function grant(avail)
-  if want <= 0 or avail <= 0 or peek or charge or (warm_only and fresh) then return 0 end
+  if avail <= 0 or peek or charge then return 0 end
+  reserved = math.min(reserve, math.floor(avail))
+  avail = avail - reserved
+  if want <= 0 or avail <= 0 or (warm_only and fresh) then return reserved end
   local g = math.floor(avail * fraction)
   if g > want then g = want end
-  return g
+  return g + reserved
 end
 
 -- A counter's state is one string of packed doubles (struct.pack): a GET
