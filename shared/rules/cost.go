@@ -126,10 +126,6 @@ func (r *Rule) UnreportedCost() int64 {
 	return r.Capacity()
 }
 
-// Held is what an admission of a rule whose cost the response reports
-// holds until the charge: its reserve, at least the admission's 1.
-func (r *Rule) Held() int64 { return max(r.Reserve, 1) }
-
 // chargeable lists the algorithms that can take a charge below zero: a
 // sliding log keeps one entry per admission and is left out.
 var chargeable = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, GCRA}

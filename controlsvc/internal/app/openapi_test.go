@@ -24,7 +24,7 @@ import (
 func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	windowtest.RoomInMinute(t)
 	s := startService(t, "[[rules]]\nid = \"login\"\npath = \"/login\"\nscope = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow_seconds = 60\n"+
-		"[[rules]]\nid = \"llm\"\npath = \"/llm\"\nscope = \"user\"\nalgorithm = \"token_bucket\"\nlimit = 1000\nwindow_seconds = 60\ncost_from = \"response_json:usage.total_tokens\"\n", nil)
+		"[[rules]]\nid = \"llm\"\npath = \"/llm\"\nscope = \"user\"\nalgorithm = \"token_bucket\"\nlimit = 1000\nwindow_seconds = 60\ncost_from = \"response_json:usage.total_tokens\"\nreserve = 200\n", nil)
 	spec := s.do("GET", "/openapi.yaml", nil)
 	if spec.status != 200 || spec.header.Get("Content-Type") != "application/yaml" {
 		t.Fatalf("/openapi.yaml: %d %s", spec.status, spec.header.Get("Content-Type"))
@@ -85,6 +85,7 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 		t.Errorf("an admission under a response cost lists no charges: %v", admitted)
 	}
 	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "cost": 250}}}, false)
+	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "cost": 50, "reserved": 199, "reserved_at": 1795676400000001}}}, false)
 	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "unreported": "cut"}, map[string]any{"rule_id": "login", "cost": 1}}}, false)
 	call("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "dave", "endpoint": "/llm", "charges": []any{map[string]any{"rule_id": "llm", "cost": -1}}}, false)
 	call("GET", "/v1/rate-limit/status/alice/items?method=GET", nil, false)
