@@ -152,8 +152,8 @@ type Rule struct {
 	// have in flight (at most what is left over Reserve requests at once);
 	// set it to the most one request can cost (the max_tokens the upstream
 	// enforces). 0: 1, the admission alone (nothing held).
-	Reserve int64 `json:"reserve,omitempty" toml:"reserve"`
-	Action       Action `json:"action,omitempty" toml:"action"`
+	Reserve int64  `json:"reserve,omitempty" toml:"reserve"`
+	Action  Action `json:"action,omitempty" toml:"action"`
 	// Priority: higher wins within a scope; ties go to the more specific path.
 	Priority int `json:"priority,omitempty" toml:"priority"`
 	// Enabled defaults to true when absent.
