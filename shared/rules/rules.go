@@ -322,8 +322,14 @@ func (r *Rule) ValidateAs(n Names) error {
 			return bad("estimate_from", "is read only beside a cost_from of the response (response_header:, response_json:)")
 		}
 	}
-	if r.Reserve != 0 && !src.AfterResponse() {
+	switch {
+	case r.Reserve != 0 && !src.AfterResponse():
 		return bad("reserve", "is held only beside a cost_from of the response (response_header:, response_json:)")
+	case r.Reserve != 0 && (r.Scope.Shared() || r.Scope == ScopeIP):
+		// One caller could hold a counter others share whole, as
+		// reserves of requests it keeps open and ends as errors costing
+		// 1 each (attack 58 F2: 50 of 50 other users refused).
+		return bad("reserve", "is held only on a caller's own counters (scope user, api_key or identity): on a %s counter one caller's requests in flight would hold it for every caller", r.Scope)
 	}
 	if r.Burst < 0 || r.Burst > MaxQuantity {
 		return bad("burst", "%d must be in 0..%d", r.Burst, MaxQuantity)

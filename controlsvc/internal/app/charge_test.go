@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -366,6 +367,35 @@ func TestRedisDownResponseCostAdmissions(t *testing.T) {
 	}
 }
 
+// With Redis down under fail_open, a charge that hands a reserve back is
+// lost, never counted in memory as another admission (attack 58 F7: an
+// answer that used 10 tokens cost its caller an admission's 400 here).
+func TestRedisDownReserveHandBack(t *testing.T) {
+	s := startService(t, reserveRules(400), map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_FAILURE_MODE": "fail_open"})
+	check := map[string]any{"user_id": "dora", "endpoint": "/v1/chat/completions", "method": "POST"}
+	r := s.check(check)
+	if r.status != 200 {
+		t.Fatalf("admission: %d %s", r.status, r.body)
+	}
+	c := r.json(t)["charges"].([]any)[0].(map[string]any)
+	s.redis.Stop()
+	s.do("POST", "/v1/rate-limit/charge", chargeBody("dora", map[string]any{"rule_id": "tokens", "cost": 10, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+	// In memory each admission spends the reserve (400 of 1,000): two.
+	admitted := 0
+	for i := 0; i < 5; i++ {
+		r := s.check(check)
+		switch {
+		case r.status == 200 && r.json(t)["degraded"] == true:
+			admitted++
+		case r.status != 429:
+			t.Fatalf("check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("%d admitted in memory after a hand-back, want 2 (400 of 1,000 each)", admitted)
+	}
+}
+
 // A lease's pool goes back only to the window it came from, by its own
 // stamp (charge_leased_at), whichever rule decided: beside a request rule
 // that decides (fewer left), an LLM pool's tokens handed back after the
@@ -455,146 +485,163 @@ func TestChargeOfAKeyRevokedSince(t *testing.T) {
 	}
 }
 
+// reserveRules is tokenRules with a reserve of n.
+func reserveRules(n int) string {
+	return strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
+		`cost_from = "response_json:usage.total_tokens"`+"\nreserve = "+strconv.Itoa(n), 1)
+}
+
+// modes runs f against Redis and against the in-memory limiter
+// (redis_enabled = false), which hold reserves alike.
+func modes(t *testing.T, f func(t *testing.T, env map[string]string)) {
+	for _, mode := range []string{"redis", "memory"} {
+		t.Run(mode, func(t *testing.T) {
+			env := map[string]string{}
+			if mode == "memory" {
+				env["TOLLGATE_REDIS_ENABLED"] = "false"
+			}
+			f(t, env)
+		})
+	}
+}
+
 // A reserve bounds what a caller has in flight: each admission holds the
 // reserve (admitted only while that much is left) until its charge, which
 // hands back what the response did not use, into the stretch it came from,
 // and charges the rest of a larger cost. Admitting on 1 left, an
 // outsider's 1,000 requests at once against 2,000 tokens were served 906
-// (3.7 million tokens). Every algorithm that takes a charge.
+// (3.7 million tokens). Every algorithm that takes a charge, in Redis and
+// in memory (which held none: 40 of 40 admitted, attack 58 F3).
 func TestTokenBudgetReserve(t *testing.T) {
-	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
-		t.Run(alg, func(t *testing.T) {
-			config := strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
-				`cost_from = "response_json:usage.total_tokens"`+"\nreserve = 400", 1)
-			config = strings.Replace(config, `algorithm = "fixed_window"`, `algorithm = "`+alg+`"`, 1)
-			s := startService(t, config, nil)
-			check := map[string]any{"user_id": "ruth", "endpoint": "/v1/chat/completions", "method": "POST"}
-			admit := func(remaining int64) map[string]any {
-				t.Helper()
-				r := s.check(check)
-				m := r.json(t)
-				if r.status != 200 || num(t, m, "remaining") != remaining {
-					t.Fatalf("admission: %d %s, want 200 with %d left", r.status, r.body, remaining)
+	modes(t, func(t *testing.T, env map[string]string) {
+		for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+			t.Run(alg, func(t *testing.T) {
+				s := startService(t, strings.Replace(reserveRules(400), `algorithm = "fixed_window"`, `algorithm = "`+alg+`"`, 1), env)
+				check := map[string]any{"user_id": "ruth", "endpoint": "/v1/chat/completions", "method": "POST"}
+				admit := func(remaining int64) map[string]any {
+					t.Helper()
+					r := s.check(check)
+					m := r.json(t)
+					if r.status != 200 || num(t, m, "remaining") != remaining {
+						t.Fatalf("admission: %d %s, want 200 with %d left", r.status, r.body, remaining)
+					}
+					cs, _ := m["charges"].([]any)
+					if len(cs) != 1 {
+						t.Fatalf("charges: %s", r.body)
+					}
+					c := cs[0].(map[string]any)
+					if num(t, c, "reserved") != 399 || num(t, c, "reserved_at") <= 0 {
+						t.Fatalf("the charge names no reserve of 399: %s", r.body)
+					}
+					return c
 				}
-				cs, _ := m["charges"].([]any)
-				if len(cs) != 1 {
-					t.Fatalf("charges: %s", r.body)
+				charge := func(c map[string]any, item map[string]any, charged, remaining int64) {
+					t.Helper()
+					item["rule_id"], item["reserved"], item["reserved_at"] = "tokens", c["reserved"], c["reserved_at"]
+					ch := s.do("POST", "/v1/rate-limit/charge", chargeBody(check["user_id"].(string), item))
+					res := ch.json(t)["results"].([]any)[0].(map[string]any)
+					if ch.status != 200 || num(t, res, "charged") != charged || num(t, res, "remaining") != remaining {
+						t.Fatalf("charge %v: %d %s, want charged %d with %d left", item, ch.status, ch.body, charged, remaining)
+					}
 				}
-				c := cs[0].(map[string]any)
-				if num(t, c, "reserved") != 399 || num(t, c, "reserved_at") <= 0 {
-					t.Fatalf("the charge names no reserve of 399: %s", r.body)
+				a1 := admit(600)
+				a2 := admit(200)
+				if r := s.check(check); r.status != 429 {
+					t.Fatalf("a third request in flight with 200 left of a reserve of 400: %d %s", r.status, r.body)
 				}
-				return c
-			}
-			charge := func(c map[string]any, cost int64, charged, remaining int64) {
-				t.Helper()
-				ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("ruth", map[string]any{"rule_id": "tokens", "cost": cost,
-					"reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
-				res := ch.json(t)["results"].([]any)[0].(map[string]any)
-				if ch.status != 200 || num(t, res, "charged") != charged || num(t, res, "remaining") != remaining {
-					t.Fatalf("charge of %d: %d %s, want charged %d with %d left", cost, ch.status, ch.body, charged, remaining)
+				// 100 used of the 400 held: 300 back.
+				charge(a1, map[string]any{"cost": 100}, 99, 500)
+				a3 := admit(100)
+				// 900 used of 400 held: 500 more, into debt (-400 shows as 0).
+				charge(a2, map[string]any{"cost": 900}, 899, 0)
+				if r := s.check(check); r.status != 429 {
+					t.Fatalf("admitted in debt: %d %s", r.status, r.body)
 				}
-			}
-			// A charge hands back no more than the rule holds, whatever
-			// it claims: two requests in flight, the first's charge
-			// claiming 999 held, takes back its own 399.
-			check["user_id"] = "claire"
-			c1 := admit(600)
-			admit(200)
-			claim := map[string]any{"reserved": int64(999), "reserved_at": c1["reserved_at"]}
-			ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("claire", map[string]any{"rule_id": "tokens", "cost": 1,
-				"reserved": claim["reserved"], "reserved_at": claim["reserved_at"]}))
-			if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 599 {
-				t.Fatalf("a charge claiming 999 held: %s, want 599 left", ch.body)
-			}
-			check["user_id"] = "ruth"
-			a1 := admit(600)
-			a2 := admit(200)
-			if r := s.check(check); r.status != 429 {
-				t.Fatalf("a third request in flight with 200 left of a reserve of 400: %d %s", r.status, r.body)
-			}
-			// 100 used of the 400 held: 300 back.
-			charge(a1, 100, 99, 500)
-			a3 := admit(100)
-			// 900 used of 400 held: 500 more, into debt (-400 shows as 0).
-			charge(a2, 900, 899, 0)
-			if r := s.check(check); r.status != 429 {
-				t.Fatalf("admitted in debt: %d %s", r.status, r.body)
-			}
-			// An error answer costs its admission: 399 back, -1 left.
-			charge(a3, 1, 0, 0)
-			if r := s.check(check); r.status != 429 {
-				t.Fatalf("admitted with -1 left: %d %s", r.status, r.body)
-			}
-		})
+				// An error answer costs its admission: 399 back, -1 left.
+				charge(a3, map[string]any{"unreported": "error"}, 0, 0)
+				if r := s.check(check); r.status != 429 {
+					t.Fatalf("admitted with -1 left: %d %s", r.status, r.body)
+				}
+
+				// An answer that reports nothing costs at least what it
+				// held, whatever the rule's cost (300 here): it may have
+				// used all of it (attack 58 F5: the rest handed back,
+				// 24,576 tokens against 10,000).
+				check["user_id"] = "uma"
+				charge(admit(600), map[string]any{"unreported": "cut"}, 399, 600)
+
+				// A rule charged twice in one charge would hand its
+				// reserve back twice (attack 58 F9).
+				check["user_id"] = "vic"
+				c := admit(600)
+				item := map[string]any{"rule_id": "tokens", "cost": 1, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}
+				if r := s.do("POST", "/v1/rate-limit/charge", chargeBody("vic", item, item)); r.status != 400 || !strings.Contains(string(r.body), "charges[1].rule_id") {
+					t.Fatalf("a rule charged twice: %d %s", r.status, r.body)
+				}
+			})
+		}
+	})
+}
+
+// Beside an estimate, what is held is what must be left: the estimate
+// when it is more than the reserve. Holding the reserve only, a client
+// declaring what was left each time had 10 requests in flight, 55,000
+// tokens against 10,000 (attack 58 F1).
+func TestTokenBudgetReserveHoldsTheEstimate(t *testing.T) {
+	s := startService(t, strings.Replace(reserveRules(100), "reserve = 100", "reserve = 100\nestimate_from = \"request_header:x-max-tokens\"", 1), nil)
+	check := func(maxTokens string) *response {
+		return s.check(map[string]any{"user_id": "erin", "endpoint": "/v1/chat/completions", "cost_headers": map[string]string{"x-max-tokens": maxTokens}})
+	}
+	r := check("800")
+	m := r.json(t)
+	if r.status != 200 || num(t, m, "remaining") != 200 || num(t, m["charges"].([]any)[0].(map[string]any), "reserved") != 799 {
+		t.Fatalf("an estimate of 800: %d %s, want 800 held", r.status, r.body)
+	}
+	if r := check("201"); r.status != 429 {
+		t.Fatalf("a second estimate past what is left: %d %s", r.status, r.body)
+	}
+	if r := check("50"); r.status != 200 || num(t, r.json(t), "remaining") != 100 {
+		t.Fatalf("an estimate below the reserve: %d %s, want the reserve of 100 held", r.status, r.body)
 	}
 }
 
 // Admissions at once hold a reserve each: of 40 requests at once against
-// 1,000 tokens with a reserve of 300, three are admitted, and a request
-// refused by another rule holds nothing.
+// 1,000 tokens with a reserve of 300, three are admitted.
 func TestTokenBudgetReserveUnderConcurrency(t *testing.T) {
-	config := strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
-		`cost_from = "response_json:usage.total_tokens"`+"\nreserve = 300", 1)
-	s := startService(t, config, nil)
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			switch st := s.checkStatus(map[string]any{"user_id": "mallory", "endpoint": "/v1/chat/completions", "method": "POST"}); st {
-			case 200:
-				admitted.Add(1)
-			case 429:
-			default:
-				t.Errorf("check: %d", st)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := admitted.Load(); n != 3 {
-		t.Fatalf("%d of 40 admitted at once, want 3 (1,000 tokens, 300 held each)", n)
-	}
-	// What is left reads through a charge of 1 (the admission's own,
-	// spending nothing): 1,000 - 3 x 300.
-	r := s.do("POST", "/v1/rate-limit/charge", chargeBody("mallory", map[string]any{"rule_id": "tokens", "cost": 1}))
-	if res := r.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 100 {
-		t.Fatalf("after the refusals: %s, want 100 left (a refused request holds nothing)", r.body)
-	}
-}
-
-// A reserve handed back after its window ended is not credited to the
-// next one: it would be that window's tokens, given twice.
-func TestTokenBudgetReserveBackAfterItsWindow(t *testing.T) {
-	config := strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
-		`cost_from = "response_json:usage.total_tokens"`+"\nreserve = 400", 1)
-	config = strings.Replace(config, "limit = 1000\nwindow_seconds = 3600", "limit = 1000\nwindow_seconds = 1", 1)
-	s := startService(t, config, nil)
-	check := map[string]any{"user_id": "walt", "endpoint": "/v1/chat/completions", "method": "POST"}
-	r := s.check(check)
-	m := r.json(t)
-	if r.status != 200 || num(t, m, "remaining") != 600 {
-		t.Fatalf("admission: %d %s", r.status, r.body)
-	}
-	c := m["charges"].([]any)[0].(map[string]any)
-	// The window ends at reset_at (a whole second; Redis's clock is this
-	// machine's).
-	time.Sleep(time.Until(time.Unix(num(t, m, "reset_at"), 0)))
-	ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("walt", map[string]any{"rule_id": "tokens", "cost": 1,
-		"reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
-	if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 1000 {
-		t.Fatalf("a reserve of a window that ended, handed back: %s, want the new window's 1,000 left", ch.body)
-	}
+	modes(t, func(t *testing.T, env map[string]string) {
+		s := startService(t, reserveRules(300), env)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch st := s.checkStatus(map[string]any{"user_id": "mallory", "endpoint": "/v1/chat/completions", "method": "POST"}); st {
+				case 200:
+					admitted.Add(1)
+				case 429:
+				default:
+					t.Errorf("check: %d", st)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 3 {
+			t.Fatalf("%d of 40 admitted at once, want 3 (1,000 tokens, 300 held each)", n)
+		}
+		// What is left reads through a charge of 1 (the admission's own,
+		// spending nothing): 1,000 - 3 x 300.
+		r := s.do("POST", "/v1/rate-limit/charge", chargeBody("mallory", map[string]any{"rule_id": "tokens", "cost": 1}))
+		if res := r.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 100 {
+			t.Fatalf("after the refusals: %s, want 100 left", r.body)
+		}
+	})
 }
 
 // A request another rule refuses holds no reserve: what the token rule
 // held for it goes back at once.
 func TestTokenBudgetReserveOfARefusedRequest(t *testing.T) {
-	config := strings.Replace(tokenRules, `cost_from = "response_json:usage.total_tokens"`,
-		`cost_from = "response_json:usage.total_tokens"`+"\nreserve = 300", 1)
-	config = strings.Replace(config, "limit = 100000\nwindow_seconds = 60", "limit = 2\nwindow_seconds = 60", 1)
-	s := startService(t, config, nil)
+	s := startService(t, strings.Replace(reserveRules(300), "limit = 100000\nwindow_seconds = 60", "limit = 2\nwindow_seconds = 60", 1), nil)
 	check := map[string]any{"user_id": "olga", "endpoint": "/v1/chat/completions", "method": "POST"}
 	for range 2 {
 		if r := s.check(check); r.status != 200 {
@@ -612,4 +659,56 @@ func TestTokenBudgetReserveOfARefusedRequest(t *testing.T) {
 	if res := r.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 399 {
 		t.Fatalf("after the refusal: %s, want 399 left", r.body)
 	}
+}
+
+// A refusal for want of a reserve, while the cost alone would pass, is no
+// violation for progressive penalties: the caller's own requests in flight
+// hold the rest, and their charges hand it back (attack 58 F4: an honest
+// client blocked for 64 s, longer with each refusal, with 750 of its 1,000
+// tokens left).
+func TestTokenBudgetReserveIsNoViolation(t *testing.T) {
+	s := startService(t, reserveRules(300)+"\n[penalties]\nenabled = true\nviolation_threshold = 1\n", nil)
+	check := map[string]any{"user_id": "hana", "endpoint": "/v1/chat/completions", "method": "POST"}
+	var held []map[string]any
+	for range 3 {
+		r := s.check(check)
+		if r.status != 200 {
+			t.Fatalf("admission: %d %s", r.status, r.body)
+		}
+		held = append(held, r.json(t)["charges"].([]any)[0].(map[string]any))
+	}
+	for range 3 {
+		if r := s.check(check); r.status != 429 {
+			t.Fatalf("a fourth request in flight: %d %s", r.status, r.body)
+		}
+	}
+	for _, c := range held {
+		s.do("POST", "/v1/rate-limit/charge", chargeBody("hana", map[string]any{"rule_id": "tokens", "cost": 50, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+	}
+	if r := s.check(check); r.status != 200 {
+		t.Fatalf("with 850 left and nothing in flight: %d %s, want admitted (no penalty)", r.status, r.body)
+	}
+}
+
+// A reserve handed back after its window ended is not credited to the
+// next one: it would be that window's tokens, given twice.
+func TestTokenBudgetReserveBackAfterItsWindow(t *testing.T) {
+	modes(t, func(t *testing.T, env map[string]string) {
+		s := startService(t, strings.Replace(reserveRules(400), "limit = 1000\nwindow_seconds = 3600", "limit = 1000\nwindow_seconds = 1", 1), env)
+		check := map[string]any{"user_id": "walt", "endpoint": "/v1/chat/completions", "method": "POST"}
+		r := s.check(check)
+		m := r.json(t)
+		if r.status != 200 || num(t, m, "remaining") != 600 {
+			t.Fatalf("admission: %d %s", r.status, r.body)
+		}
+		c := m["charges"].([]any)[0].(map[string]any)
+		// The window ends at reset_at (a whole second; Redis's clock is
+		// this machine's).
+		time.Sleep(time.Until(time.Unix(num(t, m, "reset_at"), 0)))
+		ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("walt", map[string]any{"rule_id": "tokens", "cost": 1,
+			"reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+		if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 1000 {
+			t.Fatalf("a reserve of a window that ended, handed back: %s, want the new window's 1,000 left", ch.body)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/apierr"
 	"github.com/tollgate-rl/tollgate/controlsvc/internal/config"
+	"github.com/tollgate-rl/tollgate/controlsvc/internal/limiter"
 	"github.com/tollgate-rl/tollgate/shared/rules"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -110,6 +111,10 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 			return wire.ChargeResponse{}, apierr.Invalid(field+".reserved", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 		case ch.Reserved > 0 && ch.ReservedAt <= 0:
 			return wire.ChargeResponse{}, apierr.Invalid(field+".reserved_at", "is required beside reserved: it names the stretch the reserve came from")
+		case slices.ContainsFunc(req.Charges[:i], func(o wire.ChargeItem) bool { return o.RuleID == ch.RuleID }):
+			// One response, one cost a rule: a rule charged twice would
+			// hand its reserve back twice (attack 58 F9).
+			return wire.ChargeResponse{}, apierr.Invalid(field+".rule_id", "is charged twice")
 		}
 	}
 	t, aerr := p.target(&subject{userID: req.UserID, endpoint: req.Endpoint, method: req.Method, methodOverride: req.MethodOverride,
@@ -154,7 +159,15 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 			continue
 		}
 		r := a.req.Rule
-		total := r.UnreportedCost()
+		// The admission spent 1 and held reserved more (at most what the
+		// rule can hold, its capacity less the 1, whatever it holds now:
+		// a reserve lowered since must not charge a request twice, attack
+		// 58 F6; the scripts credit no more than their stretch holds).
+		held := min(ch.Reserved, r.Capacity()-1)
+		// An answer that reports nothing costs at least what it held: it
+		// may have used all of it (a cost below the reserve handed the
+		// rest back: 24,576 tokens against 10,000, attack 58 F5).
+		total := max(r.UnreportedCost(), held+1)
 		switch {
 		case ch.Cost != nil:
 			total = *ch.Cost
@@ -164,25 +177,26 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		default:
 			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
 		}
-		// The admission spent 1 and held reserved more (at most the
-		// rule's reserve: a filter cannot hand back more than the rule
-		// holds): a response that used less hands the rest of the
-		// reserve back to the stretch it came from, one that used more is
-		// charged the rest.
-		held := min(ch.Reserved, max(r.Reserve-1, 0))
+		// A response that used less than was held hands the rest back
+		// to the stretch it came from; one that used more is charged the
+		// rest.
 		lr := a.req
 		lr.Cost, lr.Charge = max(total-1-held, 0), true
+		var got limiter.Result
+		var err error
 		if back := min(held, 1+held-total); back > 0 {
+			// Redis alone takes a hand-back (the stretch it names is its
+			// own): during an outage it is lost, never counted in memory
+			// as an admission (attack 58 F7).
 			lr.Cost, lr.Charge, lr.Returned, lr.LeasedAt = 0, false, back, ch.ReservedAt
+			got, err = s.limit(ctx, lr)
+		} else {
+			got, _, err = s.limitOrLocal(ctx, p, lr)
 		}
-		got, _, err := s.limitOrLocal(ctx, p, lr)
 		if err != nil {
 			res.Error = "not charged: the rate limiter is unavailable"
 			s.log.Warn("charge lost", "rule", r.ID, "identity", c.name, "cost", lr.Cost, "err", err)
 			continue
-		}
-		if !lr.Charge {
-			got.Charged = 0 // a hand-back (the stretch takes back nothing once it ended)
 		}
 		// What the response cost beyond its admission: the part of the
 		// reserve it used, and what was charged.

@@ -56,6 +56,13 @@ type counter struct {
 	// wholeAt is when the counter holds nothing any more (a full bucket,
 	// windows past): forgetting it then loses nothing.
 	wholeAt time.Time
+	// held is what admissions reserved in the counter's current stretch
+	// (limiter.Request.Reserve), the most a hand-back may give back;
+	// fullAt starts a bucket's stretch (when it was last full), as the
+	// scripts' own: a reserve comes back only into the stretch it came
+	// from.
+	held   float64
+	fullAt time.Time
 }
 
 // New returns a limiter dividing every limit by replicas (at least 1),
@@ -82,8 +89,10 @@ func (l *Limiter) Len() int {
 }
 
 // Do decides one counter's request as the limiter would, locally. Leases
-// are never granted and refunds never taken: a degraded replica hands out
-// nothing the filter could spend after Redis is back.
+// are never granted: a degraded replica hands out nothing the filter could
+// spend after Redis is back. A reserve is held and taken back (Returned,
+// from the stretch LeasedAt names) when this limiter is the only one
+// (redis_enabled = false; a degraded replica is sent none).
 func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	q := r.Rule
 	if q == nil || q.Limit <= 0 || q.WindowSeconds <= 0 {
@@ -103,8 +112,25 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		if c.stamp.IsZero() {
 			c.tokens, c.stamp = float64(capacity), now
 		}
-		c.tokens = math.Min(float64(capacity), c.tokens+now.Sub(c.stamp).Seconds()*rate)
+		if c.fullAt.IsZero() {
+			c.fullAt = now
+		}
+		if filled := c.tokens + now.Sub(c.stamp).Seconds()*rate; filled >= float64(capacity) {
+			if c.tokens < float64(capacity) {
+				c.fullAt = c.stamp.Add(time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second)))
+			}
+			c.tokens, c.held = float64(capacity), 0
+		} else {
+			c.tokens = filled
+		}
 		c.stamp = now
+		if r.Returned > 0 && r.LeasedAt >= c.fullAt.UnixMicro() {
+			back := math.Min(float64(r.Returned), c.held)
+			c.tokens, c.held = c.tokens+back, c.held-back
+			if c.tokens >= float64(capacity) {
+				c.tokens, c.held, c.fullAt = float64(capacity), 0, now
+			}
+		}
 		if r.Charge {
 			n := charged(cost, c.tokens, debtFloor(q.Scope, capacity, limit))
 			c.tokens -= n
@@ -123,12 +149,14 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			c.wholeAt = now.Add(full)
 			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
 		}
+		var held float64
 		if !r.Peek {
 			c.tokens -= cost
+			held = c.reserve(r.Reserve, c.tokens)
 			full = time.Duration((float64(capacity) - c.tokens) / rate * float64(time.Second))
 		}
 		c.wholeAt = now.Add(full)
-		return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: full}
+		return limiter.Result{Allowed: true, Remaining: int64(c.tokens), ResetAfter: full, Reserved: int64(held), WindowStart: c.fullAt.UnixMicro()}
 	}
 	start := now.Truncate(window)
 	if r.Origin > 0 {
@@ -145,7 +173,11 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		if g > 0 {
 			c.prev = min(float64(limit), max(0, spent-float64(limit)*(g-1)))
 		}
-		c.tokens, c.stamp = float64(limit)-max(0, spent-float64(limit)*g), start
+		c.tokens, c.stamp, c.held = float64(limit)-max(0, spent-float64(limit)*g), start, 0
+	}
+	if r.Returned > 0 && r.LeasedAt >= start.UnixMicro() && r.LeasedAt < start.Add(window).UnixMicro() {
+		back := math.Min(float64(r.Returned), c.held)
+		c.tokens, c.held = c.tokens+back, c.held-back
 	}
 	elapsed := now.Sub(start)
 	reset := window - elapsed
@@ -174,11 +206,23 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		}
 		return limiter.Result{Remaining: max(int64(left), 0), ResetAfter: reset, RetryAfter: max(retry, time.Millisecond)}
 	}
+	var held float64
 	if !r.Peek {
 		c.tokens -= cost
 		left -= cost
+		held = c.reserve(r.Reserve, left)
+		left -= held
 	}
-	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset}
+	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset, Reserved: int64(held), WindowStart: start.UnixMicro()}
+}
+
+// reserve takes up to n whole tokens of the left ones for an admission
+// to hold (limiter.Request.Reserve) and says how many it took.
+func (c *counter) reserve(n int64, left float64) float64 {
+	take := math.Max(0, math.Min(float64(n), math.Floor(left)))
+	c.tokens -= take
+	c.held += take
+	return take
 }
 
 // debtRetry is when a window counter that spent c of limit (a charge's debt

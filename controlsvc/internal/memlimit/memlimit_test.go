@@ -288,3 +288,36 @@ func TestChargeDebtCarries(t *testing.T) {
 		})
 	}
 }
+
+// A reserve is held by an admission and comes back only into the stretch
+// it came from: a window's own, a bucket's since it was last full (a
+// hand-back on top of a refill the cap cut would be tokens given twice).
+func TestReserveComesBackIntoItsStretch(t *testing.T) {
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			c := &clock{t: time.Unix(1_800_000_000-1_800_000_000%60, 0)}
+			l := New(1, c.now)
+			admit := req(alg, 100, 0, "ann")
+			admit.Cost, admit.Admit, admit.Reserve = 1, 40, 39
+			got := l.Do(admit)
+			if !got.Allowed || got.Reserved != 39 || got.Remaining != 60 || got.WindowStart <= 0 {
+				t.Fatalf("admission: %+v, want 39 held and 60 left", got)
+			}
+			back := req(alg, 100, 0, "ann")
+			back.Cost, back.Returned, back.LeasedAt = 0, 30, got.WindowStart
+			if r := l.Do(back); r.Remaining != 90 {
+				t.Fatalf("a hand-back of 30 in its stretch: %+v, want 90 left", r)
+			}
+			// No more than was held comes back.
+			if r := l.Do(back); r.Remaining != 99 {
+				t.Fatalf("a hand-back past what is held: %+v, want 99 left (9 held)", r)
+			}
+			got = l.Do(admit) // 59 left, 39 held
+			c.t = c.t.Add(time.Minute)
+			back.LeasedAt = got.WindowStart
+			if r := l.Do(back); r.Remaining != 100 {
+				t.Fatalf("a hand-back after its stretch ended: %+v, want the new stretch's 100 only", r)
+			}
+		})
+	}
+}

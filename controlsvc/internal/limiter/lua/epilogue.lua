@@ -11,7 +11,7 @@ end
 local allowed, remaining, reset, retry, granted = decide()
 local penalized = 0
 
-if allowed == 0 and pen then
+if allowed == 0 and pen and not (short and reserve > 0) then
   -- Progressive penalty: remember the violation; from the threshold on, the
   -- wait is multiplied and enforced by a block key that expires with it.
   -- The work is bounded whatever the log holds: at most `keep` entries (the

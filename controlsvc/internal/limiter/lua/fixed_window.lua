@@ -54,6 +54,7 @@ local function decide()
     -- come back in days of debt, a caller was refused nothing after
     -- midnight: attack 56 F5).
     retry = reset
+    short = c + cost <= limit
     if origin == 0 then
       retry = reset + window * math.max(0, math.ceil((c + admit - limit) / limit) - 1)
     end

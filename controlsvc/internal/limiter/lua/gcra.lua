@@ -39,6 +39,7 @@ local function decide()
     tat, lg = new_tat + granted * interval, math.min(capacity, lg + granted)
   else
     retry = math.ceil(needed_tat - tau - now)
+    short = new_tat - tau <= now + eps
   end
   if changed(allowed) then
     save('<ddd', math.max(1000, math.ceil(tat - now + tau)), tat, lg, full)

@@ -61,6 +61,13 @@ local window_start, window_end = 0, 0
 -- was taken.
 local reserve = tonumber(ARGV[16] or '0')
 local reserved = 0
+-- short is set by a refusal that the cost alone would have passed: the
+-- reserve (or estimate) is what is not left. Under a reserve that is the
+-- caller's own requests in flight, whose charges may soon hand some back:
+-- no violation for progressive penalties (an honest client with five
+-- requests at once was blocked for 64 s, and longer with each refusal,
+-- with 750 of its 1,000 tokens left: attack 58 F4).
+local short = false
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'

@@ -58,6 +58,7 @@ local function decide()
     granted = grant(math.floor(limit - (p * weight + c)))
     c, lg = c + granted, lg + granted
   else
+    short = est + cost <= limit
     local need = est + admit - limit
     if p * weight >= need then
       -- The previous window's weight fades at p/window per millisecond.

@@ -60,6 +60,7 @@ local function decide()
     tokens, lg = tokens - granted, math.min(capacity, lg + granted)
   else
     retry = math.ceil((admit - tokens) / rate)
+    short = tokens >= cost
   end
   if changed(allowed) then
     save('<dddd', ttl(tokens), tokens, ts, lg, full)
