@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -636,6 +637,33 @@ func TestTokenBudgetReserveUnderConcurrency(t *testing.T) {
 			t.Fatalf("after the refusals: %s, want 100 left", r.body)
 		}
 	})
+}
+
+// A request admitted under a reserve is settled by what it held, whatever
+// the rule holds by the time its charge comes: with the reserve removed
+// meanwhile, a response that used 100 of its 400 was charged 99 more, the
+// 300 it did not use never handed back (attack 58 F6).
+func TestTokenBudgetReserveChangedInFlight(t *testing.T) {
+	s := startService(t, "", nil)
+	m := s.admin("POST", "/admin/v1/rate-limit-rules", map[string]any{"endpoint_pattern": "/v1/llm/*", "scope": "user", "algorithm": "fixed_window",
+		"limit": 1000, "window_seconds": 3600, "cost_from": "response_json:usage.total_tokens", "reserve": 400}).json(t)
+	id := fmt.Sprint(m["rule_id"])
+	awaitVersion(t, s)
+	r := s.check(map[string]any{"user_id": "ines", "endpoint": "/v1/llm/chat", "method": "POST"})
+	cs, _ := r.json(t)["charges"].([]any)
+	if r.status != 200 || len(cs) != 1 {
+		t.Fatalf("admission: %d %s", r.status, r.body)
+	}
+	c := cs[0].(map[string]any)
+	if up := s.admin("PUT", "/admin/v1/rate-limit-rules/"+id, map[string]any{"reserve": 0}); up.status != 200 {
+		t.Fatalf("update: %d %s", up.status, up.body)
+	}
+	awaitVersion(t, s)
+	ch := s.do("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "ines", "endpoint": "/v1/llm/chat", "method": "POST", "charges": []any{
+		map[string]any{"rule_id": id, "cost": 100, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}}})
+	if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 900 || num(t, res, "charged") != 99 {
+		t.Fatalf("the charge after the reserve was removed: %s, want 900 left (100 used)", ch.body)
+	}
 }
 
 // A request another rule refuses holds no reserve: what the token rule
