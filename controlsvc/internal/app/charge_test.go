@@ -666,6 +666,27 @@ func TestTokenBudgetReserveChangedInFlight(t *testing.T) {
 	}
 }
 
+// A token rule reached only by a form body's method override is checked
+// after the headers (override_only), and the filter charges no response
+// of that check: it spends the rule's unreported cost (or its reserve,
+// when more) at once, as a check no charge follows does. Admitted at 1,
+// an outsider's 30 completions of 376 tokens each spent 31 of a budget of
+// 1,000 (attack 59 N1).
+func TestTokenBudgetOfAnOverride(t *testing.T) {
+	s := startService(t, strings.Replace(reserveRules(300), `path = "/v1/chat/*"`, `path = "/v1/chat/*"`+"\nmethods = [\"PUT\"]", 1), nil)
+	check := map[string]any{"user_id": "otto", "endpoint": "/v1/chat/completions", "method": "POST", "method_override": "PUT", "override_only": true}
+	for i, want := range []int64{700, 400, 100} {
+		r := s.check(check)
+		m := r.json(t)
+		if r.status != 200 || num(t, m, "remaining") != want || m["charges"] != nil {
+			t.Fatalf("override %d: %d %s, want %d left and no charge to follow", i, r.status, r.body, want)
+		}
+	}
+	if r := s.check(check); r.status != 429 {
+		t.Fatalf("a fourth override with 100 left: %d %s", r.status, r.body)
+	}
+}
+
 // A request another rule refuses holds no reserve: what the token rule
 // held for it goes back at once.
 func TestTokenBudgetReserveOfARefusedRequest(t *testing.T) {

@@ -515,7 +515,7 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 				// response's (an outsider's 1,000 answers through it
 				// spent a 1,500-token budget one token each).
 				n = max(n, r.UnreportedCost(), admit)
-			} else if src.AfterResponse() && r.Reserve > 0 && !c.overrideOnly {
+			} else if src.AfterResponse() && r.Reserve > 0 {
 				// Held until the charge, so that what one caller has in
 				// flight is bounded by what it has left: admitting on 1
 				// left, an outsider's 1,000 requests at once against a
@@ -524,8 +524,6 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 				// estimate when more (holding the reserve only, a client
 				// declaring what was left each time had 10 requests in
 				// flight, 55,000 tokens against 10,000: attack 58 F1).
-				// An override's check holds nothing: the filter charges
-				// no response of it.
 				admit = max(admit, r.Reserve)
 				rs[i].req.Reserve = max(admit-n, 0)
 			}
