@@ -380,7 +380,10 @@ func TestRedisDownReserveHandBack(t *testing.T) {
 	}
 	c := r.json(t)["charges"].([]any)[0].(map[string]any)
 	s.redis.Stop()
-	s.do("POST", "/v1/rate-limit/charge", chargeBody("dora", map[string]any{"rule_id": "tokens", "cost": 10, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+	ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("dora", map[string]any{"rule_id": "tokens", "cost": 10, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+	if !strings.Contains(string(ch.body), "not handed back") {
+		t.Errorf("a hand-back that could not reach Redis: %s, want it said", ch.body)
+	}
 	// In memory each admission spends the reserve (400 of 1,000): two.
 	admitted := 0
 	for i := 0; i < 5; i++ {

@@ -184,7 +184,8 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		lr.Cost, lr.Charge = max(total-1-held, 0), true
 		var got limiter.Result
 		var err error
-		if back := min(held, 1+held-total); back > 0 {
+		back := min(held, 1+held-total)
+		if back > 0 {
 			// Redis alone takes a hand-back (the stretch it names is its
 			// own): during an outage it is lost, never counted in memory
 			// as an admission (attack 58 F7).
@@ -193,14 +194,22 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		} else {
 			got, _, err = s.limitOrLocal(ctx, p, lr)
 		}
-		if err != nil {
-			res.Error = "not charged: the rate limiter is unavailable"
-			s.log.Warn("charge lost", "rule", r.ID, "identity", c.name, "cost", lr.Cost, "err", err)
-			continue
-		}
 		// What the response cost beyond its admission: the part of the
 		// reserve it used, and what was charged.
-		res.Charged, res.Clamped = min(max(total-1, 0), held)+got.Charged, lr.Cost-got.Charged
+		fromReserve := min(max(total-1, 0), held)
+		if err != nil {
+			// What the response used of its reserve was spent at its
+			// admission: still the caller's usage. A reserve not handed
+			// back stays spent (under-admission only).
+			res.Error = "not charged: the rate limiter is unavailable"
+			if back > 0 {
+				res.Error = "not handed back: the rate limiter is unavailable"
+			}
+			s.log.Warn("charge lost", "rule", r.ID, "identity", c.name, "cost", lr.Cost, "back", back, "err", err)
+			spent = max(spent, fromReserve)
+			continue
+		}
+		res.Charged, res.Clamped = fromReserve+got.Charged, lr.Cost-got.Charged
 		res.Limit, res.Remaining, res.ResetAt = r.Capacity(), got.Remaining, ceilUnix(now.Add(got.ResetAfter))
 		res.Strategy, res.WindowSeconds = string(r.Algorithm), r.WindowSeconds
 		if a.req.Origin > 0 {
