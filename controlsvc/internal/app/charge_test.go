@@ -742,6 +742,45 @@ func TestTokenBudgetReserveIsNoViolation(t *testing.T) {
 	}
 }
 
+// A refusal for want of a reserve while the caller's own requests are in
+// flight is told to come back within a second (their charges may hand
+// some back at any moment: told the window's end, an honest client waited
+// 56 s with 750 of its 1,000 tokens left, attack 59 N3); with nothing in
+// flight, when the budget refills that far. A settled request's whole
+// reserve leaves what is in flight, the part its response used too.
+func TestTokenBudgetReserveRetryAfter(t *testing.T) {
+	modes(t, func(t *testing.T, env map[string]string) {
+		for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+			t.Run(alg, func(t *testing.T) {
+				reserveRetryAfter(t, strings.Replace(reserveRules(300), `algorithm = "fixed_window"`, `algorithm = "`+alg+`"`, 1), env)
+			})
+		}
+	})
+}
+
+func reserveRetryAfter(t *testing.T, config string, env map[string]string) {
+	s := startService(t, config, env)
+	check := map[string]any{"user_id": "rita", "endpoint": "/v1/chat/completions", "method": "POST"}
+	var held []map[string]any
+	for range 3 {
+		r := s.check(check)
+		if r.status != 200 {
+			t.Fatalf("admission: %d %s", r.status, r.body)
+		}
+		held = append(held, r.json(t)["charges"].([]any)[0].(map[string]any))
+	}
+	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") > 1 {
+		t.Fatalf("refused with three requests in flight: %d %s, want retry_after of a second at most", r.status, r.body)
+	}
+	for _, c := range held {
+		// Each used its whole reserve: nothing comes back.
+		s.do("POST", "/v1/rate-limit/charge", chargeBody("rita", map[string]any{"rule_id": "tokens", "cost": 300, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
+	}
+	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") < 60 {
+		t.Fatalf("refused with 100 left and nothing in flight: %d %s, want retry_after at the window's end", r.status, r.body)
+	}
+}
+
 // A reserve handed back after its window ended is not credited to the
 // next one: it would be that window's tokens, given twice.
 func TestTokenBudgetReserveBackAfterItsWindow(t *testing.T) {

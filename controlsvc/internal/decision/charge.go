@@ -180,16 +180,21 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		// A response that used less than was held hands the rest back
 		// to the stretch it came from; one that used more is charged the
 		// rest.
+		// Either way the whole reserve leaves what the counter holds in
+		// flight: what came back, and what the response used (Release).
 		lr := a.req
 		lr.Cost, lr.Charge = max(total-1-held, 0), true
 		var got limiter.Result
 		var err error
-		back := min(held, 1+held-total)
+		back := max(min(held, 1+held-total), 0)
+		if held > 0 {
+			lr.Release, lr.LeasedAt = held-back, ch.ReservedAt
+		}
 		if back > 0 {
 			// Redis alone takes a hand-back (the stretch it names is its
 			// own): during an outage it is lost, never counted in memory
 			// as an admission (attack 58 F7).
-			lr.Cost, lr.Charge, lr.Returned, lr.LeasedAt = 0, false, back, ch.ReservedAt
+			lr.Cost, lr.Charge, lr.Returned = 0, false, back
 			got, err = s.limit(ctx, lr)
 		} else {
 			got, _, err = s.limitOrLocal(ctx, p, lr)

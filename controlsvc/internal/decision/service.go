@@ -750,7 +750,7 @@ func (s *Service) limitOrLocal(ctx context.Context, p *view, lr limiter.Request)
 		errors.Is(err, limiter.ErrBadRequest) || errors.Is(err, limiter.ErrScript) {
 		return res, false, err
 	}
-	lr.Lease, lr.Returned, lr.Reserve = 0, 0, 0
+	lr.Lease, lr.Returned, lr.Reserve, lr.Release = 0, 0, 0, 0
 	if src, _ := rules.CostSourceOf(lr.Rule.CostFrom); src.AfterResponse() && !lr.Charge && !lr.Peek {
 		// In memory, a check and the charge of its response are two calls
 		// a proxy spreads over the replicas: a replica may count a caller's

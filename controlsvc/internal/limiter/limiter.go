@@ -90,6 +90,12 @@ type Request struct {
 	// ask for both to be left): taken whole when that much is left, with
 	// the lease, and given back as a lease's tokens are (Result.Reserved).
 	Reserve int64
+	// Release is what a settled reserve's charge or hand-back takes off
+	// the counter's tokens held without handing it back (what the response
+	// used), in the stretch LeasedAt names: held tokens then count only
+	// reserves still in flight, which a refusal short of the reserve
+	// reads for its retry_after (prelude.lua).
+	Release int64
 	// Origin is the start of a calendar period (Unix ms; 0: none): the
 	// rule's window is then that period's length, counted from Origin
 	// (fixed_window only), in a counter of its own.
@@ -303,8 +309,11 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: unknown algorithm %q", ErrBadRequest, q.Algorithm)
 	}
-	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 || r.Reserve < 0 {
-		return nil, nil, fmt.Errorf("%w: limit, window, cost, lease, returned and reserve must be positive", ErrBadRequest)
+	if q.Limit <= 0 || q.WindowSeconds <= 0 || r.Cost < 0 || r.Lease < 0 || r.Returned < 0 || r.Reserve < 0 || r.Release < 0 {
+		return nil, nil, fmt.Errorf("%w: limit, window, cost, lease, returned, reserve and release must be positive", ErrBadRequest)
+	}
+	if r.Release > 0 && r.LeasedAt <= 0 {
+		return nil, nil, fmt.Errorf("%w: a release names its stretch (leased_at)", ErrBadRequest)
 	}
 	if r.Charge && (r.Peek || r.Lease > 0 || r.Returned > 0 || r.Reserve > 0 || r.Penalty != nil || q.Algorithm == rules.SlidingLog) {
 		return nil, nil, fmt.Errorf("%w: a charge takes no peek, lease, refund, reserve or penalty, and no sliding log", ErrBadRequest)
@@ -317,9 +326,9 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	// costs Redis a conversion per call.
 	var args []any
 	if r.Penalty != nil {
-		args = append(s.evalSha(3, 3+16), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
+		args = append(s.evalSha(3, 3+17), r.Key(), keys.Penalty(r.Owner), keys.Block(r.Owner))
 	} else {
-		args = append(s.evalSha(1, 1+16), r.Key())
+		args = append(s.evalSha(1, 1+17), r.Key())
 	}
 	args = append(args,
 		q.Limit,
@@ -337,6 +346,8 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	// The optional arguments are positional: one sent needs those before it.
 	last := 12
 	switch {
+	case r.Release > 0:
+		last = 17
 	case r.Reserve > 0:
 		last = 16
 	case r.Returned > 0 && r.LeasedAt > 0:
@@ -360,6 +371,9 @@ func (l *Limiter) prepare(r *Request) (*script, []any, error) {
 	}
 	if last >= 16 {
 		args = append(args, r.Reserve) // ARGV[16]
+	}
+	if last >= 17 {
+		args = append(args, r.Release) // ARGV[17]
 	}
 	return s, args, nil
 }

@@ -124,6 +124,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			c.tokens = filled
 		}
 		c.stamp = now
+		if r.LeasedAt >= c.fullAt.UnixMicro() {
+			c.settle(r)
+		}
 		if r.Returned > 0 && r.LeasedAt >= c.fullAt.UnixMicro() {
 			back := math.Min(float64(r.Returned), c.held)
 			c.tokens, c.held = c.tokens+back, c.held-back
@@ -146,6 +149,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			// Up to the next millisecond, as the scripts round it: truncated,
 			// the named moment held a token less a rounding's worth, refused.
 			wait := time.Duration(math.Ceil((admit-c.tokens)/rate*1000)) * time.Millisecond
+			if c.heldBack(r, c.tokens+eps >= cost) {
+				wait = min(wait, time.Second)
+			}
 			c.wholeAt = now.Add(full)
 			return limiter.Result{Remaining: int64(c.tokens), ResetAfter: full, RetryAfter: max(wait, time.Millisecond)}
 		}
@@ -174,6 +180,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 			c.prev = min(float64(limit), max(0, spent-float64(limit)*(g-1)))
 		}
 		c.tokens, c.stamp, c.held = float64(limit)-max(0, spent-float64(limit)*g), start, 0
+	}
+	if r.LeasedAt >= start.UnixMicro() && r.LeasedAt < start.Add(window).UnixMicro() {
+		c.settle(r)
 	}
 	if r.Returned > 0 && r.LeasedAt >= start.UnixMicro() && r.LeasedAt < start.Add(window).UnixMicro() {
 		back := math.Min(float64(r.Returned), c.held)
@@ -204,6 +213,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		} else if r.Origin == 0 {
 			retry = debtRetry(float64(limit)-c.tokens, float64(limit), admit, q.Algorithm == rules.SlidingWindow || q.Algorithm == rules.SlidingLog, reset, window)
 		}
+		if c.heldBack(r, left >= cost) {
+			retry = min(retry, time.Second)
+		}
 		return limiter.Result{Remaining: max(int64(left), 0), ResetAfter: reset, RetryAfter: max(retry, time.Millisecond)}
 	}
 	var held float64
@@ -214,6 +226,21 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		left -= held
 	}
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset, Reserved: int64(held), WindowStart: start.UnixMicro()}
+}
+
+// settle takes what a settled reserve's charge or hand-back releases
+// (limiter.Request.Release: what its response used) off the tokens held,
+// so that they count only reserves in flight.
+func (c *counter) settle(r limiter.Request) {
+	c.held -= math.Min(float64(r.Release), c.held)
+}
+
+// heldBack reports whether a refusal of r is for want of its reserve
+// alone (fits: the cost would pass) while reserves of the counter are in
+// flight: their charges may hand some back at any moment, so it is told a
+// second at most, as the scripts tell it.
+func (c *counter) heldBack(r limiter.Request, fits bool) bool {
+	return fits && r.Reserve > 0 && c.held > 0
 }
 
 // reserve takes up to n whole tokens of the left ones for an admission

@@ -48,6 +48,7 @@ if allowed == 0 and pen and not (short and reserve > 0) then
   end
 end
 
+if short and reserve > 0 and in_flight > 0 then retry = math.min(retry, 1000) end
 if retry > 0 then retry = ms(retry) end
 -- The lease is what was granted beyond the reservation.
 return {allowed, remaining, ms(reset), retry, granted - reserved, penalized, credited, window_start, window_end, reserved}

@@ -21,12 +21,13 @@ local function decide()
   end
   window_start = (idx * window + origin) * 1000
   window_end = window_start + window * 1000
-  if leased_at < window_start or leased_at >= window_end then returned = 0 end
+  if leased_at < window_start or leased_at >= window_end then returned, release = 0, 0 end
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
     c, lg = c - r, lg - r
   end
+  lg = lg - math.min(release, lg)
   local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
   -- The count lives through this window and the next, and while a debt
   -- is paid one window a limit. A calendar period's counter is its
@@ -54,7 +55,7 @@ local function decide()
     -- come back in days of debt, a caller was refused nothing after
     -- midnight: attack 56 F5).
     retry = reset
-    short = c + cost <= limit
+    short, in_flight = c + cost <= limit, lg
     if origin == 0 then
       retry = reset + window * math.max(0, math.ceil((c + admit - limit) / limit) - 1)
     end

@@ -15,7 +15,8 @@ local function decide()
     if fresh then full = now_us else full = math.ceil(tat * 1000) end
     tat, lg = now, 0
   end
-  if leased_at < full then returned = 0 end
+  if leased_at < full then returned, release = 0, 0 end
+  lg = lg - math.min(release, lg)
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
@@ -39,7 +40,7 @@ local function decide()
     tat, lg = new_tat + granted * interval, math.min(capacity, lg + granted)
   else
     retry = math.ceil(needed_tat - tau - now)
-    short = new_tat - tau <= now + eps
+    short, in_flight = new_tat - tau <= now + eps, lg
   end
   if changed(allowed) then
     save('<ddd', math.max(1000, math.ceil(tat - now + tau)), tat, lg, full)

@@ -68,6 +68,17 @@ local reserved = 0
 -- requests at once was blocked for 64 s, and longer with each refusal,
 -- with 750 of its 1,000 tokens left: attack 58 F4).
 local short = false
+-- ARGV[17], when sent, is what a charge settles of a held reserve without
+-- handing it back (the part its response used): it leaves the tokens held
+-- of the stretch leased_at names (lg), as the part handed back does, so
+-- that they count only reserves still in flight. in_flight is what the
+-- counter's stretch holds so, read by a refusal short of the reserve: its
+-- retry_after is then a second at most, as a charge may hand some back at
+-- any moment (told the window's end, an honest client with its own
+-- requests in flight waited 56 s with 750 of its 1,000 tokens left:
+-- attack 59 N3).
+local release = tonumber(ARGV[17] or '0')
+local in_flight = 0
 local fraction = tonumber(ARGV[7])
 local peek = ARGV[8] == '1'
 local warm_only = ARGV[8] == '2'
@@ -180,5 +191,5 @@ end
 -- writes nothing (two commands fewer: a flood of denials is cheaper than
 -- the traffic it replaces). The stored TTL still covers that state.
 local function changed(allowed)
-  return not peek and (allowed == 1 or returned > 0)
+  return not peek and (allowed == 1 or returned > 0 or release > 0)
 end

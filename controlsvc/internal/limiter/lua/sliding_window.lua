@@ -21,6 +21,13 @@ local function decide()
   end
   window_start = idx * window * 1000
   window_end = window_start + window * 1000
+  if leased_at >= window_start and leased_at < window_end then
+    lg = lg - math.min(release, lg)
+  elseif leased_at >= window_start - window * 1000 and leased_at < window_start then
+    lgp = lgp - math.min(release, lgp)
+  else
+    release = 0
+  end
   if returned > 0 and leased_at >= window_start and leased_at < window_end then
     local r = math.min(returned, lg)
     credited = r
@@ -58,7 +65,7 @@ local function decide()
     granted = grant(math.floor(limit - (p * weight + c)))
     c, lg = c + granted, lg + granted
   else
-    short = est + cost <= limit
+    short, in_flight = est + cost <= limit, lg + lgp
     local need = est + admit - limit
     if p * weight >= need then
       -- The previous window's weight fades at p/window per millisecond.

@@ -33,7 +33,8 @@ local function decide()
     end
     tokens, ts = filled, now
   end
-  if leased_at < full then returned = 0 end
+  if leased_at < full then returned, release = 0, 0 end
+  lg = lg - math.min(release, lg)
   if returned > 0 then
     -- Giving back unspent leased tokens before the bucket was full again
     -- is the same as never taking them; never more than was leased.
@@ -60,7 +61,7 @@ local function decide()
     tokens, lg = tokens - granted, math.min(capacity, lg + granted)
   else
     retry = math.ceil((admit - tokens) / rate)
-    short = tokens >= cost
+    short, in_flight = tokens >= cost, lg
   end
   if changed(allowed) then
     save('<dddd', ttl(tokens), tokens, ts, lg, full)
