@@ -2,11 +2,13 @@ package filtertest
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/devhost/wasmhost"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // A POST's form body may name its method (_method: Rails, Laravel,
@@ -277,4 +279,72 @@ func TestFormBodyOfPartHeadersStaysSmall(t *testing.T) {
 		t.Errorf("guest memory grew to %d MiB over a %d MiB body", mem>>20, body>>20)
 	}
 	t.Logf("guest memory %d MiB after a %d MiB body of part headers; %d collections", vm.MemorySize()>>20, body>>20, vm.GCCycles())
+}
+
+// tokenDecision is an admission under a response-cost rule, with a lease
+// of granted (and a pool of the rule's tokens when granted).
+func tokenDecision(granted int64) string {
+	d := wire.CheckResponse{Allowed: true, Limit: 100, Remaining: 50, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window",
+		WindowSeconds: 60, RuleID: "tier_free", Identity: "ip:198.51.100.7",
+		Charges: []wire.Charge{{RuleID: "tokens", CostFrom: "response_json:usage.total_tokens"}}}
+	if granted > 0 {
+		d.Lease = wire.Lease{Granted: granted, TTLMs: 1000, ChargeGranted: 5000}
+	}
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// A lease with a response-cost rule's pool, from a header override, does
+// not admit a form body naming that method: a request admitted on it must
+// have its response read and paid from the pool, and an override's check
+// reads none (attack 60 A1: 90 of 90 such forms admitted, 33,840 tokens
+// served against a budget of 5,000). The service is asked instead.
+func TestFormBodyOverrideSkipsAPoolLease(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":10}}`, 1)
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", headers: wasmhost.Headers{{"x-http-method-override", "PUT"}}})
+	e.answer(0, "200", tokenDecision(10)) // the POST-as-PUT bucket's lease, with a pool
+	if !s.Resumed {
+		t.Fatal("the header override was not admitted")
+	}
+	body := `{"_method":"PUT","model":"m"}`
+	s, _ = e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
+		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
+	e.answer(0, "200", decision(true, 50, 0, 0)) // the POST's own check
+	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
+		t.Fatalf("the form's body: %v %v, want held for the override's check", act, err)
+	}
+	if _, c := e.callout(0); c.MethodOverride != "PUT" || !c.OverrideOnly {
+		t.Fatalf("callout %+v, want the override's check", c)
+	}
+}
+
+// A request whose headers were admitted under a response-cost rule and
+// that the filter then answers itself (its form body's override refused)
+// never reached the upstream's model: its charge is an error answer's (the
+// admission's 1, the reserve handed back), not a cut stream's whole cost
+// (attack 60 A3: a refused update cost its caller 1,000 tokens).
+func TestChargeOfARequestAnsweredByTheFilter(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
+	body := `{"_method":"PUT","model":"m"}`
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
+		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
+	e.answer(0, "200", tokenDecision(0))
+	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
+		t.Fatalf("the form's body: %v %v", act, err)
+	}
+	e.answer(0, "429", decision(false, 0, 0, 30))
+	if s.Local == nil || s.Local.Status != 429 {
+		t.Fatalf("the override: %+v, want refused", s.Local)
+	}
+	if err := s.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cs := e.vms[0].PendingCallouts()
+	if len(cs) != 1 || cs[0].Headers.Value(":path") != wire.PathCharge {
+		t.Fatalf("pending callouts %v, want the charge", cs)
+	}
+	var r wire.ChargeRequest
+	if err := json.Unmarshal(cs[0].Body, &r); err != nil || len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
+		t.Fatalf("charge %s, want the rule charged as an error answer", cs[0].Body)
+	}
 }

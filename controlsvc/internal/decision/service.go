@@ -513,8 +513,11 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 				// No charge follows (the gRPC rate limit service): the
 				// response's cost is spent now, as an unreported
 				// response's (an outsider's 1,000 answers through it
-				// spent a 1,500-token budget one token each).
-				n = max(n, r.UnreportedCost(), admit)
+				// spent a 1,500-token budget one token each), or the
+				// reserve when more (at a cost of 100, 10 completions
+				// through a 1,000-token budget with a reserve of 500:
+				// attack 60 A2).
+				n = max(n, r.UnreportedCost(), admit, r.Reserve)
 			} else if src.AfterResponse() && r.Reserve > 0 {
 				// Held until the charge, so that what one caller has in
 				// flight is bounded by what it has left: admitting on 1

@@ -275,9 +275,18 @@ func (h *httpContext) chargeCut() {
 	if h.charge == nil || h.charge.sent {
 		return
 	}
-	h.unreportedBody(wire.UnreportedCut)
+	why := wire.UnreportedCut
+	if h.localReply && !h.responded {
+		// The filter answered the request itself after its headers were
+		// admitted (a form body's override refused, a body it cannot
+		// read): the upstream got no body and served nothing, as an
+		// error answer reporting none (charged as cut, a refused update
+		// cost its caller 1,000 tokens: attack 60 A3).
+		why = wire.UnreportedError
+	}
+	h.unreportedBody(why)
 	for i := range h.charge.items {
-		h.unreported(i, wire.UnreportedCut)
+		h.unreported(i, why)
 	}
 	h.sendCharge()
 }

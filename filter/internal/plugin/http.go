@@ -89,6 +89,7 @@ type httpContext struct {
 	verdict    verdict // for the response headers, when hasVerdict
 	hasVerdict bool
 	localReply bool
+	responded  bool // the upstream's response headers came
 	paused     bool
 	done       bool // the stream ended; a late answer only updates shared state
 	// start is when the callout left, in Unix nanoseconds (a lease it

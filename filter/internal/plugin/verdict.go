@@ -138,6 +138,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Actio
 	if h.localReply {
 		return types.ActionContinue
 	}
+	h.responded = true
 	if h.hasVerdict {
 		h.writeLimitHeaders()
 	}

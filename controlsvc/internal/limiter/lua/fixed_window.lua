@@ -22,12 +22,15 @@ local function decide()
   window_start = (idx * window + origin) * 1000
   window_end = window_start + window * 1000
   if leased_at < window_start or leased_at >= window_end then returned, release = 0, 0 end
+  -- What a charge settles leaves first, then what it hands back comes out
+  -- of the rest, as in every script (a claim past what is held credits
+  -- the less).
+  lg = lg - math.min(release, lg)
   if returned > 0 then
     local r = math.min(returned, lg)
     credited = r
     c, lg = c - r, lg - r
   end
-  lg = lg - math.min(release, lg)
   local reset = math.max(1, math.ceil((idx + 1) * window + origin - now))
   -- The count lives through this window and the next, and while a debt
   -- is paid one window a limit. A calendar period's counter is its
