@@ -240,3 +240,43 @@ func TestReadmeTokenBudgetDemo(t *testing.T) {
 		}
 	}
 }
+
+// The proxy's own answers to a request the filter admitted (its body past
+// the buffer: 413; the upstream down: 502) pass the filter's response
+// path, as a router's local reply passes Envoy's encoder filters: the
+// filter sees an error answer reporting no usage, and the request costs
+// its admission, its reserve handed back (written past the filter, the
+// charge was a cut stream's: 1,000 tokens for a 413, attack 61 B2).
+func TestProxyAnswersThroughTheFilter(t *testing.T) {
+	config, err := os.ReadFile("../controlsvc/tollgate.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startLLMGateway(t, string(config))
+	big := `{"model":"demo","pad":"` + strings.Repeat("x", 2<<20) + `","messages":[{"role":"user","content":"hello"}]}`
+	req, _ := http.NewRequest(http.MethodPost, l.url+llmdemo.Path, strings.NewReader(big))
+	req.Header.Set("X-Forwarded-For", "203.0.113.93")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body past the buffer: %d, want 413", resp.StatusCode)
+	}
+	// The charge leaves with the stream's end: await it.
+	left := int64(-1)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, r := range status(t, l.ctl, "ip:203.0.113.93", llmdemo.Path).Rules {
+			if r.RuleID == "llm_tokens" {
+				left = r.Remaining
+			}
+		}
+		if left == 1499 {
+			return
+		}
+	}
+	t.Fatalf("after the 413: llm_tokens at %d, want 1,499 (the admission's 1)", left)
+}

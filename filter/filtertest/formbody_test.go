@@ -348,3 +348,41 @@ func TestChargeOfARequestAnsweredByTheFilter(t *testing.T) {
 		t.Fatalf("charge %s, want the rule charged as an error answer", cs[0].Body)
 	}
 }
+
+// A form body naming a method whose rules include one whose cost the
+// response reports (an LLM token budget) is refused: its response cannot be
+// read as such a rule needs (the upstream had the headers, Accept-Encoding
+// and all, before the body named the method). What the check held goes back
+// with the stream's end: an error answer's charge naming the override, so
+// the service finds the rule (attack 61 B1: admitted at a fixed cost, 2
+// completions were served 450,022 tokens against a budget of 1,000).
+func TestFormBodyOverrideReachingATokenBudget(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
+	body := `{"_method":"PUT","model":"m"}`
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
+		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
+	e.answer(0, "200", decision(true, 50, 0, 0)) // the POST's own rules: no response cost
+	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
+		t.Fatalf("the form's body: %v %v", act, err)
+	}
+	d := wire.CheckResponse{Allowed: true, Limit: 1000, Remaining: 600, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window", WindowSeconds: 60,
+		RuleID: "tokens", Identity: "ip:198.51.100.7",
+		Charges: []wire.Charge{{RuleID: "tokens", CostFrom: "response_json:usage.total_tokens", Reserved: 399, ReservedAt: 1795676400000001}}}
+	b, _ := json.Marshal(d)
+	e.answer(0, "200", string(b))
+	if s.Local == nil || s.Local.Status != 400 || !strings.Contains(string(s.Local.Body), "name the method in a header") {
+		t.Fatalf("the override reaching a token budget: %+v, want refused", s.Local)
+	}
+	if err := s.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cs := e.vms[0].PendingCallouts()
+	if len(cs) != 1 || cs[0].Headers.Value(":path") != wire.PathCharge {
+		t.Fatalf("pending callouts %v, want the charge", cs)
+	}
+	var r wire.ChargeRequest
+	if err := json.Unmarshal(cs[0].Body, &r); err != nil || r.MethodOverride != "PUT" || len(r.Charges) != 1 ||
+		r.Charges[0].Unreported != wire.UnreportedError || r.Charges[0].Reserved != 399 || r.Charges[0].ReservedAt != 1795676400000001 {
+		t.Fatalf("charge %s, want the rule's reserve handed back as an error answer's, naming PUT", cs[0].Body)
+	}
+}

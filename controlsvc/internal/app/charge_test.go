@@ -670,25 +670,27 @@ func TestTokenBudgetReserveChangedInFlight(t *testing.T) {
 }
 
 // A token rule reached only by a form body's method override is checked
-// after the headers (override_only), and the filter charges no response
-// of that check: it spends the rule's unreported cost (or its reserve,
-// when more) at once, as a check no charge follows does. Admitted at 1,
-// an outsider's 30 completions of 376 tokens each spent 31 of a budget of
-// 1,000 (attack 59 N1).
+// after the headers (override_only): the check holds the reserve and names
+// the rule's charge as any admission does. The filter refuses such a
+// request (its response cannot be read: the upstream had the headers
+// before the body named the method) and its charge, an error answer's
+// naming the override, hands the reserve back (attack 59 N1: charged
+// nothing, 30 completions spent 31 of 1,000 tokens; attack 61 B1: charged
+// a fixed cost, 2 completions were served 450,022).
 func TestTokenBudgetOfAnOverride(t *testing.T) {
-	// cost 300, reserve 400: the reserve is spent (at the cost, attack 60
-	// A2: 10 completions through a budget of 1,000 with a reserve of 500).
 	s := startService(t, strings.Replace(reserveRules(400), `path = "/v1/chat/*"`, `path = "/v1/chat/*"`+"\nmethods = [\"PUT\"]", 1), nil)
 	check := map[string]any{"user_id": "otto", "endpoint": "/v1/chat/completions", "method": "POST", "method_override": "PUT", "override_only": true}
-	for i, want := range []int64{600, 200} {
-		r := s.check(check)
-		m := r.json(t)
-		if r.status != 200 || num(t, m, "remaining") != want || m["charges"] != nil {
-			t.Fatalf("override %d: %d %s, want %d left and no charge to follow", i, r.status, r.body, want)
-		}
+	r := s.check(check)
+	m := r.json(t)
+	cs, _ := m["charges"].([]any)
+	if r.status != 200 || num(t, m, "remaining") != 600 || len(cs) != 1 || num(t, cs[0].(map[string]any), "reserved") != 399 {
+		t.Fatalf("the override's check: %d %s, want the reserve held and the charge named", r.status, r.body)
 	}
-	if r := s.check(check); r.status != 429 {
-		t.Fatalf("a third override with 200 left: %d %s", r.status, r.body)
+	c := cs[0].(map[string]any)
+	ch := s.do("POST", "/v1/rate-limit/charge", map[string]any{"user_id": "otto", "endpoint": "/v1/chat/completions", "method": "POST", "method_override": "PUT",
+		"charges": []any{map[string]any{"rule_id": "tokens", "unreported": "error", "reserved": c["reserved"], "reserved_at": c["reserved_at"]}}})
+	if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "remaining") != 999 {
+		t.Fatalf("the refused override's charge: %s, want 999 left", ch.body)
 	}
 }
 

@@ -304,12 +304,8 @@ func (p *view) validate(req *wire.CheckRequest, trust Trust) (*caller, *apierr.E
 	// A caller without the service credential cannot charge (Charge needs
 	// it): no charge follows its checks either (an outsider's 51 checks
 	// of a token-less service went through a 1,500-token budget at one
-	// token each). Nor does one follow an override's check (a form
-	// body's method, checked after the headers): the filter charges the
-	// request's own rules only, so one reached by the override alone cost
-	// 1 a completion (an outsider's 30 completions, 11,280 tokens, spent
-	// 31 of a 1,000-token budget: attack 59 N1).
-	c.returnOnly, c.chargeNow = req.ReturnOnly, req.ChargeNow || trust == Untrusted || req.OverrideOnly
+	// token each).
+	c.returnOnly, c.chargeNow = req.ReturnOnly, req.ChargeNow || trust == Untrusted
 	c.cost = max(req.Cost, 1)
 	c.lease = min(req.Lease, p.Lease.Max)
 	if p.Lease.Fraction == 0 || t.overrideOnly {

@@ -65,7 +65,10 @@ type charging struct {
 // trusted into a parse. The upstream is asked for an unencoded answer:
 // a gzip body reports nothing the filter can read.
 func (h *httpContext) expectCharges(cs []wire.Charge) {
-	ch := &charging{jsonAt: []int{0}}
+	ch := h.charge // an override's check adds to the admission's
+	if ch == nil {
+		ch = &charging{jsonAt: []int{0}}
+	}
 	for _, c := range cs {
 		src, expr, err := rules.ParseCostFrom(c.CostFrom)
 		if err != nil || !src.AfterResponse() || len(ch.items) == wire.MaxCharges {

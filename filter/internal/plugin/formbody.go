@@ -143,7 +143,7 @@ func (h *httpContext) bodyOverride(o form.Overrides) types.Action {
 func (h *httpContext) checkOverride(m string) types.Action {
 	p := h.p
 	now := h.now()
-	h.overrideBucket = h.bucketOf(h.method, m, h.path)
+	h.overrideBucket, h.bodyMethod = h.bucketOf(h.method, m, h.path), m
 	if p.cfg.Lease.Request > 0 {
 		switch e, out, _ := p.cache.Take(h.overrideBucket, now.UnixMilli()); out {
 		case leasecache.Hit:
@@ -204,6 +204,22 @@ func (h *httpContext) onOverrideResponse(numHeaders, bodySize int) {
 				h.cacheDenial(h.overrideBucket, v, now)
 			}
 			h.deny(v)
+			return
+		}
+		if len(d.Charges) > 0 {
+			// A rule whose cost the response reports, reached by the
+			// body's method alone: the upstream got the headers
+			// (Accept-Encoding and all) before the body named it, so its
+			// response cannot be read as such a rule needs. Refused; what
+			// the check held goes back with the charge the stream's end
+			// sends as an error answer's (a local answer: the upstream
+			// got no body). Admitted at a fixed cost, 2 completions were
+			// served 450,022 tokens against a budget of 1,000 (attack 61
+			// B1); admitted uncharged, 30 against 31 (attack 59 N1).
+			h.bodyHeld = false
+			h.override = h.bodyMethod // the charge names the rules it reached
+			h.expectCharges(d.Charges)
+			h.refuse(400, "a method override in the body cannot reach a rule whose cost the response reports (an LLM token budget): name the method in a header")
 			return
 		}
 		if v := h.verdictOf(&d); v.limits.Limit > 0 && (!h.hasVerdict || v.limits.Remaining < h.verdict.limits.Remaining) {

@@ -81,8 +81,10 @@ type httpContext struct {
 	formLeft int64 // Content-Length bytes the scanner has yet to see (-1: unknown)
 	formRead int   // bytes of the held body read
 	bodyHeld bool
-	// overrideBucket is the bucket of the body's override (checkOverride).
+	// overrideBucket is the bucket of the body's override (checkOverride),
+	// bodyMethod the method it names.
 	overrideBucket leasecache.Owner
+	bodyMethod     string
 	// charge is set when the response reports the request's cost.
 	charge *charging
 
