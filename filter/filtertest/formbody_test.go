@@ -386,3 +386,30 @@ func TestFormBodyOverrideReachingATokenBudget(t *testing.T) {
 		t.Fatalf("charge %s, want the rule's reserve handed back as an error answer's, naming PUT", cs[0].Body)
 	}
 }
+
+// A client gone while the filter held its body for an override's check:
+// the upstream got no body, and the charge is an error answer's, not a cut
+// stream's (attack 61: by reading, the rule's whole cost).
+func TestChargeOfARequestGoneWhileItsBodyWasHeld(t *testing.T) {
+	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
+	body := `{"_method":"PUT","model":"m"}`
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
+		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
+	e.answer(0, "200", tokenDecision(0))
+	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
+		t.Fatalf("the form's body: %v %v", act, err)
+	}
+	if err := s.Done(context.Background()); err != nil { // gone before the override's answer
+		t.Fatal(err)
+	}
+	var charge []byte
+	for _, c := range e.vms[0].PendingCallouts() {
+		if c.Headers.Value(":path") == wire.PathCharge {
+			charge = c.Body
+		}
+	}
+	var r wire.ChargeRequest
+	if err := json.Unmarshal(charge, &r); err != nil || len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
+		t.Fatalf("charge %s, want the rule charged as an error answer", charge)
+	}
+}

@@ -279,12 +279,14 @@ func (h *httpContext) chargeCut() {
 		return
 	}
 	why := wire.UnreportedCut
-	if h.localReply && !h.responded {
+	if (h.localReply || h.bodyHeld || h.form != nil) && !h.responded {
 		// The filter answered the request itself after its headers were
 		// admitted (a form body's override refused, a body it cannot
-		// read): the upstream got no body and served nothing, as an
-		// error answer reporting none (charged as cut, a refused update
-		// cost its caller 1,000 tokens: attack 60 A3).
+		// read), or the stream ended while it held the body (read for an
+		// override, or waiting for the override's check): the upstream
+		// got no body and served nothing, as an error answer reporting
+		// none (charged as cut, a refused update cost its caller 1,000
+		// tokens: attack 60 A3).
 		why = wire.UnreportedError
 	}
 	h.unreportedBody(why)
