@@ -332,3 +332,23 @@ func TestChargesThroughTheLease(t *testing.T) {
 		}
 	}
 }
+
+// A stream has one response, and one charge: response headers passed a
+// second time (a host that ran its own answer through the filter after
+// the upstream's: the development gateway did, when the client went while
+// the filter held the headers) charge nothing more (attack 62 C1: charged
+// twice, 1,500 for 1,000).
+func TestOneChargeAStream(t *testing.T) {
+	e := newEnv(t, chargeConfig, 1)
+	s := e.admitted("response_header:x-usage-total-tokens")
+	if hdr, _ := upstream(t, s, wasmhost.Headers{{"x-usage-total-tokens", "77"}}); hdr != wasmhost.Pause {
+		t.Fatalf("headers: %v, want held for the charge", hdr)
+	}
+	if _, err := s.OnResponseHeaders(context.Background(), wasmhost.Headers{{":status", "502"}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if item := e.charged(4321); item.Cost == nil || *item.Cost != 77 {
+		t.Fatalf("charged %v, want 77 once", deref(item.Cost))
+	}
+	e.noCallout(0)
+}

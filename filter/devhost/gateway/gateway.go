@@ -578,6 +578,18 @@ func (g *Gateway) filterResponse(resp *http.Response) error {
 // (written past it, its request's charge was a cut stream's: 1,000 tokens
 // for a 413, attack 61 B2).
 func (g *Gateway) proxyAnswer(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if ref, ok := r.Context().Value(streamKey{}).(streamRef); ok {
+		ref.w.mu.Lock()
+		seen := ref.s.ResponseHeaders != nil
+		ref.w.mu.Unlock()
+		if seen {
+			// The filter had this stream's response (the client went
+			// while it held it): one response a stream, as in Envoy (run
+			// again, the request was charged twice: attack 62 C1).
+			writeError(w, status, code, msg)
+			return
+		}
+	}
 	body := fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
 	resp := &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}

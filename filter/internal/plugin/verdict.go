@@ -135,8 +135,8 @@ var jsonType = []byte("application/json")
 // OnHttpResponseHeaders writes the verdict back to the client, rendered
 // into the plugin's reused buffer (the host copies each value).
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
-	if h.localReply {
-		return types.ActionContinue
+	if h.localReply || h.responded {
+		return types.ActionContinue // one response a stream: its charge is sent once
 	}
 	h.responded = true
 	if h.hasVerdict {
