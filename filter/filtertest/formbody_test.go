@@ -294,6 +294,40 @@ func tokenDecision(granted int64) string {
 	return string(b)
 }
 
+// heldOverride starts a JSON POST whose body names PUT, admits its headers
+// with the answer given, and passes its body, which the filter holds for
+// the override's check.
+func heldOverride(t *testing.T, e *env, answer string) *wasmhost.Stream {
+	t.Helper()
+	body := `{"_method":"PUT","model":"m"}`
+	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
+		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
+	e.answer(0, "200", answer)
+	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
+		t.Fatalf("the form's body: %v %v, want held for the override's check", act, err)
+	}
+	return s
+}
+
+// chargeAtTheEnd ends s and returns the charge its end sent.
+func chargeAtTheEnd(t *testing.T, e *env, s *wasmhost.Stream) wire.ChargeRequest {
+	t.Helper()
+	if err := s.Done(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var r wire.ChargeRequest
+	for _, c := range e.vms[0].PendingCallouts() {
+		if c.Headers.Value(":path") == wire.PathCharge {
+			if err := json.Unmarshal(c.Body, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	t.Fatal("no charge sent at the stream's end")
+	return r
+}
+
 // A lease with a response-cost rule's pool, from a header override, does
 // not admit a form body naming that method: a request admitted on it must
 // have its response read and paid from the pool, and an override's check
@@ -306,13 +340,7 @@ func TestFormBodyOverrideSkipsAPoolLease(t *testing.T) {
 	if !s.Resumed {
 		t.Fatal("the header override was not admitted")
 	}
-	body := `{"_method":"PUT","model":"m"}`
-	s, _ = e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
-		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
-	e.answer(0, "200", decision(true, 50, 0, 0)) // the POST's own check
-	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
-		t.Fatalf("the form's body: %v %v, want held for the override's check", act, err)
-	}
+	heldOverride(t, e, decision(true, 50, 0, 0)) // the POST's own check
 	if _, c := e.callout(0); c.MethodOverride != "PUT" || !c.OverrideOnly {
 		t.Fatalf("callout %+v, want the override's check", c)
 	}
@@ -325,27 +353,13 @@ func TestFormBodyOverrideSkipsAPoolLease(t *testing.T) {
 // (attack 60 A3: a refused update cost its caller 1,000 tokens).
 func TestChargeOfARequestAnsweredByTheFilter(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
-	body := `{"_method":"PUT","model":"m"}`
-	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
-		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
-	e.answer(0, "200", tokenDecision(0))
-	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
-		t.Fatalf("the form's body: %v %v", act, err)
-	}
+	s := heldOverride(t, e, tokenDecision(0))
 	e.answer(0, "429", decision(false, 0, 0, 30))
 	if s.Local == nil || s.Local.Status != 429 {
 		t.Fatalf("the override: %+v, want refused", s.Local)
 	}
-	if err := s.Done(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cs := e.vms[0].PendingCallouts()
-	if len(cs) != 1 || cs[0].Headers.Value(":path") != wire.PathCharge {
-		t.Fatalf("pending callouts %v, want the charge", cs)
-	}
-	var r wire.ChargeRequest
-	if err := json.Unmarshal(cs[0].Body, &r); err != nil || len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
-		t.Fatalf("charge %s, want the rule charged as an error answer", cs[0].Body)
+	if r := chargeAtTheEnd(t, e, s); len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
+		t.Fatalf("charge %+v, want the rule charged as an error answer", r)
 	}
 }
 
@@ -358,13 +372,7 @@ func TestChargeOfARequestAnsweredByTheFilter(t *testing.T) {
 // completions were served 450,022 tokens against a budget of 1,000).
 func TestFormBodyOverrideReachingATokenBudget(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
-	body := `{"_method":"PUT","model":"m"}`
-	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
-		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
-	e.answer(0, "200", decision(true, 50, 0, 0)) // the POST's own rules: no response cost
-	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
-		t.Fatalf("the form's body: %v %v", act, err)
-	}
+	s := heldOverride(t, e, decision(true, 50, 0, 0)) // the POST's own rules: no response cost
 	d := wire.CheckResponse{Allowed: true, Limit: 1000, Remaining: 600, ResetAt: epoch.Unix() + 60, Strategy: "fixed_window", WindowSeconds: 60,
 		RuleID: "tokens", Identity: "ip:198.51.100.7",
 		Charges: []wire.Charge{{RuleID: "tokens", CostFrom: "response_json:usage.total_tokens", Reserved: 399, ReservedAt: 1795676400000001}}}
@@ -373,17 +381,9 @@ func TestFormBodyOverrideReachingATokenBudget(t *testing.T) {
 	if s.Local == nil || s.Local.Status != 400 || !strings.Contains(string(s.Local.Body), "name the method in a header") {
 		t.Fatalf("the override reaching a token budget: %+v, want refused", s.Local)
 	}
-	if err := s.Done(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cs := e.vms[0].PendingCallouts()
-	if len(cs) != 1 || cs[0].Headers.Value(":path") != wire.PathCharge {
-		t.Fatalf("pending callouts %v, want the charge", cs)
-	}
-	var r wire.ChargeRequest
-	if err := json.Unmarshal(cs[0].Body, &r); err != nil || r.MethodOverride != "PUT" || len(r.Charges) != 1 ||
+	if r := chargeAtTheEnd(t, e, s); r.MethodOverride != "PUT" || len(r.Charges) != 1 ||
 		r.Charges[0].Unreported != wire.UnreportedError || r.Charges[0].Reserved != 399 || r.Charges[0].ReservedAt != 1795676400000001 {
-		t.Fatalf("charge %s, want the rule's reserve handed back as an error answer's, naming PUT", cs[0].Body)
+		t.Fatalf("charge %+v, want the rule's reserve handed back as an error answer's, naming PUT", r)
 	}
 }
 
@@ -392,24 +392,9 @@ func TestFormBodyOverrideReachingATokenBudget(t *testing.T) {
 // stream's (attack 61: by reading, the rule's whole cost).
 func TestChargeOfARequestGoneWhileItsBodyWasHeld(t *testing.T) {
 	e := newEnv(t, `{"control_cluster":"controlsvc","lease":{"request":0},"decision_token":"t0ken-for-tests"}`, 1)
-	body := `{"_method":"PUT","model":"m"}`
-	s, _ := e.start(req{method: "POST", path: "/v1/chat/completions", body: true,
-		headers: wasmhost.Headers{{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}}})
-	e.answer(0, "200", tokenDecision(0))
-	if act, _, err := s.OnRequestBody(context.Background(), []byte(body), false); err != nil || act != wasmhost.Pause {
-		t.Fatalf("the form's body: %v %v", act, err)
-	}
-	if err := s.Done(context.Background()); err != nil { // gone before the override's answer
-		t.Fatal(err)
-	}
-	var charge []byte
-	for _, c := range e.vms[0].PendingCallouts() {
-		if c.Headers.Value(":path") == wire.PathCharge {
-			charge = c.Body
-		}
-	}
-	var r wire.ChargeRequest
-	if err := json.Unmarshal(charge, &r); err != nil || len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
-		t.Fatalf("charge %s, want the rule charged as an error answer", charge)
+	s := heldOverride(t, e, tokenDecision(0))
+	// Gone before the override's answer.
+	if r := chargeAtTheEnd(t, e, s); len(r.Charges) != 1 || r.Charges[0].Unreported != wire.UnreportedError {
+		t.Fatalf("charge %+v, want the rule charged as an error answer", r)
 	}
 }

@@ -353,17 +353,7 @@ func TestRedisDownResponseCostAdmissions(t *testing.T) {
 	// nothing costs 300.
 	s := startService(t, tokenRules, map[string]string{"TOLLGATE_REDIS_BREAKER_COOLDOWN_MS": "50", "TOLLGATE_FAILURE_MODE": "fail_open", "TOLLGATE_REPLICAS": "2"})
 	s.redis.Stop()
-	admitted := 0
-	for i := 0; i < 10; i++ {
-		r := s.check(map[string]any{"user_id": "dave", "endpoint": "/v1/chat/completions", "method": "POST"})
-		switch {
-		case r.status == 200 && r.json(t)["degraded"] == true:
-			admitted++
-		case r.status != 429:
-			t.Fatalf("check %d: %d %s", i, r.status, r.body)
-		}
-	}
-	if admitted != 1 {
+	if admitted := degradedAdmissions(t, s, map[string]any{"user_id": "dave", "endpoint": "/v1/chat/completions", "method": "POST"}, 10); admitted != 1 {
 		t.Fatalf("%d answers admitted with no charge reaching this replica, want 1 (300 of its 500)", admitted)
 	}
 }
@@ -385,8 +375,17 @@ func TestRedisDownReserveHandBack(t *testing.T) {
 		t.Errorf("a hand-back that could not reach Redis: %s, want it said", ch.body)
 	}
 	// In memory each admission spends the reserve (400 of 1,000): two.
+	if admitted := degradedAdmissions(t, s, check, 5); admitted != 2 {
+		t.Fatalf("%d admitted in memory after a hand-back, want 2 (400 of 1,000 each)", admitted)
+	}
+}
+
+// degradedAdmissions sends check n times with Redis down and counts those
+// admitted in memory (degraded); every other answer must be a refusal.
+func degradedAdmissions(t *testing.T, s *service, check map[string]any, n int) int {
+	t.Helper()
 	admitted := 0
-	for i := 0; i < 5; i++ {
+	for i := range n {
 		r := s.check(check)
 		switch {
 		case r.status == 200 && r.json(t)["degraded"] == true:
@@ -395,9 +394,7 @@ func TestRedisDownReserveHandBack(t *testing.T) {
 			t.Fatalf("check %d: %d %s", i, r.status, r.body)
 		}
 	}
-	if admitted != 2 {
-		t.Fatalf("%d admitted in memory after a hand-back, want 2 (400 of 1,000 each)", admitted)
-	}
+	return admitted
 }
 
 // A lease's pool goes back only to the window it came from, by its own
