@@ -722,22 +722,13 @@ func TestTokenBudgetReserveOfARefusedRequest(t *testing.T) {
 func TestTokenBudgetReserveIsNoViolation(t *testing.T) {
 	s := startService(t, reserveRules(300)+"\n[penalties]\nenabled = true\nviolation_threshold = 1\n", nil)
 	check := map[string]any{"user_id": "hana", "endpoint": "/v1/chat/completions", "method": "POST"}
-	var held []map[string]any
-	for range 3 {
-		r := s.check(check)
-		if r.status != 200 {
-			t.Fatalf("admission: %d %s", r.status, r.body)
-		}
-		held = append(held, r.json(t)["charges"].([]any)[0].(map[string]any))
-	}
+	held := admitHolding(t, s, check, 3)
 	for range 3 {
 		if r := s.check(check); r.status != 429 {
 			t.Fatalf("a fourth request in flight: %d %s", r.status, r.body)
 		}
 	}
-	for _, c := range held {
-		s.do("POST", "/v1/rate-limit/charge", chargeBody("hana", map[string]any{"rule_id": "tokens", "cost": 50, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
-	}
+	settle(s, "hana", held, 50)
 	if r := s.check(check); r.status != 200 {
 		t.Fatalf("with 850 left and nothing in flight: %d %s, want admitted (no penalty)", r.status, r.body)
 	}
@@ -762,23 +753,35 @@ func TestTokenBudgetReserveRetryAfter(t *testing.T) {
 func reserveRetryAfter(t *testing.T, config string, env map[string]string) {
 	s := startService(t, config, env)
 	check := map[string]any{"user_id": "rita", "endpoint": "/v1/chat/completions", "method": "POST"}
+	held := admitHolding(t, s, check, 3)
+	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") > 1 {
+		t.Fatalf("refused with three requests in flight: %d %s, want retry_after of a second at most", r.status, r.body)
+	}
+	settle(s, "rita", held, 300) // each used its whole reserve: nothing comes back
+	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") < 60 {
+		t.Fatalf("refused with 100 left and nothing in flight: %d %s, want retry_after at the window's end", r.status, r.body)
+	}
+}
+
+// admitHolding admits check n times under the token rule and returns each
+// admission's charge (its reserved and reserved_at).
+func admitHolding(t *testing.T, s *service, check map[string]any, n int) []map[string]any {
+	t.Helper()
 	var held []map[string]any
-	for range 3 {
+	for range n {
 		r := s.check(check)
 		if r.status != 200 {
 			t.Fatalf("admission: %d %s", r.status, r.body)
 		}
 		held = append(held, r.json(t)["charges"].([]any)[0].(map[string]any))
 	}
-	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") > 1 {
-		t.Fatalf("refused with three requests in flight: %d %s, want retry_after of a second at most", r.status, r.body)
-	}
+	return held
+}
+
+// settle charges user's admissions held the cost each, with their reserves.
+func settle(s *service, user string, held []map[string]any, cost int64) {
 	for _, c := range held {
-		// Each used its whole reserve: nothing comes back.
-		s.do("POST", "/v1/rate-limit/charge", chargeBody("rita", map[string]any{"rule_id": "tokens", "cost": 300, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
-	}
-	if r := s.check(check); r.status != 429 || num(t, r.json(t), "retry_after") < 60 {
-		t.Fatalf("refused with 100 left and nothing in flight: %d %s, want retry_after at the window's end", r.status, r.body)
+		s.do("POST", "/v1/rate-limit/charge", chargeBody(user, map[string]any{"rule_id": "tokens", "cost": cost, "reserved": c["reserved"], "reserved_at": c["reserved_at"]}))
 	}
 }
 
