@@ -179,9 +179,9 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 		}
 		// A response that used less than was held hands the rest back
 		// to the stretch it came from; one that used more is charged the
-		// rest.
-		// Either way the whole reserve leaves what the counter holds in
-		// flight: what came back, and what the response used (Release).
+		// rest. Either way the whole reserve leaves what the counter
+		// holds in flight: what came back, and what the response used
+		// (Release).
 		lr := a.req
 		lr.Cost, lr.Charge = max(total-1-held, 0), true
 		var got limiter.Result
