@@ -622,7 +622,6 @@ func (s *Service) decide(ctx context.Context, p *view, c *caller) (wire.CheckRes
 			a.res.Granted = keep
 		}
 	}
-
 	resp, result := s.verdict(p, &c.target, rs, want, poolGranted, pool)
 	if degraded {
 		// Counted here only: said so, and nothing leased.
