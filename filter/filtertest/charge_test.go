@@ -226,19 +226,42 @@ func TestChargeCarriesTheReserve(t *testing.T) {
 // A response cut before its cost was read (the stream ended first) is
 // charged as "cut", from the root context, after the stream is gone.
 func TestChargeOfACutResponse(t *testing.T) {
-	e := newEnv(t, chargeConfig, 1)
-	s := e.admitted("response_json:usage.total_tokens")
-	if _, err := s.OnResponseHeaders(context.Background(), wasmhost.Headers{{":status", "200"}, {"content-type", "text/event-stream"}}, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.OnResponseBody(context.Background(), []byte("data: {\"choices\":[]}\n\ndata: {\"usa"), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Done(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if item := e.charged(0); item.Cost != nil || item.Unreported != wire.UnreportedCut {
-		t.Fatalf("charged %v %q, want unreported cut", deref(item.Cost), item.Unreported)
+	const total = "response_json:usage.total_tokens"
+	for _, tc := range []struct {
+		name, costFrom, stream string
+		cost, atLeast          int64 // cost: reported (0: unreported cut)
+	}{
+		{"cut before its usage", total, "data: {\"choices\":[]}\n\ndata: {\"usa", 0, 0},
+		// Read whole and reset before the stream's end: at least what it
+		// reported (attack 63 S1: 10,401 tokens read, the rule's 1,000
+		// charged).
+		{"cut after its usage", total, "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"total_tokens\":10401}}\n\n", 0, 10401},
+		// Finished ("[DONE]"), its usage is final: an honest client that
+		// closes at once pays what it got, not the rule's cost.
+		{"cut after [DONE]", total, "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: [DONE]\n\n", 401, 0},
+		{"a sum cut after its first part", "response_json:message.usage.input_tokens+usage.output_tokens",
+			"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10000}}}\n\ndata: {\"type\":\"content\"", 0, 10000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, chargeConfig, 1)
+			s := e.admitted(tc.costFrom)
+			if _, err := s.OnResponseHeaders(context.Background(), wasmhost.Headers{{":status", "200"}, {"content-type", "text/event-stream"}}, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.OnResponseBody(context.Background(), []byte(tc.stream), false); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Done(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			item := e.charged(0)
+			switch {
+			case tc.cost > 0 && (item.Cost == nil || *item.Cost != tc.cost || item.Unreported != ""):
+				t.Fatalf("charged %v %q, want %d reported", deref(item.Cost), item.Unreported, tc.cost)
+			case tc.cost == 0 && (item.Cost != nil || item.Unreported != wire.UnreportedCut || item.AtLeast != tc.atLeast):
+				t.Fatalf("charged %v %q at least %d, want unreported cut at least %d", deref(item.Cost), item.Unreported, item.AtLeast, tc.atLeast)
+			}
+		})
 	}
 }
 

@@ -32,6 +32,9 @@ func AppendChargeRequest(b []byte, r *ChargeRequest) []byte {
 				b = appendInt(b, `,"cost":`, *c.Cost)
 			}
 			b = appendOptString(b, `,"unreported":`, c.Unreported)
+			if c.AtLeast != 0 {
+				b = appendInt(b, `,"at_least":`, c.AtLeast)
+			}
 			b = appendReserved(b, c.Reserved, c.ReservedAt)
 			b = append(b, '}')
 		}

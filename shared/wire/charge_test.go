@@ -24,7 +24,7 @@ func FuzzAppendChargeRequest(f *testing.F) {
 				v := cost + int64(i)
 				c.Cost = &v
 			} else {
-				c.Reserved, c.ReservedAt = cost, cost*int64(i)
+				c.Reserved, c.ReservedAt, c.AtLeast = cost, cost*int64(i), cost-int64(i)
 			}
 			r.Charges = append(r.Charges, c)
 		}

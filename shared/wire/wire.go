@@ -207,6 +207,11 @@ type ChargeItem struct {
 	// Unreported then says why, and the rule's unreported cost is charged.
 	Cost       *int64 `json:"cost,omitempty"`
 	Unreported string `json:"unreported,omitempty"`
+	// AtLeast, beside Unreported "cut", is the usage a stream reported
+	// before it was cut: the charge is the larger of it and the rule's
+	// unreported cost (a client that reset a stream it had read whole
+	// paid the rule's cost only).
+	AtLeast int64 `json:"at_least,omitempty"`
 	// Reserved and ReservedAt are the check's, for its Charge.
 	Reserved   int64 `json:"reserved,omitempty"`
 	ReservedAt int64 `json:"reserved_at,omitempty"`

@@ -233,6 +233,9 @@ window_seconds = 60
 		{"neither", chargeBody("alice", map[string]any{"rule_id": "tokens"}), "charges[0].unreported"},
 		{"an unknown reason", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "<script>"}), "charges[0].unreported"},
 		{"no rule", chargeBody("alice", map[string]any{"cost": 5}), "charges[0].rule_id"},
+		{"at_least beside a cost", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5, "at_least": 5}), "charges[0].at_least"},
+		{"at_least of an answer not cut", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "missing", "at_least": 5}), "charges[0].at_least"},
+		{"a negative at_least", chargeBody("alice", map[string]any{"rule_id": "tokens", "unreported": "cut", "at_least": -5}), "charges[0].at_least"},
 		{"a negative reserve", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5, "reserved": -1, "reserved_at": 5}), "charges[0].reserved"},
 		{"a reserve past 2^53", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5, "reserved": int64(1) << 54, "reserved_at": 5}), "charges[0].reserved"},
 		{"a reserve from no stretch", chargeBody("alice", map[string]any{"rule_id": "tokens", "cost": 5, "reserved": 10}), "charges[0].reserved_at"},
@@ -314,6 +317,29 @@ func TestTokenBudgetEstimate(t *testing.T) {
 	for v, want := range map[string]string{"lots": "is not a whole number", "-1": "is not a whole number", "1001": "more than rule tokens can ever have left"} {
 		if r := check(v); r.status != 400 || !strings.Contains(string(r.body), want) || !strings.Contains(string(r.body), `x-max-tokens`) {
 			t.Errorf("estimate %q: %d %s", v, r.status, r.body)
+		}
+	}
+}
+
+// A stream cut after it reported usage costs at least that (the filter
+// sends it as at_least), the rule's cost when more: a client that read a
+// 10,401-token answer whole and reset the connection paid 1,000 (attack
+// 63 S1).
+func TestChargeOfACutStream(t *testing.T) {
+	s := startService(t, tokenRules, nil)
+	check := map[string]any{"user_id": "sid", "endpoint": "/v1/chat/completions", "method": "POST"}
+	for _, tc := range []struct {
+		atLeast, charged, remaining int64
+	}{
+		{700, 699, 300}, // more than the rule's cost (300)
+		{10, 299, 0},    // less: the rule's cost
+	} {
+		if r := s.check(check); r.status != 200 {
+			t.Fatalf("admission: %d %s", r.status, r.body)
+		}
+		ch := s.do("POST", "/v1/rate-limit/charge", chargeBody("sid", map[string]any{"rule_id": "tokens", "unreported": "cut", "at_least": tc.atLeast}))
+		if res := ch.json(t)["results"].([]any)[0].(map[string]any); num(t, res, "charged") != tc.charged || num(t, res, "remaining") != tc.remaining {
+			t.Fatalf("a stream cut at least %d: %s, want charged %d with %d left", tc.atLeast, ch.body, tc.charged, tc.remaining)
 		}
 	}
 }

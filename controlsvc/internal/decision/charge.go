@@ -107,6 +107,10 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", "is given beside cost: a response reported its cost or did not")
 		case ch.Cost == nil && !slices.Contains(unreportedReasons, ch.Unreported):
 			return wire.ChargeResponse{}, apierr.Invalid(field+".unreported", fmt.Sprintf("%q: without cost, one of %v says why", clip(ch.Unreported, 32), unreportedReasons))
+		case ch.AtLeast != 0 && ch.Unreported != wire.UnreportedCut:
+			return wire.ChargeResponse{}, apierr.Invalid(field+".at_least", "is what a cut stream reported before it was cut: only beside unreported \"cut\"")
+		case ch.AtLeast < 0 || ch.AtLeast > rules.MaxQuantity:
+			return wire.ChargeResponse{}, apierr.Invalid(field+".at_least", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 		case ch.Reserved < 0 || ch.Reserved > rules.MaxQuantity:
 			return wire.ChargeResponse{}, apierr.Invalid(field+".reserved", fmt.Sprintf("must be in 0..%d", int64(rules.MaxQuantity)))
 		case ch.Reserved > 0 && ch.ReservedAt <= 0:
@@ -175,6 +179,9 @@ func (s *Service) Charge(ctx context.Context, req *wire.ChargeRequest, trust Tru
 			total = 1 // the admission's
 			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
 		default:
+			// A cut stream costs at least what it reported before it was
+			// cut (attack 63 S1: 10,401 tokens read, 1,000 charged).
+			total = max(total, ch.AtLeast)
 			s.m.ChargesUnreported.WithLabelValues(ch.Unreported).Inc()
 		}
 		// A response that used less than was held hands the rest back

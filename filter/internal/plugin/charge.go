@@ -288,12 +288,38 @@ func (h *httpContext) chargeCut() {
 		// none (charged as cut, a refused update cost its caller 1,000
 		// tokens: attack 60 A3).
 		why = wire.UnreportedError
+	} else if ch := h.charge; ch.mode == readEvents && ch.events != nil {
+		// A stream cut after it reported usage: a client that read a
+		// 10,000-token answer whole and reset the connection paid the
+		// rule's cost only, 1,000 (attack 63 S1). Finished ("[DONE]",
+		// no event lost after its values), its usage is final; else what
+		// it reported is the least it cost (an event lost after it may
+		// have carried more, never less of a sum).
+		if vals := ch.events.End(); ch.events.Done() && ch.events.Reliable() {
+			h.bodyUsage(vals)
+		} else {
+			h.reportedBeforeCut(vals)
+		}
 	}
 	h.unreportedBody(why)
 	for i := range h.charge.items {
 		h.unreported(i, why)
 	}
 	h.sendCharge()
+}
+
+// reportedBeforeCut keeps what a cut stream's events reported for each
+// body rule, the least its charge may be (wire.ChargeItem.AtLeast).
+func (h *httpContext) reportedBeforeCut(vals []wire.Usage) {
+	ch := h.charge
+	for i := range ch.items {
+		if !ch.json[i] {
+			continue
+		}
+		if n, ok, _ := usage.Total(vals[ch.jsonAt[i]:ch.jsonAt[i+1]]); ok {
+			ch.items[i].AtLeast = n
+		}
+	}
 }
 
 // sendCharge sends the costs read; the response waits for the answer

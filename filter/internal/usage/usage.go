@@ -51,6 +51,8 @@ type Events struct {
 	// malformed (0: none), foundAt the one each path's value came from.
 	events, badAt int
 	foundAt       []int
+	// done: the stream said it was finished (OpenAI's "[DONE]").
+	done bool
 }
 
 // NewEvents reads the values at paths.
@@ -140,7 +142,10 @@ func (e *Events) dispatch() {
 		e.events++
 		e.Skipped, e.badAt = e.Skipped+1, e.events
 		return
-	case len(data) == 0 || string(data) == "[DONE]":
+	case string(data) == "[DONE]":
+		e.done = true
+		return
+	case len(data) == 0:
 		return
 	}
 	e.events++
@@ -173,6 +178,11 @@ func (e *Events) Reliable() bool {
 	}
 	return true
 }
+
+// Done reports whether the stream said it was finished ("[DONE]"): what
+// the paths found before it is its usage, whether or not the connection
+// then ends cleanly.
+func (e *Events) Done() bool { return e.done }
 
 // End finishes the stream (an event not closed by a blank line is
 // dispatched, as a stream's end does) and returns what the paths found.
