@@ -158,7 +158,8 @@ func (e *Events) dispatch() {
 	}
 	for i, u := range e.scratch {
 		if u.Found {
-			e.last[i], e.foundAt[i] = u, e.events
+			// A value after "[DONE]": the stream was not done.
+			e.last[i], e.foundAt[i], e.done = u, e.events, false
 		}
 	}
 }

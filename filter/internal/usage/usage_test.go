@@ -101,6 +101,30 @@ func TestEventsReliable(t *testing.T) {
 	}
 }
 
+// A stream is done once it says "[DONE]" after its values: a value after
+// it means it was not (an upstream that sent "[DONE]" early and then a
+// small usage would have had that taken as final).
+func TestEventsDone(t *testing.T) {
+	paths := [][]string{{"usage", "total_tokens"}}
+	for _, tc := range []struct {
+		name, stream string
+		done         bool
+	}{
+		{"done after its usage", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: [DONE]\n\n", true},
+		{"no [DONE]", "data: {\"usage\":{\"total_tokens\":401}}\n\n", false},
+		{"a usage after [DONE]", "data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":5}}\n\n", false},
+		{"[DONE] with no space", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata:[DONE]\n\n", true},
+		{"[DONE] and more text", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: [DONE] \n\n", false},
+	} {
+		e := NewEvents(paths)
+		e.Feed([]byte(tc.stream))
+		e.End()
+		if e.Done() != tc.done {
+			t.Errorf("%s: done %v, want %v", tc.name, e.Done(), tc.done)
+		}
+	}
+}
+
 // One large event does not leave a stream's buffers large: a stream a
 // client holds open keeps what it last needed, at most keepBuffer.
 func TestEventsBuffersShrink(t *testing.T) {
