@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 	"github.com/tollgate-rl/tollgate/testkit/llmdemo"
 	"github.com/tollgate-rl/tollgate/testkit/redistest"
+	"github.com/tollgate-rl/tollgate/testkit/windowtest"
 )
 
 const llmRules = `
@@ -222,6 +223,7 @@ func TestReadmeTokenBudgetDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := startLLMGateway(t, string(config))
+	windowtest.RoomInMinute(t) // llm_tokens counts a minute
 	for i := range 5 {
 		req, _ := http.NewRequest(http.MethodPost, l.url+llmdemo.Path, strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"hello"}]}`))
 		req.Header.Set("X-Forwarded-For", "203.0.113.90")
@@ -253,6 +255,7 @@ func TestProxyAnswersThroughTheFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := startLLMGateway(t, string(config))
+	windowtest.RoomInMinute(t) // a hand-back goes into its own minute only
 	big := `{"model":"demo","pad":"` + strings.Repeat("x", 2<<20) + `","messages":[{"role":"user","content":"hello"}]}`
 	req, _ := http.NewRequest(http.MethodPost, l.url+llmdemo.Path, strings.NewReader(big))
 	req.Header.Set("X-Forwarded-For", "203.0.113.93")
