@@ -162,6 +162,18 @@ func (e *Events) dispatch() {
 			e.last[i], e.foundAt[i], e.done = u, e.events, false
 		}
 	}
+	if final(data) {
+		e.done = true
+	}
+}
+
+// final reports whether an event's data is an API's own last event, after
+// which its usage is whole: Anthropic's message_stop, the OpenAI Responses
+// API's response.completed (which carries it). Each API writes its event's
+// type first; a client's text inside an event is a JSON string, its quotes
+// escaped, so it cannot begin one.
+func final(data []byte) bool {
+	return bytes.HasPrefix(data, []byte(`{"type":"message_stop"`)) || bytes.HasPrefix(data, []byte(`{"type":"response.completed"`))
 }
 
 // Reliable reports whether what End returns can be trusted: no event was

@@ -115,6 +115,12 @@ func TestEventsDone(t *testing.T) {
 		{"a usage after [DONE]", "data: [DONE]\n\ndata: {\"usage\":{\"total_tokens\":5}}\n\n", false},
 		{"[DONE] with no space", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata:[DONE]\n\n", true},
 		{"[DONE] and more text", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: [DONE] \n\n", false},
+		// Anthropic's and the Responses API's last events (attack 64: an
+		// honest client that closed after them paid the rule's 1,000 for
+		// 401).
+		{"message_stop", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: {\"type\":\"message_stop\"}\n\n", true},
+		{"response.completed", "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\"},\"usage\":{\"total_tokens\":401}}\n\n", true},
+		{"a message_stop inside another event", "data: {\"usage\":{\"total_tokens\":401}}\n\ndata: {\"type\":\"delta\",\"text\":\"{\\\"type\\\":\\\"message_stop\\\"}\"}\n\n", false},
 	} {
 		e := NewEvents(paths)
 		e.Feed([]byte(tc.stream))
