@@ -125,12 +125,9 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		}
 		c.stamp = now
 		if r.LeasedAt >= c.fullAt.UnixMicro() {
-			c.settle(r)
-		}
-		if r.Returned > 0 && r.LeasedAt >= c.fullAt.UnixMicro() {
-			back := math.Min(float64(r.Returned), c.held)
-			c.tokens, c.held = c.tokens+back, c.held-back
-			if c.tokens >= float64(capacity) {
+			c.takeBack(r)
+			if r.Returned > 0 && c.tokens >= float64(capacity) {
+				// Filled by it: a new stretch, as by a refill.
 				c.tokens, c.held, c.fullAt = float64(capacity), 0, now
 			}
 		}
@@ -182,11 +179,7 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 		c.tokens, c.stamp, c.held = float64(limit)-max(0, spent-float64(limit)*g), start, 0
 	}
 	if r.LeasedAt >= start.UnixMicro() && r.LeasedAt < start.Add(window).UnixMicro() {
-		c.settle(r)
-	}
-	if r.Returned > 0 && r.LeasedAt >= start.UnixMicro() && r.LeasedAt < start.Add(window).UnixMicro() {
-		back := math.Min(float64(r.Returned), c.held)
-		c.tokens, c.held = c.tokens+back, c.held-back
+		c.takeBack(r)
 	}
 	elapsed := now.Sub(start)
 	reset := window - elapsed
@@ -228,11 +221,14 @@ func (l *Limiter) Do(r limiter.Request) limiter.Result {
 	return limiter.Result{Allowed: true, Remaining: int64(left), ResetAfter: reset, Reserved: int64(held), WindowStart: start.UnixMicro()}
 }
 
-// settle takes what a settled reserve's charge or hand-back releases
-// (limiter.Request.Release: what its response used) off the tokens held,
-// so that they count only reserves in flight.
-func (c *counter) settle(r limiter.Request) {
+// takeBack settles a reserve of the counter's current stretch: what its
+// response used (limiter.Request.Release) leaves the tokens held, so that
+// they count only reserves in flight, and what it did not (Returned)
+// comes back, never more than is held. Released first, as the scripts do.
+func (c *counter) takeBack(r limiter.Request) {
 	c.held -= math.Min(float64(r.Release), c.held)
+	back := math.Min(float64(r.Returned), c.held)
+	c.tokens, c.held = c.tokens+back, c.held-back
 }
 
 // heldBack reports whether a refusal of r is for want of its reserve

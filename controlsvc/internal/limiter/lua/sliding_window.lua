@@ -21,27 +21,24 @@ local function decide()
   end
   window_start = idx * window * 1000
   window_end = window_start + window * 1000
+  -- What a charge settles leaves first, then what it hands back comes out
+  -- of the rest, in the window the stamp names.
   if leased_at >= window_start and leased_at < window_end then
     lg = lg - math.min(release, lg)
-  elseif leased_at >= window_start - window * 1000 and leased_at < window_start then
-    lgp = lgp - math.min(release, lgp)
-  else
-    release = 0
-  end
-  if returned > 0 and leased_at >= window_start and leased_at < window_end then
     local r = math.min(returned, lg)
     credited = r
     c, lg = c - r, lg - r
-  elseif returned > 0 and leased_at >= window_start - window * 1000 and leased_at < window_start then
+  elseif leased_at >= window_start - window * 1000 and leased_at < window_start then
     -- The previous window's tokens still weigh in the sliding window
     -- through its count: handed back, they come off it (kept, they took
     -- a client's next window: an outsider's 40 requests with leases left
     -- it 29 of its 200 where 161 came without leases).
+    lgp = lgp - math.min(release, lgp)
     local r = math.min(returned, lgp)
     credited = r
     p, lgp = p - r, lgp - r
   else
-    returned = 0
+    returned, release = 0, 0
   end
   -- The counts live two windows, and while a debt is paid one window a
   -- limit.
